@@ -1,0 +1,217 @@
+"""The array API: arrays in, arrays out, through the same descs, validation and backends as the operator API.
+
+Arrays are described to DirectML by their own sizes and strides (views are not copied where DirectML strides can
+say them), checked against the tensor-support table of a LEVEL_6_4 device, and run on the backend their memory
+lives on: NumPy arrays and CPU torch tensors on the CPU, CUDA arrays on the CUDA backend.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from .device import Device
+from .ops.cumulative import CumulativeProductOperatorDesc, CumulativeSummationOperatorDesc
+from .ops.quantized_matmul import NAME as QMM_NAME
+from .ops.quantized_matmul import QUANTIZATION_PARAMETERS, QuantizedLinearMatrixMultiplyOperatorDesc
+from .tensor import TensorDesc
+from .types import AxisDirection, DataType, ValidationError
+
+
+@functools.cache
+def _device(backend: str) -> Device:
+    return Device(backend)
+
+
+def _pick_backend(arrays, backend: str | None) -> str:
+    """The named backend, else CUDA if any array lives on a CUDA device, else the CPU."""
+    if backend is not None:
+        return backend
+    for array in arrays:
+        device = getattr(array, "device", None)
+        if getattr(device, "type", None) == "cuda" or \
+                hasattr(array, "__dlpack_device__") and array.__dlpack_device__()[0] in (2, 3, 13):
+            return "cuda"
+    return "cpu"
+
+
+def _adopt(device: Device, obj, what: str):
+    adopted = device.backend.adopt(obj)
+    if adopted is None:
+        raise ValidationError(f"{what}: a {type(obj).__name__} on another device cannot run on the "
+                              f"{device.backend_name} backend")
+    return adopted
+
+
+def _described(backend, array, where: str):
+    """(array, TensorDesc) for an array, copied only where DirectML strides cannot describe it."""
+    data_type = backend.data_type(array)
+    strides = backend.element_strides(array)
+    if strides is None:
+        array = backend.contiguous(array)
+        strides = backend.element_strides(array)
+    try:
+        return array, TensorDesc(data_type, tuple(array.shape), strides)
+    except ValidationError as error:
+        raise ValidationError(f"{where}: {error}") from None
+
+
+def _cumulative(desc_type, x, axis, reverse, exclusive, out, backend):
+    name = "DML_OPERATOR_" + desc_type.operator_type.name
+    device = _device(_pick_backend([x, out], backend))
+    be = device.backend
+    native_x, restore = _adopt(device, x, f"{name}.input_tensor")
+    native_x, x_desc = _described(be, native_x, f"{name}.input_tensor")
+    ndim = x_desc.dimension_count
+    if isinstance(axis, bool) or not isinstance(axis, int | np.integer) or not -ndim <= axis < ndim:
+        raise ValidationError(f"{name}.axis: {axis!r} is out of range for {ndim} dimensions")
+    axis = int(axis) % ndim
+    if out is None:
+        native_out = be.empty(x_desc.sizes, x_desc.data_type, like=native_x)
+    else:
+        native_out, _ = _adopt(device, out, f"{name}.output_tensor")
+    out_strides = be.element_strides(native_out)
+    target = None
+    if out_strides is None:  # write through a packed array, then copy into the caller's view
+        target, native_out = native_out, be.empty(tuple(native_out.shape), be.data_type(native_out), like=native_x)
+        out_strides = be.element_strides(native_out)
+    out_desc = TensorDesc(be.data_type(native_out), tuple(native_out.shape), out_strides)
+    direction = AxisDirection.DECREASING if reverse else AxisDirection.INCREASING
+    desc = desc_type(x_desc, out_desc, axis, direction, bool(exclusive))
+    device.compile_operator(desc).run_views({"input_tensor": native_x, "output_tensor": native_out})
+    if target is not None:
+        be.assign(target, native_out)
+    return out if out is not None else restore(native_out)
+
+
+def cumulative_sum(x, axis, *, reverse=False, exclusive=False, out=None, backend=None):
+    """Running sum along ``axis`` (DML_OPERATOR_CUMULATIVE_SUMMATION); ``out`` may be ``x`` (in place)."""
+    return _cumulative(CumulativeSummationOperatorDesc, x, axis, reverse, exclusive, out, backend)
+
+
+def cumulative_product(x, axis, *, reverse=False, exclusive=False, out=None, backend=None):
+    """Running product along ``axis`` (DML_OPERATOR_CUMULATIVE_PRODUCT); ``out`` may be ``x`` (in place)."""
+    return _cumulative(CumulativeProductOperatorDesc, x, axis, reverse, exclusive, out, backend)
+
+
+def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point,
+                            *, output_dtype=None, out=None, backend=None):
+    """(A − za)·sa × (B − zb)·sb, requantized with the output scale and zero point.
+
+    A {…, M, K} and B {…, K, N} are 2-D to 4-D; their batch dimensions broadcast NumPy-style. Scales and zero
+    points may be scalars, one-element arrays, vectors (length M for A and output, N for B) or DirectML-shaped
+    tensors; zero points may be None. The output type is ``output_dtype``, else the output zero point's, else
+    ``out``'s, else uint8.
+    """
+    given = {"a_tensor": a, "a_scale_tensor": a_scale, "a_zero_point_tensor": a_zero_point, "b_tensor": b,
+             "b_scale_tensor": b_scale, "b_zero_point_tensor": b_zero_point, "output_scale_tensor": output_scale,
+             "output_zero_point_tensor": output_zero_point}
+    device = _device(_pick_backend([*given.values(), out], backend))
+    be = device.backend
+    native, restore = {}, None
+    for field in ("a_tensor", "b_tensor"):
+        native[field], restore_field = _adopt(device, given[field], f"{QMM_NAME}.{field}")
+        restore = restore or restore_field
+        if not 2 <= len(native[field].shape) <= 4:
+            raise ValidationError(f"{QMM_NAME}.{field}: A and B must have 2 to 4 dimensions, "
+                                  f"not {len(native[field].shape)}")
+    *a_batch, m, _ = native["a_tensor"].shape
+    *b_batch, _, n = native["b_tensor"].shape
+    try:
+        batch = np.broadcast_shapes(tuple(a_batch), tuple(b_batch))
+    except ValueError:
+        raise ValidationError(f"{QMM_NAME}.b_tensor: batch dimensions {b_batch} do not broadcast with A's "
+                              f"{a_batch}") from None
+    for field in ("a_tensor", "b_tensor"):
+        native[field] = _broadcast(be, native[field], batch)
+
+    output_type = _output_type(be, output_dtype, output_zero_point, out)
+    element_types = {"a_tensor": be.data_type(native["a_tensor"]), "b_tensor": be.data_type(native["b_tensor"]),
+                     "output_tensor": output_type}
+    rank = len(batch) + 2
+    lengths = {"a_tensor": m, "b_tensor": n, "output_tensor": m}
+    for field, (data_field, free_axis) in QUANTIZATION_PARAMETERS.items():
+        if given[field] is None:
+            native[field] = None
+            continue
+        parameter_type = DataType.FLOAT32 if "scale" in field else element_types[data_field]
+        native[field] = _parameter(be, given[field], parameter_type, lengths[data_field], free_axis, rank,
+                                   native["a_tensor"], f"{QMM_NAME}.{field}")
+
+    if out is None:
+        native["output_tensor"] = be.empty((*batch, m, n), output_type, like=native["a_tensor"])
+    else:
+        native["output_tensor"], _ = _adopt(device, out, f"{QMM_NAME}.output_tensor")
+    target = None
+    if be.element_strides(native["output_tensor"]) is None:
+        target = native["output_tensor"]
+        native["output_tensor"] = be.empty(tuple(target.shape), be.data_type(target), like=target)
+
+    descs = {}
+    for field, array in native.items():
+        if array is not None:
+            native[field], descs[field] = _described(be, array, f"{QMM_NAME}.{field}")
+    desc = QuantizedLinearMatrixMultiplyOperatorDesc(**{field: descs.get(field) for field in
+                                                        QuantizedLinearMatrixMultiplyOperatorDesc.input_fields +
+                                                        ("output_tensor",)})
+    device.compile_operator(desc).run_views(native)
+    if target is not None:
+        be.assign(target, native["output_tensor"])
+    return out if out is not None else restore(native["output_tensor"])
+
+
+def _broadcast(be, array, batch):
+    """A view of A or B with the broadcast batch dimensions (zero strides where it repeats)."""
+    strides = be.element_strides(array)
+    if strides is None:
+        array = be.contiguous(array)
+        strides = be.element_strides(array)
+    *own_batch, rows, columns = array.shape
+    pad = len(batch) - len(own_batch)
+    own_batch, batch_strides = [1] * pad + own_batch, [0] * pad + list(strides[:-2])
+    batch_strides = [0 if size == 1 else stride for size, stride in zip(own_batch, batch_strides)]
+    return be.restride(array, (*batch, rows, columns), (*batch_strides, *strides[-2:]))
+
+
+def _output_type(be, output_dtype, output_zero_point, out) -> DataType:
+    if output_dtype is not None:  # a NumPy dtype, its name, or a torch dtype
+        return DataType.from_numpy(np.dtype(str(output_dtype).removeprefix("torch.")))
+    for candidate in (output_zero_point, out):
+        adopted = be.adopt(candidate) if hasattr(candidate, "dtype") else None
+        if adopted is not None:
+            return be.data_type(adopted[0])
+    return DataType.UINT8
+
+
+def _parameter(be, value, data_type: DataType, length: int, free_axis: int, rank: int, like, where: str):
+    """A scale or zero point in DirectML's shape: per tensor {1, …}, per row {…, M, 1} or per column {…, 1, N}."""
+    adopted = be.adopt(value) if hasattr(value, "shape") else None
+    if adopted is None:  # a number or a list
+        values = np.asarray(value)
+        if values.dtype.kind not in "fiub":
+            raise ValidationError(f"{where}: {value!r} is not a number")
+        if data_type != DataType.FLOAT32:
+            info = np.iinfo(data_type.numpy_dtype)
+            if values.dtype.kind == "f" and not np.array_equal(values, np.round(values)) or \
+                    np.any(values < info.min) or np.any(values > info.max):
+                raise ValidationError(f"{where}: {value!r} is not a {data_type.name} value")
+        array = be.asarray(values, data_type, like=like)
+    else:
+        array = adopted[0]
+        if data_type == DataType.FLOAT32 and be.data_type(array) in (DataType.FLOAT16, DataType.FLOAT64):
+            array = be.asarray(array, DataType.FLOAT32, like=like)  # DirectML scales are FLOAT32
+    if len(array.shape) > 1:
+        return array.reshape((1,) * (rank - len(array.shape)) + tuple(array.shape))
+    vector = array.reshape((-1,))
+    if be.element_strides(vector) is None:
+        vector = be.contiguous(vector)
+    count = vector.shape[0]
+    if count == 1:
+        sizes = (1,) * rank
+    elif count == length:
+        sizes = (1,) * (rank - 2) + ((length, 1) if free_axis == -2 else (1, length))
+    else:
+        raise ValidationError(f"{where}: a vector of {count} values; expected 1 or {length}")
+    stride = be.element_strides(vector)[0]
+    return be.restride(vector, sizes, tuple(0 if size == 1 else stride for size in sizes))

@@ -1,0 +1,135 @@
+"""The NumPy backend: buffers are NumPy arrays; the default, with nothing else to install."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ops import cumulative as cumulative_op
+from ..ops import quantized_matmul as quantized_matmul_op
+from ..types import DataType, ValidationError
+
+# -- memory and views -------------------------------------------------------------------------------------------
+
+
+def memory(buffer, where: str, *, writable: bool) -> np.ndarray:
+    """The bytes of a binding's buffer as a flat uint8 array that shares its memory."""
+    if isinstance(buffer, np.ndarray):
+        if not buffer.flags.c_contiguous:
+            raise ValidationError(f"{where}: a NumPy buffer must be C-contiguous to be read as bytes")
+        flat = buffer.reshape(-1).view(np.uint8)
+    else:
+        try:
+            flat = np.frombuffer(buffer, dtype=np.uint8)
+        except (TypeError, ValueError) as error:
+            raise ValidationError(f"{where}: {type(buffer).__name__} is not a buffer of bytes ({error})") from None
+    if writable and not flat.flags.writeable:
+        raise ValidationError(f"{where}: the output buffer is read-only")
+    return flat
+
+
+def byte_length(flat: np.ndarray) -> int:
+    return flat.nbytes
+
+
+def view(flat: np.ndarray, byte_offset: int, data_type: DataType, sizes, strides) -> np.ndarray:
+    dtype = data_type.numpy_dtype
+    return np.ndarray(sizes, dtype, buffer=flat, offset=byte_offset, strides=[s * dtype.itemsize for s in strides])
+
+
+def restride(array: np.ndarray, sizes, strides) -> np.ndarray:
+    """A view with other sizes and element strides from the same first element."""
+    return np.lib.stride_tricks.as_strided(array, sizes, [s * array.itemsize for s in strides],
+                                           writeable=array.flags.writeable)
+
+
+def to_numpy(array: np.ndarray) -> np.ndarray:
+    return array
+
+
+def overlaps(a: np.ndarray, b: np.ndarray) -> bool:
+    try:
+        return bool(np.shares_memory(a, b, max_work=1 << 20))
+    except np.exceptions.TooHardError:
+        return True
+
+
+def same_layout(a: np.ndarray, b: np.ndarray) -> bool:
+    return (a.__array_interface__["data"][0], a.shape, a.strides) == \
+        (b.__array_interface__["data"][0], b.shape, b.strides)
+
+
+def persist(operator_type, field: str, array: np.ndarray) -> np.ndarray:
+    """The copy kept for an OWNED_BY_DML tensor."""
+    return array.copy()
+
+
+# -- operators -------------------------------------------------------------------------------------------------
+
+
+def cumulative(operation: str, x: np.ndarray, out: np.ndarray, axis: int, reverse: bool, exclusive: bool) -> None:
+    out[...] = cumulative_op.reference(operation, x, axis, reverse, exclusive)
+
+
+def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point,
+                            out) -> None:
+    """a {B, C, M, K}, b {B, C, K, N}, out {B, C, M, N}; scales and zero points are vectors of M or N."""
+    def rows(vector):
+        return None if vector is None else vector[:, None]
+
+    out[...] = quantized_matmul_op.reference(
+        a, rows(a_scale), rows(a_zero_point), b, b_scale, b_zero_point, rows(output_scale), rows(output_zero_point),
+        DataType.from_numpy(out.dtype))
+
+
+# -- arrays of the array API -----------------------------------------------------------------------------------
+
+
+def adopt(obj):
+    """(NumPy array, restore) for an object of this backend: NumPy arrays, CPU torch tensors, numbers, lists.
+
+    ``restore`` turns a result back into the caller's kind of array. None if the object belongs elsewhere.
+    """
+    if isinstance(obj, np.ndarray):
+        return obj, _same
+    if type(obj).__module__.startswith("torch"):
+        if obj.device.type != "cpu":
+            return None
+        import torch
+
+        return obj.detach().numpy(), torch.from_numpy
+    if hasattr(obj, "__dlpack_device__"):
+        if obj.__dlpack_device__()[0] != 1:  # kDLCPU
+            return None
+        return np.from_dlpack(obj), _same
+    return np.asarray(obj), _same
+
+
+def _same(array):
+    return array
+
+
+def element_strides(array: np.ndarray):
+    """Strides in elements, or None where DirectML strides cannot say them (negative or not whole elements)."""
+    if any(s < 0 or s % array.itemsize for s in array.strides):
+        return None
+    return tuple(s // array.itemsize for s in array.strides)
+
+
+def data_type(array: np.ndarray) -> DataType:
+    return DataType.from_numpy(array.dtype)
+
+
+def empty(sizes, data_type: DataType, like=None) -> np.ndarray:
+    return np.empty(sizes, data_type.numpy_dtype)
+
+
+def asarray(value, data_type: DataType, like=None) -> np.ndarray:
+    return np.asarray(value, dtype=data_type.numpy_dtype)
+
+
+def contiguous(array: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(array)
+
+
+def assign(target: np.ndarray, source: np.ndarray) -> None:
+    target[...] = source

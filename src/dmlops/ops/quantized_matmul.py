@@ -1,0 +1,166 @@
+"""DML_OPERATOR_QUANTIZED_LINEAR_MATRIX_MULTIPLY (118).
+
+Output = saturate(round_half_to_even(acc · (sa·sb) / so) + zo) with acc = Σ_k (A − za)(B − zb), accumulated exactly
+in integers. The requantization runs in float64 in this order — sa·sb (exact), then / so, then acc · that — so
+that every backend gives the same bits.
+
+A {…, M, K} × B {…, K, N} → Output {…, M, N}. Scales and zero points are per tensor ({1,…,1}) or per row of A
+and Output ({…, M, 1}) or per column of B ({…, 1, N}), right-aligned to 1 to 4 dimensions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..support import check_tensor_support, support_tier
+from ..tensor import TensorDesc, strides_overlap
+from ..types import DataType, FeatureLevel, OperatorType, ValidationError
+
+NAME = "DML_OPERATOR_QUANTIZED_LINEAR_MATRIX_MULTIPLY"
+
+# Saturation bounds of each output type.
+OUTPUT_RANGE = {DataType.INT8: (-128, 127), DataType.UINT8: (0, 255)}
+
+
+@dataclass(frozen=True)
+class QuantizedLinearMatrixMultiplyOperatorDesc:
+    """DML_QUANTIZED_LINEAR_MATRIX_MULTIPLY_OPERATOR_DESC; the field order is the binding order."""
+
+    a_tensor: TensorDesc
+    a_scale_tensor: TensorDesc
+    a_zero_point_tensor: TensorDesc | None
+    b_tensor: TensorDesc
+    b_scale_tensor: TensorDesc
+    b_zero_point_tensor: TensorDesc | None
+    output_scale_tensor: TensorDesc
+    output_zero_point_tensor: TensorDesc | None
+    output_tensor: TensorDesc
+
+    operator_type = OperatorType.QUANTIZED_LINEAR_MATRIX_MULTIPLY
+    input_fields = ("a_tensor", "a_scale_tensor", "a_zero_point_tensor", "b_tensor", "b_scale_tensor",
+                    "b_zero_point_tensor", "output_scale_tensor", "output_zero_point_tensor")
+    output_fields = ("output_tensor",)
+    optional_fields = ("a_zero_point_tensor", "b_zero_point_tensor", "output_zero_point_tensor")
+    supports_in_place = False
+
+
+# For each scale / zero-point field: its data tensor and which of the last two dimensions may be other than 1
+# (-2: a row, M; -1: a column, N).
+QUANTIZATION_PARAMETERS = {
+    "a_scale_tensor": ("a_tensor", -2),
+    "a_zero_point_tensor": ("a_tensor", -2),
+    "b_scale_tensor": ("b_tensor", -1),
+    "b_zero_point_tensor": ("b_tensor", -1),
+    "output_scale_tensor": ("output_tensor", -2),
+    "output_zero_point_tensor": ("output_tensor", -2),
+}
+
+
+def validate(desc: QuantizedLinearMatrixMultiplyOperatorDesc, feature_level: FeatureLevel) -> None:
+    tier = support_tier(desc.operator_type, feature_level, NAME)
+    for field in desc.input_fields + desc.output_fields:
+        tensor = getattr(desc, field)
+        if tensor is None and field in desc.optional_fields:
+            continue
+        if not isinstance(tensor, TensorDesc):
+            raise ValidationError(f"{NAME}.{field}: a TensorDesc is required, not {type(tensor).__name__}")
+        check_tensor_support(tier, NAME, field, tensor)
+    a, b, out = desc.a_tensor, desc.b_tensor, desc.output_tensor
+    if not a.dimension_count == b.dimension_count == out.dimension_count:
+        raise ValidationError(f"{NAME}.b_tensor: a_tensor, b_tensor and output_tensor must have the same dimension "
+                              f"count ({a.dimension_count}, {b.dimension_count}, {out.dimension_count})")
+    (*batch, m, k), (*b_batch, b_k, n) = a.sizes, b.sizes
+    if b_k != k:
+        raise ValidationError(f"{NAME}.b_tensor: B's rows ({b_k}) must equal A's columns K ({k})")
+    if b_batch != batch:
+        raise ValidationError(f"{NAME}.b_tensor: batch and channel sizes {b_batch} must equal A's {batch}")
+    if list(out.sizes) != [*batch, m, n]:
+        raise ValidationError(f"{NAME}.output_tensor: sizes {list(out.sizes)} must be {[*batch, m, n]} (A × B)")
+    if out.owned_by_dml:
+        raise ValidationError(f"{NAME}.output_tensor: OWNED_BY_DML is allowed on inputs only")
+    if strides_overlap(out.sizes, out.element_strides):
+        raise ValidationError(
+            f"{NAME}.output_tensor: the strides {list(out.element_strides)} make two elements share memory")
+    parameters = [f for f in QUANTIZATION_PARAMETERS if getattr(desc, f) is not None]
+    counts = {getattr(desc, f).dimension_count for f in parameters}
+    if len(counts) != 1:
+        raise ValidationError(f"{NAME}.{parameters[-1]}: all scale and zero-point tensors must have the same "
+                              f"dimension count ({', '.join(f'{f} {getattr(desc, f).dimension_count}' for f in parameters)})")
+    for field in parameters:
+        data_field, free_axis = QUANTIZATION_PARAMETERS[field]
+        tensor, data = getattr(desc, field), getattr(desc, data_field)
+        allowed = [1] * tensor.dimension_count
+        if tensor.dimension_count >= -free_axis:
+            allowed[free_axis] = data.sizes[free_axis]
+        if any(size not in (1, limit) for size, limit in zip(tensor.sizes, allowed)):
+            what = "per row {…, M, 1}" if free_axis == -2 else "per column {…, 1, N}"
+            raise ValidationError(f"{NAME}.{field}: sizes {list(tensor.sizes)} must be per tensor {{1, …, 1}} or "
+                                  f"{what}, here {allowed}")
+        if "zero_point" in field and tensor.data_type != data.data_type:
+            raise ValidationError(f"{NAME}.{field}: data type {tensor.data_type.name} must match {data_field}'s "
+                                  f"{data.data_type.name}")
+
+
+def check_scale(field: str, values: np.ndarray) -> None:
+    """A zero, NaN or infinite scale has no meaning (DirectML leaves it undefined)."""
+    bad = ~np.isfinite(values) | (values == 0)
+    if bad.any():
+        raise ValidationError(f"{NAME}.{field}: scales must be finite and non-zero, found {values[bad][0]!r}")
+
+
+def requantize(acc: np.ndarray, a_scale, b_scale, output_scale, output_zero_point, output_type: DataType):
+    """Integer accumulators → output type. Scales broadcast against acc ({…, M, N})."""
+    multiplier = (a_scale.astype(np.float64) * b_scale.astype(np.float64)) / output_scale.astype(np.float64)
+    rounded = np.rint(acc.astype(np.float64) * multiplier) + output_zero_point
+    low, high = OUTPUT_RANGE[output_type]
+    return np.clip(rounded, low, high).astype(output_type.numpy_dtype)
+
+
+def reference(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point,
+              output_type: DataType) -> np.ndarray:
+    """The operator's meaning in NumPy, on arrays that broadcast as DirectML-shaped tensors do.
+
+    A missing zero point is 0. Accumulates in int64, exactly.
+    """
+    def shifted(x, zero_point):
+        x = x.astype(np.int64)
+        return x if zero_point is None else x - np.asarray(zero_point, dtype=np.int64)
+
+    acc = np.matmul(shifted(a, a_zero_point), shifted(b, b_zero_point))
+    zero = 0 if output_zero_point is None else np.asarray(output_zero_point, dtype=np.float64)
+    return requantize(acc, np.asarray(a_scale), np.asarray(b_scale), np.asarray(output_scale), zero, output_type)
+
+
+def kernel_layouts(desc: QuantizedLinearMatrixMultiplyOperatorDesc) -> dict:
+    """How the backends see the tensors: A, B and Output as 4-D {batch, channel, rows, columns}; every scale and
+    zero point as a 1-D vector of length M (A, Output) or N (B), with stride 0 when it is per tensor.
+
+    Returns field → (sizes, element strides) relative to each binding's first element.
+    """
+    layouts = {}
+    for field in ("a_tensor", "b_tensor", "output_tensor"):
+        tensor = getattr(desc, field)
+        pad = 4 - tensor.dimension_count
+        layouts[field] = ((1,) * pad + tensor.sizes, (0,) * pad + tensor.element_strides)
+    for field, (data_field, free_axis) in QUANTIZATION_PARAMETERS.items():
+        tensor = getattr(desc, field)
+        if tensor is None:
+            continue
+        length = getattr(desc, data_field).sizes[free_axis]
+        per_element = tensor.dimension_count >= -free_axis and tensor.sizes[free_axis] != 1
+        layouts[field] = ((length,), (tensor.element_strides[free_axis] if per_element else 0,))
+    return layouts
+
+
+def run(desc: QuantizedLinearMatrixMultiplyOperatorDesc, backend, views: dict) -> None:
+    layouts = kernel_layouts(desc)
+    tensors = {field: None if views.get(field) is None else backend.restride(views[field], *layouts[field])
+               for field in desc.input_fields + desc.output_fields}
+    for field in ("a_scale_tensor", "b_scale_tensor", "output_scale_tensor"):
+        check_scale(field, backend.to_numpy(tensors[field]))
+    backend.quantized_linear_matmul(
+        tensors["a_tensor"], tensors["a_scale_tensor"], tensors["a_zero_point_tensor"],
+        tensors["b_tensor"], tensors["b_scale_tensor"], tensors["b_zero_point_tensor"],
+        tensors["output_scale_tensor"], tensors["output_zero_point_tensor"], tensors["output_tensor"])
