@@ -78,7 +78,7 @@ class TensorDesc:
         if data_type == DataType.UNKNOWN:
             raise ValidationError(f"{where}.data_type: UNKNOWN is not a valid data type for a buffer tensor")
         object.__setattr__(self, "data_type", data_type)
-        sizes = tuple(_as_uint(v, f"{where}.sizes") for v in self.sizes)
+        sizes = _as_uints(self.sizes, f"{where}.sizes")
         object.__setattr__(self, "sizes", sizes)
         if not 1 <= len(sizes) <= MAX_DIMENSION_COUNT:
             raise ValidationError(
@@ -88,7 +88,7 @@ class TensorDesc:
         if math.prod(sizes) > MAX_ELEMENT_COUNT:
             raise ValidationError(f"{where}.sizes: a tensor holds at most 2^32-1 elements (sizes {list(sizes)})")
         if self.strides is not None:
-            strides = tuple(_as_uint(v, f"{where}.strides") for v in self.strides)
+            strides = _as_uints(self.strides, f"{where}.strides")
             if len(strides) != len(sizes):
                 raise ValidationError(
                     f"{where}.strides: {len(strides)} strides for {len(sizes)} dimensions; one stride per size")
@@ -135,6 +135,13 @@ class TensorDesc:
     @property
     def owned_by_dml(self) -> bool:
         return bool(self.flags & TensorFlags.OWNED_BY_DML)
+
+
+def _as_uints(values, where) -> tuple[int, ...]:
+    try:
+        return tuple(_as_uint(value, where) for value in values)
+    except TypeError:
+        raise ValidationError(f"{where}: {values!r} is not a sequence of integers") from None
 
 
 def _as_uint(value, where, bits=32) -> int:
