@@ -1,0 +1,140 @@
+"""A DxDispatch model file: its JSON (read as DxDispatch reads it, with comments and trailing commas), resources,
+dispatchables and commands, and the check that every name they refer to exists."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from .fields import ModelError, as_bool, as_object, as_string, as_uint_array, context, describe, member
+from .operators import BindingSource, Dispatchable, parse_bindings, parse_dispatchable
+from .resources import Resource, parse_resource
+
+
+@dataclass(frozen=True)
+class DispatchCommand:
+    dispatchable: str
+    bindings: dict[str, BindingSource]  # by the desc's field name
+
+
+@dataclass(frozen=True)
+class PrintCommand:
+    resource: str
+    verbose: bool
+
+
+@dataclass(frozen=True)
+class WriteFileCommand:
+    resource: str
+    target_path: str
+    dimensions: tuple[int, ...] | None  # the .npy shape; None: one dimension
+
+
+Command = DispatchCommand | PrintCommand | WriteFileCommand
+
+
+@dataclass(frozen=True)
+class Model:
+    path: Path
+    resources: dict[str, Resource]
+    dispatchables: dict[str, Dispatchable]
+    commands: list[Command]
+
+
+def read_model(path) -> Model:
+    path = Path(path)
+    if path.is_dir():
+        raise ModelError(f"{path}: a model is a JSON file, not a folder")
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as error:
+        raise ModelError(f"{path}: cannot read the model ({error})") from None
+    with context(str(path)):
+        return parse_model(parse_json(text), path)
+
+
+def parse_model(root, path: Path) -> Model:
+    root = as_object(root)
+    resources = member(root, "resources", lambda v: _parse_named(
+        "resource", v, lambda name, value: parse_resource(name, value, path.parent)))
+    dispatchables = member(root, "dispatchables", lambda v: _parse_named("dispatchable", v, parse_dispatchable))
+    for dispatchable in dispatchables.values():
+        with context(f"dispatchable '{dispatchable.name}'"), context("bindings"):
+            _check_resources(dispatchable.initialize_bindings, resources)
+    commands = member(root, "commands", lambda v: _parse_commands(v, resources, dispatchables))
+    return Model(path, resources, dispatchables, commands)
+
+
+def _parse_named(kind: str, value, parse) -> dict:
+    parsed = {}
+    for name, obj in as_object(value).items():
+        with context(f"{kind} '{name}'"):
+            parsed[name] = parse(name, obj)
+    return parsed
+
+
+def _parse_commands(value, resources: dict, dispatchables: dict) -> list[Command]:
+    if not isinstance(value, list):
+        raise ModelError(f"expected an array of commands, not {describe(value)}")
+    commands = []
+    for index, obj in enumerate(value):
+        with context(f"command {index}"):
+            commands.append(parse_command(obj, resources, dispatchables))
+    return commands
+
+
+def parse_command(value, resources: dict, dispatchables: dict) -> Command:
+    obj = as_object(value)
+    kind = member(obj, "type", as_string)
+    if kind.lower() == "dispatch":
+        name = member(obj, "dispatchable", as_string)
+        if name not in dispatchables:
+            raise ModelError(f"dispatchable '{name}' does not exist in the model")
+        bindings = member(obj, "bindings", lambda v: parse_bindings(v, dispatchables[name].desc))
+        with context("bindings"):
+            _check_resources(bindings, resources)
+        return DispatchCommand(name, bindings)
+    if kind.lower() not in ("print", "writefile"):
+        raise ModelError(f"'{kind}' is not a command (dispatch, print, writeFile)")
+    resource = member(obj, "resource", as_string)
+    if resource not in resources:
+        raise ModelError(f"resource '{resource}' does not exist in the model")
+    if kind.lower() == "print":
+        return PrintCommand(resource, member(obj, "verbose", as_bool, False))
+    dimensions = member(obj, "dimensions", as_uint_array, None)
+    return WriteFileCommand(resource, member(obj, "targetPath", as_string),
+                            tuple(dimensions) if dimensions else None)
+
+
+def _check_resources(bindings: dict[str, BindingSource], resources: dict) -> None:
+    for source in bindings.values():
+        if source.name not in resources:
+            raise ModelError(f"resource '{source.name}' does not exist in the model")
+
+
+# What RapidJSON accepts as DxDispatch runs it and JSON does not: // and /* */ comments, and a comma before a
+# closing bracket. Strings are matched first so that nothing inside them is touched.
+_STRING_COMMENT_OR_TRAILING_COMMA = re.compile(
+    r'("(?:[^"\\]|\\.)*")|//[^\n]*|/\*.*?\*/|,(?=(?:\s|//[^\n]*|/\*.*?\*/)*[}\]])', re.DOTALL)
+
+
+def parse_json(text: str):
+    """The model's JSON. Comments and trailing commas become blanks, so that error positions stay true; what
+    follows the root value is ignored, as RapidJSON's kParseStopWhenDoneFlag does."""
+    text = _STRING_COMMENT_OR_TRAILING_COMMA.sub(
+        lambda match: match.group(1) or re.sub(r"[^\n]", " ", match.group(0)), text)
+    decoder = json.JSONDecoder(object_pairs_hook=_first_key_wins)
+    try:
+        return decoder.raw_decode(text, len(text) - len(text.lstrip()))[0]
+    except json.JSONDecodeError as error:
+        raise ModelError(f"JSON parse error at line {error.lineno}, column {error.colno}: {error.msg}") from None
+
+
+def _first_key_wins(pairs) -> dict:
+    """RapidJSON finds the first of repeated keys."""
+    obj = {}
+    for key, value in pairs:
+        obj.setdefault(key, value)
+    return obj

@@ -1,0 +1,141 @@
+"""Running a model as DxDispatch does: every buffer made and filled, every dispatchable compiled and initialized
+(OWNED_BY_DML tensors bound then), then the commands in order.
+
+Buffers are NumPy uint8 arrays on the cpu backend and torch uint8 tensors on the cuda backend; what print and
+writeFile read is copied back to the host. A binding's offset is ``elementOffset`` elements of the resource's data
+type (or of ``elementSizeInBytes``); it runs to the end of the buffer, or over ``elementCount`` elements.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..device import BufferBinding, Device
+from ..types import DEFAULT_FEATURE_LEVEL
+from .fields import ModelError, context
+from .model import DispatchCommand, Model, PrintCommand, WriteFileCommand
+from .operators import BindingSource
+from .printing import resource_text
+
+DEFAULT_MAX_BYTES = 4 << 30
+
+
+def run_model(model: Model, backend: str = "cpu", feature_level=DEFAULT_FEATURE_LEVEL, output_dir=".",
+              timing: bool = False, max_bytes: int = DEFAULT_MAX_BYTES, out=None) -> None:
+    """Run ``model``'s commands, writing what DxDispatch prints to ``out`` (standard output by default)."""
+    Runner(model, backend, feature_level, Path(output_dir), timing, max_bytes, out or sys.stdout).run()
+
+
+class Runner:
+    def __init__(self, model: Model, backend: str, feature_level, output_dir: Path, timing: bool, max_bytes: int,
+                 out):
+        self.model, self.output_dir, self.timing, self.out = model, output_dir, timing, out
+        total = sum(resource.size_in_bytes for resource in model.resources.values())
+        if total > max_bytes:
+            raise ModelError(f"the model's resources need {total} bytes, more than the {max_bytes} that "
+                             f"--max-bytes allows")
+        self.device = Device(backend, feature_level)
+        self.upload, self.download, self.synchronize = _buffer_transfers(backend)
+        self.buffers = {name: self.upload(resource.fill()) for name, resource in model.resources.items()}
+        self.compiled = {}
+        for name, dispatchable in model.dispatchables.items():
+            with context(f"dispatchable '{name}'"):
+                compiled = self.device.compile_operator(dispatchable.desc)
+                compiled.initialize(self._bindings(dispatchable.desc.input_fields, dispatchable.initialize_bindings))
+            self.compiled[name] = compiled
+
+    def run(self) -> None:
+        for index, command in enumerate(self.model.commands):
+            with context(f"command {index}"):
+                if isinstance(command, DispatchCommand):
+                    self.dispatch(command)
+                elif isinstance(command, PrintCommand):
+                    self.print(command)
+                else:
+                    self.write_file(command)
+
+    def dispatch(self, command: DispatchCommand) -> None:
+        compiled = self.compiled[command.dispatchable]
+        with context(f"dispatchable '{command.dispatchable}'"):
+            inputs = self._bindings(compiled.desc.input_fields, command.bindings)
+            outputs = self._bindings(compiled.desc.output_fields, command.bindings)
+            start = time.perf_counter()
+            compiled.execute(inputs, outputs)
+            self.synchronize()
+            milliseconds = (time.perf_counter() - start) * 1000
+        if self.timing:
+            print(f"Dispatch '{command.dispatchable}': 1 iterations, {milliseconds:.4f} ms median (CPU)",
+                  file=self.out)
+
+    def print(self, command: PrintCommand) -> None:
+        """The resource's initial element count of values, from the start of its buffer, as DxDispatch reads them."""
+        resource = self.model.resources[command.resource]
+        data = self.download(self.buffers[command.resource])
+        values = data[:resource.initial_element_count * resource.dtype.itemsize].view(resource.dtype)
+        print(resource_text(command.resource, values, command.verbose), file=self.out)
+
+    def write_file(self, command: WriteFileCommand) -> None:
+        """.npy: the resource's values (its whole buffer, or ``dimensions``); any other name: the buffer's bytes."""
+        resource = self.model.resources[command.resource]
+        path = self._output_path(command.target_path)
+        data = self.download(self.buffers[command.resource])
+        try:
+            if path.suffix.lower() == ".npy":
+                values = data[:data.size - data.size % resource.dtype.itemsize].view(resource.dtype)
+                shape = command.dimensions or values.shape
+                if math.prod(shape) > values.size:
+                    raise ModelError(f"dimensions {list(shape)} hold {math.prod(shape)} elements; resource "
+                                     f"'{command.resource}' holds {values.size}")
+                with open(path, "wb") as file:
+                    np.save(file, values[:math.prod(shape)].reshape(shape))
+            else:
+                path.write_bytes(data.tobytes())
+        except OSError as error:
+            raise ModelError(f"cannot write '{path}' ({error})") from None
+        print(f"Resource '{command.resource}' written to '{path}'", file=self.out)
+
+    def _output_path(self, target: str) -> Path:
+        """The target inside the output folder (folders made as needed); a path that leads out of it is refused."""
+        root = self.output_dir.resolve()
+        path = (root / target).resolve()
+        if not path.is_relative_to(root):
+            raise ModelError(f"targetPath '{target}' leads out of the output folder '{root}'")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise ModelError(f"cannot make the folder of '{path}' ({error})") from None
+        return path
+
+    def _bindings(self, fields, sources: dict[str, BindingSource]) -> list:
+        """The bindings of ``fields`` in binding order, None where nothing is bound."""
+        return [self._buffer_binding(sources[field]) if field in sources else None for field in fields]
+
+    def _buffer_binding(self, source: BindingSource) -> BufferBinding:
+        element_size = source.element_size_in_bytes or self.model.resources[source.name].dtype.itemsize
+        size = source.element_count * element_size if source.element_count else None
+        return BufferBinding(self.buffers[source.name], source.element_offset * element_size, size)
+
+
+def _buffer_transfers(backend: str):
+    """(upload, download, synchronize) for the backend's buffers."""
+    if backend != "cuda":
+        return _same, _same, _nothing
+    import torch
+
+    # Without a GPU, CPU tensors serve Triton's interpreter (the backend refuses them otherwise).
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    synchronize = torch.cuda.synchronize if device == "cuda" else _nothing
+    return (lambda host: torch.from_numpy(host).to(device)), (lambda buffer: buffer.cpu().numpy()), synchronize
+
+
+def _same(buffer):
+    return buffer
+
+
+def _nothing():
+    pass
