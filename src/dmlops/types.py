@@ -43,7 +43,10 @@ class DataType(enum.IntEnum):
 
     @classmethod
     def from_numpy(cls, dtype) -> DataType:
-        dtype = np.dtype(dtype)
+        try:
+            dtype = np.dtype(dtype)
+        except TypeError:
+            raise ValidationError(f"{dtype!r} is not a NumPy dtype") from None
         for data_type, name in _NUMPY.items():
             if np.dtype(name) == dtype:
                 return data_type
