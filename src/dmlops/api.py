@@ -143,6 +143,10 @@ def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, 
         native["output_tensor"] = be.empty((*batch, m, n), output_type, like=native["a_tensor"])
     else:
         native["output_tensor"], _ = _adopt(device, out, f"{QMM_NAME}.output_tensor")
+        out_type = be.data_type(native["output_tensor"])
+        if out_type != output_type:
+            raise ValidationError(f"{QMM_NAME}.output_tensor: out is {out_type.name} but the output type "
+                                  f"(output_dtype, else the output zero point's) is {output_type.name}")
     target = None
     if be.element_strides(native["output_tensor"]) is None:
         target = native["output_tensor"]
@@ -175,8 +179,13 @@ def _broadcast(be, array, batch):
 
 
 def _output_type(be, output_dtype, output_zero_point, out) -> DataType:
-    if output_dtype is not None:  # a NumPy dtype, its name, or a torch dtype
-        return DataType.from_numpy(np.dtype(str(output_dtype).removeprefix("torch.")))
+    if output_dtype is not None:  # a NumPy dtype, scalar type or name, or a torch dtype
+        if type(output_dtype).__module__ == "torch":
+            output_dtype = str(output_dtype).removeprefix("torch.")
+        try:
+            return DataType.from_numpy(output_dtype)
+        except ValidationError as error:
+            raise ValidationError(f"{QMM_NAME}.output_tensor: output_dtype {error}") from None
     for candidate in (output_zero_point, out):
         adopted = be.adopt(candidate) if hasattr(candidate, "dtype") else None
         if adopted is not None:
