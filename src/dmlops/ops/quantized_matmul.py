@@ -133,29 +133,32 @@ def reference(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, 
     return requantize(acc, np.asarray(a_scale), np.asarray(b_scale), np.asarray(output_scale), zero, output_type)
 
 
-def kernel_layouts(desc: QuantizedLinearMatrixMultiplyOperatorDesc) -> dict:
+def kernel_layouts(desc: QuantizedLinearMatrixMultiplyOperatorDesc, strides: dict) -> dict:
     """How the backends see the tensors: A, B and Output as 4-D {batch, channel, rows, columns}; every scale and
     zero point as a 1-D vector of length M (A, Output) or N (B), with stride 0 when it is per tensor.
 
+    ``strides`` maps each bound field to the element strides of the array bound for it: those of its desc, except
+    for an OWNED_BY_DML tensor, which the backend keeps in a layout of its own.
     Returns field → (sizes, element strides) relative to each binding's first element.
     """
     layouts = {}
     for field in ("a_tensor", "b_tensor", "output_tensor"):
         tensor = getattr(desc, field)
         pad = 4 - tensor.dimension_count
-        layouts[field] = ((1,) * pad + tensor.sizes, (0,) * pad + tensor.element_strides)
+        layouts[field] = ((1,) * pad + tensor.sizes, (0,) * pad + tuple(strides[field]))
     for field, (data_field, free_axis) in QUANTIZATION_PARAMETERS.items():
         tensor = getattr(desc, field)
         if tensor is None:
             continue
         length = getattr(desc, data_field).sizes[free_axis]
         per_element = tensor.dimension_count >= -free_axis and tensor.sizes[free_axis] != 1
-        layouts[field] = ((length,), (tensor.element_strides[free_axis] if per_element else 0,))
+        layouts[field] = ((length,), (strides[field][free_axis] if per_element else 0,))
     return layouts
 
 
 def run(desc: QuantizedLinearMatrixMultiplyOperatorDesc, backend, views: dict) -> None:
-    layouts = kernel_layouts(desc)
+    layouts = kernel_layouts(desc, {field: backend.element_strides(view) for field, view in views.items()
+                                    if view is not None})
     tensors = {field: None if views.get(field) is None else backend.restride(views[field], *layouts[field])
                for field in desc.input_fields + desc.output_fields}
     for field in ("a_scale_tensor", "b_scale_tensor", "output_scale_tensor"):
