@@ -171,6 +171,15 @@ def test_ties_after_the_float64_multiplier():
     assert result[:, 0].tolist() == [2, 4, -2, -4]
 
 
+def test_multiplier_is_float64():
+    """(sa·sb)/so in float64 puts 4321·m just below 29.5 and 12963·m just below 88.5; the same multiplier in
+    float32 would round both up."""
+    sa, sb, so = np.float32(0.08401364), np.float32(0.053198915), np.float32(0.65465856)
+    a = np.array([[29], [87], [-29], [-87]], np.int8)  # acc = a · 149: ±4321, ±12963
+    result = dmlops.quantized_linear_matmul(a, sa, None, np.array([[149]], np.uint8), sb, None, so, np.int8(0))
+    assert result[:, 0].tolist() == [29, 88, -29, -88]
+
+
 @pytest.mark.parametrize("a_type, b_type, output_type", list(itertools.product([np.int8, np.uint8], repeat=3)))
 def test_mixed_signedness(a_type, b_type, output_type):
     rng = np.random.default_rng(4)
@@ -193,8 +202,10 @@ def test_saturation_both_ends():
         assert result[:, 0].tolist() == [high, low, min(127, high)]
 
 
-@pytest.mark.parametrize("a_form, b_form, output_form", list(itertools.product(["tensor", "row"], ["tensor", "column"],
-                                                                               ["tensor", "row"])))
+PARAMETER_FORMS = list(itertools.product(["tensor", "row"], ["tensor", "column"], ["tensor", "row"]))
+
+
+@pytest.mark.parametrize("a_form, b_form, output_form", PARAMETER_FORMS)
 def test_per_tensor_row_and_column_forms(a_form, b_form, output_form):
     """Vectors (length M for A and output, N for B), with per-row / per-column zero points too, and the same
     values as DirectML-shaped tensors."""
