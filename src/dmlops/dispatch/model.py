@@ -57,32 +57,31 @@ def read_model(path) -> Model:
 
 def parse_model(root, path: Path) -> Model:
     root = as_object(root)
-    resources = member(root, "resources", lambda v: _parse_named(
-        "resource", v, lambda name, value: parse_resource(name, value, path.parent)))
-    dispatchables = member(root, "dispatchables", lambda v: _parse_named("dispatchable", v, parse_dispatchable))
+    resources = _parse_named("resource", member(root, "resources", as_object),
+                             lambda name, value: parse_resource(name, value, path.parent))
+    dispatchables = _parse_named("dispatchable", member(root, "dispatchables", as_object), parse_dispatchable)
     for dispatchable in dispatchables.values():
         with context(f"dispatchable '{dispatchable.name}'"), context("bindings"):
             _check_resources(dispatchable.initialize_bindings, resources)
-    commands = member(root, "commands", lambda v: _parse_commands(v, resources, dispatchables))
+    commands = []
+    for index, command in enumerate(member(root, "commands", _as_array)):
+        with context(f"command {index}"):
+            commands.append(parse_command(command, resources, dispatchables))
     return Model(path, resources, dispatchables, commands)
 
 
-def _parse_named(kind: str, value, parse) -> dict:
+def _parse_named(kind: str, objects: dict, parse) -> dict:
     parsed = {}
-    for name, obj in as_object(value).items():
+    for name, obj in objects.items():
         with context(f"{kind} '{name}'"):
             parsed[name] = parse(name, obj)
     return parsed
 
 
-def _parse_commands(value, resources: dict, dispatchables: dict) -> list[Command]:
+def _as_array(value) -> list:
     if not isinstance(value, list):
-        raise ModelError(f"expected an array of commands, not {describe(value)}")
-    commands = []
-    for index, obj in enumerate(value):
-        with context(f"command {index}"):
-            commands.append(parse_command(obj, resources, dispatchables))
-    return commands
+        raise ModelError(f"expected an array, not {describe(value)}")
+    return value
 
 
 def parse_command(value, resources: dict, dispatchables: dict) -> Command:

@@ -28,7 +28,8 @@ DEFAULT_MAX_BYTES = 4 << 30
 def run_model(model: Model, backend: str = "cpu", feature_level=DEFAULT_FEATURE_LEVEL, output_dir=".",
               timing: bool = False, max_bytes: int = DEFAULT_MAX_BYTES, out=None) -> None:
     """Run ``model``'s commands, writing what DxDispatch prints to ``out`` (standard output by default)."""
-    Runner(model, backend, feature_level, Path(output_dir), timing, max_bytes, out or sys.stdout).run()
+    with context(str(model.path)):
+        Runner(model, backend, feature_level, Path(output_dir), timing, max_bytes, out or sys.stdout).run()
 
 
 class Runner:
