@@ -129,8 +129,11 @@ class CompiledOperator:
         backend = self.device.backend
         memory = backend.memory(binding.buffer, f"{self.name}.{field}", writable=writable)
         nbytes = backend.byte_length(memory)
-        offset = binding.offset
-        size = nbytes - offset if binding.size is None else binding.size
+        for name, value in (("offset", binding.offset), ("size", 0 if binding.size is None else binding.size)):
+            if isinstance(value, bool) or not hasattr(value, "__index__"):
+                raise ValidationError(f"{self.name}.{field}: binding {name} {value!r} is not an integer")
+        offset = int(binding.offset)
+        size = nbytes - offset if binding.size is None else int(binding.size)
         if offset < 0 or offset % tensor.offset_alignment:
             raise ValidationError(f"{self.name}.{field}: binding offset {offset} must be a multiple of "
                                   f"{tensor.offset_alignment}")
