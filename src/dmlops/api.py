@@ -36,12 +36,32 @@ def _pick_backend(arrays, backend: str | None) -> str:
     return "cpu"
 
 
+def _try_adopt(be, obj, what: str):
+    """The backend's (array, restore), or None where obj lives elsewhere; an array whose element type the backend
+    cannot read (a torch bfloat16 tensor, say) is a ValidationError."""
+    try:
+        return be.adopt(obj)
+    except TypeError as error:
+        raise ValidationError(f"{what}: cannot read a {type(obj).__name__} ({error})") from None
+
+
 def _adopt(device: Device, obj, what: str):
-    adopted = device.backend.adopt(obj)
+    adopted = _try_adopt(device.backend, obj, what)
     if adopted is None:
         raise ValidationError(f"{what}: a {type(obj).__name__} on another device cannot run on the "
                               f"{device.backend_name} backend")
     return adopted
+
+
+def _adopt_output(device: Device, out, what: str):
+    """The backend's view of the caller's ``out``, which must be an array the result can be written into."""
+    if not hasattr(out, "shape"):
+        raise ValidationError(f"{what}: out must be an array, not a {type(out).__name__}")
+    native, _ = _adopt(device, out, what)
+    flags = getattr(native, "flags", None)  # NumPy's; torch tensors are always writable
+    if flags is not None and not flags.writeable:
+        raise ValidationError(f"{what}: out is read-only")
+    return native
 
 
 def _described(backend, array, where: str):
@@ -70,7 +90,7 @@ def _cumulative(desc_type, x, axis, reverse, exclusive, out, backend):
     if out is None:
         native_out = be.empty(x_desc.sizes, x_desc.data_type, like=native_x)
     else:
-        native_out, _ = _adopt(device, out, f"{name}.output_tensor")
+        native_out = _adopt_output(device, out, f"{name}.output_tensor")
     out_strides = be.element_strides(native_out)
     target = None
     if out_strides is None:  # write through a packed array, then copy into the caller's view
@@ -142,7 +162,7 @@ def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, 
     if out is None:
         native["output_tensor"] = be.empty((*batch, m, n), output_type, like=native["a_tensor"])
     else:
-        native["output_tensor"], _ = _adopt(device, out, f"{QMM_NAME}.output_tensor")
+        native["output_tensor"] = _adopt_output(device, out, f"{QMM_NAME}.output_tensor")
         out_type = be.data_type(native["output_tensor"])
         if out_type != output_type:
             raise ValidationError(f"{QMM_NAME}.output_tensor: out is {out_type.name} but the output type "
@@ -187,7 +207,7 @@ def _output_type(be, output_dtype, output_zero_point, out) -> DataType:
         except ValidationError as error:
             raise ValidationError(f"{QMM_NAME}.output_tensor: output_dtype {error}") from None
     for candidate in (output_zero_point, out):
-        adopted = be.adopt(candidate) if hasattr(candidate, "dtype") else None
+        adopted = _try_adopt(be, candidate, f"{QMM_NAME}.output_tensor") if hasattr(candidate, "dtype") else None
         if adopted is not None:
             return be.data_type(adopted[0])
     return DataType.UINT8
@@ -195,7 +215,7 @@ def _output_type(be, output_dtype, output_zero_point, out) -> DataType:
 
 def _parameter(be, value, data_type: DataType, length: int, free_axis: int, rank: int, like, where: str):
     """A scale or zero point in DirectML's shape: per tensor {1, …}, per row {…, M, 1} or per column {…, 1, N}."""
-    adopted = be.adopt(value) if hasattr(value, "shape") else None
+    adopted = _try_adopt(be, value, where) if hasattr(value, "shape") else None
     if adopted is None:  # a number or a list
         values = np.asarray(value)
         if values.dtype.kind not in "fiub":
