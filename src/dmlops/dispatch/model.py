@@ -4,6 +4,7 @@ dispatchables and commands, and the check that every name they refer to exists."
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -124,11 +125,22 @@ def parse_json(text: str):
     follows the root value is ignored, as RapidJSON's kParseStopWhenDoneFlag does."""
     text = _STRING_COMMENT_OR_TRAILING_COMMA.sub(
         lambda match: match.group(1) or re.sub(r"[^\n]", " ", match.group(0)), text)
-    decoder = json.JSONDecoder(object_pairs_hook=_first_key_wins)
+    decoder = json.JSONDecoder(object_pairs_hook=_first_key_wins, parse_constant=_not_finite,
+                               parse_float=_finite_float)
     try:
         return decoder.raw_decode(text, len(text) - len(text.lstrip()))[0]
     except json.JSONDecodeError as error:
         raise ModelError(f"JSON parse error at line {error.lineno}, column {error.colno}: {error.msg}") from None
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    return value if math.isfinite(value) else _not_finite(text)
+
+
+def _not_finite(text: str):
+    """RapidJSON refuses NaN, Infinity and numbers too large for a double."""
+    raise ModelError(f'JSON parse error: {text} is not a finite JSON number (write floats as "inf", "-inf" or "nan")')
 
 
 def _first_key_wins(pairs) -> dict:

@@ -1,0 +1,761 @@
+"""DxDispatch models: the JSON as DxDispatch reads it, resources and their initial values, dispatchables, bindings,
+commands and printing, every rejection, and random models checked against the plain references."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import reference
+import strategies
+from dmlops.dispatch import ModelError, read_model, run_model
+from dmlops.dispatch.printing import format_values, resource_text
+
+
+def run(tmp_path: Path, model, **options) -> str:
+    """What running the model prints; its files go to tmp_path."""
+    path = tmp_path / "model.json"
+    path.write_text(model if isinstance(model, str) else json.dumps(model))
+    out = io.StringIO()
+    run_model(read_model(path), output_dir=tmp_path, out=out, **options)
+    return out.getvalue()
+
+
+def error(tmp_path: Path, model, **options) -> str:
+    """The message of the error the model raises, without the model's path."""
+    with pytest.raises(ModelError) as info:
+        run(tmp_path, model, **options)
+    return str(info.value).removeprefix(f"{tmp_path / 'model.json'}: ")
+
+
+def tensor(data_type="FLOAT32", sizes=(4,), **fields):
+    return {"DataType": data_type, "Sizes": list(sizes), **fields}
+
+
+def scan_model(values=(2, 1, 3, 5), data_type="FLOAT32", **desc_fields):
+    """A cumulative sum of X into Out, then a print of Out."""
+    return {
+        "resources": {
+            "X": {"initialValuesDataType": data_type, "initialValues": list(values)},
+            "Out": {"initialValuesDataType": data_type, "initialValues": {"valueCount": len(values), "value": 0}},
+        },
+        "dispatchables": {"scan": {"type": "DML_OPERATOR_CUMULATIVE_SUMMATION", "desc": {
+            "InputTensor": tensor(data_type, [len(values)]), "OutputTensor": tensor(data_type, [len(values)]),
+            "Axis": 0, "AxisDirection": "INCREASING", "HasExclusiveSum": False, **desc_fields}}},
+        "commands": [
+            {"type": "dispatch", "dispatchable": "scan", "bindings": {"InputTensor": "X", "OutputTensor": "Out"}},
+            {"type": "print", "resource": "Out"},
+        ],
+    }
+
+
+def values_model(**resources):
+    """Resources only, each printed."""
+    return {"resources": resources, "dispatchables": {},
+            "commands": [{"type": "print", "resource": name} for name in resources]}
+
+
+def buffer(data_type, initial_values, **fields):
+    return {"initialValuesDataType": data_type, "initialValues": initial_values, **fields}
+
+
+def write_file(resource, target, **fields):
+    return {"type": "writeFile", "resource": resource, "targetPath": target, **fields}
+
+
+# -- the JSON ------------------------------------------------------------------------------------------------------
+
+
+def test_comments_trailing_commas_repeated_keys_and_text_after_the_root(tmp_path):
+    text = """
+    // A line comment, and one /* inside a string stays: "//"
+    {
+        /* a block
+           comment */
+        "resources": {
+            "a//b": { "initialValuesDataType": "INT32", "initialValues": [1, 2, 3,], },   // trailing commas
+            "a//b": { "initialValuesDataType": "INT32", "initialValues": [9] },            // the first key wins
+        },
+        "dispatchables": {},
+        "commands": [ { "type": "print", "resource": "a//b" }, ],
+    }
+    anything after the root value is not read
+    """
+    assert run(tmp_path, text) == "Resource 'a//b': 1, 2, 3\n"
+
+
+def test_json_errors_give_line_and_column(tmp_path):
+    text = '// a comment keeps its place\n{\n  "resources": { /* here */ "A" {} }\n}'
+    assert error(tmp_path, text) == "JSON parse error at line 3, column 33: Expecting ':' delimiter"
+
+
+@pytest.mark.parametrize("number", ["Infinity", "-Infinity", "NaN", "1e400"])
+def test_numbers_json_does_not_have_are_refused(tmp_path, number):
+    """RapidJSON refuses them; floats may be written "inf", "-inf" and "nan"."""
+    text = json.dumps(values_model(A=buffer("FLOAT32", [0]))).replace("[0]", f"[{number}]")
+    assert error(tmp_path, text) == f"JSON parse error: {number} is not a finite JSON number (write floats as " \
+                                    f"\"inf\", \"-inf\" or \"nan\")"
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[]", "expected a JSON object, not []"),
+    ('{"dispatchables": {}, "commands": []}', "field 'resources' is required"),
+    ('{"resources": [], "dispatchables": {}, "commands": []}', "resources: expected a JSON object, not []"),
+    ('{"resources": {}, "dispatchables": {}, "commands": {}}', "commands: expected an array, not {}"),
+    ('{"resources": {}, "dispatchables": {}}', "field 'commands' is required"),
+])
+def test_model_structure_errors(tmp_path, text, message):
+    assert error(tmp_path, text) == message
+
+
+# -- resources -----------------------------------------------------------------------------------------------------
+
+
+def test_initial_values_of_every_type(tmp_path):
+    model = values_model(
+        F32=buffer("FLOAT32", [1.5, "NaN", "inf", "-Inf", -0.0, 1e-7, 0.1, 123456.7, 1e6, 3.5e38]),
+        F16=buffer("FLOAT16", [0.1, 65504, 70000, "nan"]),
+        F64=buffer("DML_TENSOR_DATA_TYPE_FLOAT64", [0.1, 1e300, 2]),
+        I8=buffer("INT8", [-128, 127, 0]),
+        U8=buffer("UINT8", [0, 255]),
+        I16=buffer("INT16", [-32768, 32767]),
+        U16=buffer("UINT16", [65535]),
+        I32=buffer("INT32", [-2147483648]),
+        U32=buffer("UINT32", [4294967295]),
+        I64=buffer("INT64", [-9223372036854775808]),
+        U64=buffer("UINT64", [18446744073709551615]),
+    )
+    assert run(tmp_path, model) == (
+        "Resource 'F32': 1.5, nan, inf, -inf, -0, 1e-07, 0.1, 123457, 1e+06, inf\n"
+        "Resource 'F16': 0.0999756, 65504, inf, nan\n"
+        "Resource 'F64': 0.1, 1e+300, 2\n"
+        "Resource 'I8': -128, 127, 0\n"
+        "Resource 'U8': 0, 255\n"
+        "Resource 'I16': -32768, 32767\n"
+        "Resource 'U16': 65535\n"
+        "Resource 'I32': -2147483648\n"
+        "Resource 'U32': 4294967295\n"
+        "Resource 'I64': -9223372036854775808\n"
+        "Resource 'U64': 18446744073709551615\n")
+
+
+def test_float64_values_are_not_rounded_to_float32(tmp_path):
+    model = values_model(F64=buffer("FLOAT64", [0.1]), F32=buffer("FLOAT32", [0.1]))
+    model["commands"] = [write_file("F64", "f64.bin"), write_file("F32", "f32.bin")]
+    run(tmp_path, model)
+    assert np.fromfile(tmp_path / "f64.bin", np.float64)[0] == 0.1
+    assert np.fromfile(tmp_path / "f32.bin", np.float32)[0] == np.float32(0.1)
+
+
+def test_constants_and_sequences(tmp_path):
+    model = values_model(
+        Constant=buffer("INT16", {"valueCount": 3, "value": -7}),
+        Wrapping=buffer("UINT8", {"valueCount": 4, "valueStart": 250, "valueDelta": 3}),
+        SignedWrapping=buffer("INT8", {"valueCount": 3, "valueStart": 120, "valueDelta": 5}),
+        Halves=buffer("FLOAT32", {"valueStart": 1, "valueDelta": 0.5, "valueCount": 3}),
+    )
+    assert run(tmp_path, model) == (
+        "Resource 'Constant': -7, -7, -7\n"
+        "Resource 'Wrapping': 250, 253, 0, 3\n"
+        "Resource 'SignedWrapping': 120, 125, -126\n"
+        "Resource 'Halves': 1, 1.5, 2\n")
+
+
+@pytest.mark.parametrize("data_type, dtype", [("FLOAT32", np.float32), ("FLOAT16", np.float16)])
+def test_float_sequences_round_at_every_step(tmp_path, data_type, dtype):
+    """As C++ adds ``value += valueDelta`` in the element type (FLOAT16 through float32)."""
+    model = values_model(S=buffer(data_type, {"valueCount": 3000, "valueStart": 0.1, "valueDelta": 0.1}))
+    model["commands"] = [write_file("S", "s.bin")]
+    run(tmp_path, model)
+    value, delta, expected = dtype(np.float32(0.1)), dtype(np.float32(0.1)), []
+    for _ in range(3000):
+        expected.append(value)
+        value = dtype(np.float32(value) + np.float32(delta))
+    np.testing.assert_array_equal(np.fromfile(tmp_path / "s.bin", dtype), np.array(expected, dtype))
+
+
+@pytest.mark.parametrize("resource, message", [
+    (buffer("INT8", [128]), "element 0: expected an integer from -128 to 127 for INT8, not 128"),
+    (buffer("UINT32", [1, -1]), "element 1: expected an integer from 0 to 4294967295 for UINT32, not -1"),
+    (buffer("INT32", [1.5]), "element 0: expected an integer from -2147483648 to 2147483647 for INT32, not 1.5"),
+    (buffer("INT32", [2.0]), "not 2.0"),
+    (buffer("INT32", [True]), "not true"),
+    (buffer("FLOAT32", ["one"]), "element 0: expected a number or 'NaN', 'Inf', '-Inf', not \"one\""),
+    (buffer("FLOAT32", [None]), "not null"),
+    (buffer("FLOAT64", [10**400]), "a number is beyond the range of FLOAT64"),
+    (buffer("FLOAT32", []), "'initialValues' must be non-empty"),
+    (buffer("FLOAT32", {"valueCount": 0, "value": 1}), "'initialValues' must be non-empty"),
+    (buffer("FLOAT32", "deferred"), "deferred values are bound by ONNX dispatchables, which dmlops does not run"),
+    (buffer("FLOAT32", {"valueCount": 2}), "initialValues: expected an array of numbers, or an object with"),
+    (buffer("FLOAT32", 3), "initialValues: expected an array of numbers, or an object with"),
+    (buffer("FLOAT32", {"valueCount": 2, "value": 1, "valueStart": 0}),
+     "'value', 'valueStart' and 'sourcePath' are mutually exclusive"),
+    (buffer("FLOAT32", {"valueStart": 0, "valueCount": 2}), "initialValues: field 'valueDelta' is required"),
+    (buffer("FLOAT32", {"valueStart": 0, "valueDelta": 1}), "initialValues: field 'valueCount' is required"),
+    (buffer("UINT8", {"valueCount": 2, "valueStart": 0, "valueDelta": -1}),
+     "initialValues: valueDelta: element 0: expected an integer from 0 to 255 for UINT8, not -1"),
+    (buffer("FLOAT32", {"valueCount": -2, "value": 1}),
+     "initialValues: valueCount: expected an unsigned 32-bit integer, not -2"),
+    ({"initialValues": [1]}, "'initialValuesDataType' is required for values written in the model"),
+    (buffer("FLOAT23", [1]), "initialValuesDataType: 'FLOAT23' is not a recognized value for DML_TENSOR_DATA_TYPE"),
+    (buffer("float32", [1]), "'float32' is not a recognized value"),
+    (buffer("UINT4", [1]), "DataType.UINT4 has no NumPy equivalent"),
+    ({"initialValuesDataType": "FLOAT32"}, "field 'initialValues' is required"),
+    (buffer("FLOAT32", [1, 2], sizeInBytes=4),
+     "the buffer size (4 bytes) is too small for the initialValues (8 bytes) at offset 0 bytes"),
+    (buffer("FLOAT32", [1], sizeInBytes=8, initialValuesOffsetInBytes=6),
+     "the buffer size (8 bytes) is too small for the initialValues (4 bytes) at offset 6 bytes"),
+])
+def test_bad_resources(tmp_path, resource, message):
+    found = error(tmp_path, values_model(A=resource))
+    assert found.startswith("resource 'A': ") and message in found, found
+
+
+def test_buffer_sizes_padding_and_offsets(tmp_path):
+    """Buffers round up to 4 bytes unless sizeInBytes says otherwise; print shows the initial values' count, read
+    from the buffer's start; a raw file holds the whole buffer; a .npy all the buffer's whole elements."""
+    model = values_model(
+        Half=buffer("FLOAT16", [1, 2, 3, 4, 5]),
+        Big=buffer("FLOAT32", [7], sizeInBytes=32),
+        Shifted=buffer("INT32", [9], sizeInBytes=16, initialValuesOffsetInBytes=8),
+    )
+    model["commands"] += [write_file("Half", "half.bin"), write_file("Half", "half.npy"),
+                          write_file("Big", "big.dat"), write_file("Shifted", "shifted.bin")]
+    printed = run(tmp_path, model).splitlines()
+    assert printed[:3] == ["Resource 'Half': 1, 2, 3, 4, 5", "Resource 'Big': 7", "Resource 'Shifted': 0"]
+    assert np.fromfile(tmp_path / "half.bin", np.float16).tolist() == [1, 2, 3, 4, 5, 0]
+    assert np.load(tmp_path / "half.npy").tolist() == [1, 2, 3, 4, 5, 0]
+    assert np.fromfile(tmp_path / "big.dat", np.float32).tolist() == [7] + [0] * 7
+    assert np.fromfile(tmp_path / "shifted.bin", np.int32).tolist() == [0, 0, 9, 0]
+
+
+def test_source_files_beside_the_model(tmp_path, monkeypatch):
+    data = tmp_path / "data"
+    data.mkdir()
+    np.save(data / "f64.npy", np.array([[0.5, 1.5], [2.5, 3.5]]))
+    np.save(data / "flags.npy", np.array([True, False, True]))
+    np.save(data / "big_endian.npy", np.array([1, -2, 300], dtype=">i4"))
+    np.save(data / "fortran.npy", np.asfortranarray(np.arange(6, dtype=np.uint16).reshape(2, 3)))
+    np.array([-5, 6, 7], dtype=np.int16).tofile(data / "raw.dat")
+    np.array([1.25], dtype=np.float32).tofile(data / "raw.BIN")
+    model = values_model(
+        F64={"initialValues": {"sourcePath": "data/f64.npy"}},
+        Flags={"initialValues": {"sourcePath": "data/flags.npy"}},
+        BigEndian={"initialValuesDataType": "INT32", "initialValues": {"sourcePath": "data/big_endian.npy"}},
+        Fortran={"initialValues": {"sourcePath": "data/fortran.npy"}},
+        Raw=buffer("INT16", {"sourcePath": "data/raw.dat"}),
+        RawBin=buffer("FLOAT32", {"sourcePath": "data/raw.BIN"}),
+    )
+    (tmp_path / "model.json").write_text(json.dumps(model))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    out = io.StringIO()
+    run_model(read_model(tmp_path / "model.json"), out=out)
+    assert out.getvalue() == (
+        "Resource 'F64': 0.5, 1.5, 2.5, 3.5\n"
+        "Resource 'Flags': 1, 0, 1\n"
+        "Resource 'BigEndian': 1, -2, 300\n"
+        "Resource 'Fortran': 0, 1, 2, 3, 4, 5\n"
+        "Resource 'Raw': -5, 6, 7\n"
+        "Resource 'RawBin': 1.25\n")
+
+
+@pytest.mark.parametrize("resource, message", [
+    (buffer("FLOAT32", {"sourcePath": "f64.npy"}),
+     "the data type of 'f64.npy' (FLOAT64) does not match initialValuesDataType (FLOAT32)"),
+    ({"initialValues": {"sourcePath": "raw.dat"}},
+     "'initialValuesDataType' is required for the raw bytes of 'raw.dat' (only .npy files carry a data type)"),
+    (buffer("FLOAT32", {"sourcePath": "missing.npy"}), "sourcePath: cannot read 'missing.npy'"),
+    (buffer("FLOAT32", {"sourcePath": "missing.bin"}), "sourcePath: cannot read 'missing.bin'"),
+    ({"initialValues": {"sourcePath": "complex.npy"}}, "NumPy dtype complex128 has no DirectML data type"),
+    ({"initialValues": {"sourcePath": ""}}, "initialValues: sourcePath: expected a file path, not \"\""),
+    (buffer("FLOAT32", {"sourcePath": "empty.dat"}), "'initialValues' must be non-empty"),
+])
+def test_bad_source_files(tmp_path, resource, message):
+    np.save(tmp_path / "f64.npy", np.zeros(2))
+    np.save(tmp_path / "complex.npy", np.zeros(2, dtype=complex))
+    (tmp_path / "raw.dat").write_bytes(b"1234")
+    (tmp_path / "empty.dat").write_bytes(b"")
+    found = error(tmp_path, values_model(A=resource))
+    assert found.startswith("resource 'A': ") and message in found, found
+
+
+def test_max_bytes_refuses_before_allocating(tmp_path):
+    """4 * (2^32 - 1) float64 values would be 32 GiB: refused at once."""
+    huge = values_model(Huge=buffer("FLOAT64", {"valueCount": 2**32 - 1, "value": 1}))
+    assert error(tmp_path, huge) == \
+        "the model's resources need 34359738360 bytes, more than the 4294967296 that --max-bytes allows"
+    model = values_model(A=buffer("FLOAT32", [1, 2]), B=buffer("UINT8", [1]))  # 8 + 4 bytes
+    assert run(tmp_path, model, max_bytes=12) == "Resource 'A': 1, 2\nResource 'B': 1\n"
+    assert error(tmp_path, model, max_bytes=11) == \
+        "the model's resources need 12 bytes, more than the 11 that --max-bytes allows"
+
+
+# -- dispatchables -------------------------------------------------------------------------------------------------
+
+
+SPELLINGS = {
+    "suffix names": lambda model: model,
+    "full names": lambda model: _set_desc(model, AxisDirection="DML_AXIS_DIRECTION_INCREASING",
+                                          InputTensor=tensor("DML_TENSOR_DATA_TYPE_FLOAT32"),
+                                          OutputTensor=tensor("DML_TENSOR_DATA_TYPE_FLOAT32", Flags="NONE")),
+    "operator suffix": lambda model: _set(model["dispatchables"]["scan"], type="CUMULATIVE_SUMMATION"),
+    "Type and Desc keys": lambda model: {**model, "dispatchables": {"scan": {
+        "Type": "DML_OPERATOR_CUMULATIVE_SUMMATION", "Desc": model["dispatchables"]["scan"]["desc"]}}},
+    "desc fields in the dispatchable": lambda model: {**model, "dispatchables": {"scan": {
+        "type": "DML_OPERATOR_CUMULATIVE_SUMMATION", "executionFlags": "NONE",
+        **model["dispatchables"]["scan"]["desc"]}}},
+    "nested tensor descs": lambda model: _set_desc(
+        model, InputTensor={"Type": "DML_TENSOR_TYPE_BUFFER", "Desc": tensor()},
+        OutputTensor={"Type": "BUFFER", "Desc": tensor(Flags=["DML_TENSOR_FLAG_NONE"])}),
+    "every tensor field": lambda model: _set_desc(
+        model, InputTensor=tensor(DimensionCount=1, Strides=[1], TotalTensorSizeInBytes=16,
+                                  GuaranteedBaseOffsetAlignment=4, Flags="NONE", Type="BUFFER"),
+        OutputTensor=tensor(Strides=[], TotalTensorSizeInBytes=0)),
+    "execution flags": lambda model: _set(model["dispatchables"]["scan"], executionFlags=[
+        "DML_EXECUTION_FLAG_DISABLE_META_COMMANDS", "DESCRIPTORS_VOLATILE", "ALLOW_HALF_PRECISION_COMPUTATION"]),
+    "binding arrays and objects": lambda model: _set(model["commands"][0], bindings={
+        "InputTensor": ["X"], "OutputTensor": [{"name": "Out", "elementOffset": 0}]}),
+    "command types in any case": lambda model: {**model, "commands": [
+        {**model["commands"][0], "type": "Dispatch"}, {**model["commands"][1], "type": "PRINT"}]},
+}
+
+
+def _set(obj: dict, **fields):
+    obj.update(fields)
+
+
+def _set_desc(model, **fields):
+    model["dispatchables"]["scan"]["desc"].update(fields)
+
+
+@pytest.mark.parametrize("spelling", sorted(SPELLINGS))
+def test_every_spelling_dxdispatch_accepts(tmp_path, spelling):
+    model = scan_model()
+    model = SPELLINGS[spelling](model) or model
+    assert run(tmp_path, model) == "Resource 'Out': 2, 3, 6, 11\n"
+
+
+@pytest.mark.parametrize("type_name", ["hlsl", "onnx", "dmlSerializedGraph", "DML_OPERATOR_GEMM", "GEMM",
+                                       "cumulative_summation", "DML_OPERATOR_CUMULATIVE_SUMMATIONS"])
+def test_unsupported_dispatchable_types(tmp_path, type_name):
+    model = scan_model()
+    model["dispatchables"]["scan"]["type"] = type_name
+    assert error(tmp_path, model) == (
+        f"dispatchable 'scan': type: '{type_name}' is not supported; dmlops runs the DirectML operators "
+        f"DML_OPERATOR_CUMULATIVE_SUMMATION, DML_OPERATOR_CUMULATIVE_PRODUCT, "
+        f"DML_OPERATOR_QUANTIZED_LINEAR_MATRIX_MULTIPLY")
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"HasExclusiveSum": None}, "desc: field 'HasExclusiveSum' is required"),
+    ({"AxisDirection": None}, "desc: field 'AxisDirection' is required"),
+    ({"HasExclusiveSum": 1}, "desc: HasExclusiveSum: expected true or false, not 1"),
+    ({"Axis": -1}, "desc: Axis: expected an unsigned 32-bit integer, not -1"),
+    ({"AxisDirection": "UP"}, "desc: AxisDirection: 'UP' is not a recognized value for DML_AXIS_DIRECTION "
+                              "(INCREASING, DECREASING)"),
+    ({"HasExclusiveProduct": False}, "desc: 'HasExclusiveProduct' is not a field of "
+                                     "DML_CUMULATIVE_SUMMATION_OPERATOR_DESC (InputTensor, OutputTensor, Axis, "
+                                     "AxisDirection, HasExclusiveSum)"),
+    ({"InputTensor": None}, "desc: field 'InputTensor' is required"),
+    ({"InputTensor": [1]}, "desc: InputTensor: expected a JSON object, not [1]"),
+    ({"InputTensor": tensor(Stride=[1])}, "desc: InputTensor: 'Stride' is not a field of DML_BUFFER_TENSOR_DESC"),
+    ({"InputTensor": {"Type": "BUFFER", "Desc": tensor(), "Flags": "NONE"}},
+     "desc: InputTensor: 'Flags' is not a field of DML_TENSOR_DESC (Type, Desc)"),
+    ({"InputTensor": tensor(Type="INVALID")},
+     "desc: InputTensor: Type: 'INVALID' is not a recognized value for DML_TENSOR_TYPE (BUFFER)"),
+    ({"InputTensor": {"Sizes": [4]}}, "desc: InputTensor: field 'DataType' is required"),
+    ({"InputTensor": {"DataType": "FLOAT32"}}, "desc: InputTensor: field 'Sizes' is required"),
+    ({"InputTensor": tensor(DimensionCount=4)}, "desc: InputTensor: DimensionCount 4 does not match the 1 Sizes"),
+    ({"InputTensor": tensor(sizes=[4, 0])}, "desc: InputTensor: TensorDesc.sizes: a size of 0 is invalid"),
+    ({"InputTensor": tensor(Strides=[1, 1])}, "desc: InputTensor: TensorDesc.strides: 2 strides for 1 dimensions"),
+    ({"InputTensor": tensor(TotalTensorSizeInBytes=8)},
+     "desc: InputTensor: TensorDesc.total_tensor_size_in_bytes: 8 is less than the 16 bytes"),
+    ({"InputTensor": tensor(GuaranteedBaseOffsetAlignment=3)},
+     "desc: InputTensor: TensorDesc.guaranteed_base_offset_alignment: 3 must be 0 or a power of two"),
+    ({"InputTensor": tensor(Flags=["NONE", "READ_ONLY"])},
+     "desc: InputTensor: Flags: 'READ_ONLY' is not a recognized value for DML_TENSOR_FLAGS (NONE, OWNED_BY_DML)"),
+    ({"OutputTensor": tensor("INT32")},
+     "DML_OPERATOR_CUMULATIVE_SUMMATION.output_tensor: must have the input's data type"),
+    ({"Axis": 1}, "DML_OPERATOR_CUMULATIVE_SUMMATION.axis: 1 must be less than the input's dimension count (1)"),
+    ({"OutputTensor": tensor(Flags="OWNED_BY_DML")},
+     "DML_OPERATOR_CUMULATIVE_SUMMATION.output_tensor: OWNED_BY_DML is allowed on inputs only"),
+])
+def test_bad_descs(tmp_path, fields, message):
+    model = scan_model()
+    desc = model["dispatchables"]["scan"]["desc"]
+    for key, value in fields.items():
+        if value is None:
+            del desc[key]
+        else:
+            desc[key] = value
+    found = error(tmp_path, model)
+    assert found.startswith("dispatchable 'scan': ") and message in found, found
+
+
+def test_data_types_follow_the_support_table(tmp_path):
+    message = error(tmp_path, scan_model(data_type="INT8"))
+    assert message == ("dispatchable 'scan': DML_OPERATOR_CUMULATIVE_SUMMATION.input_tensor: data type INT8 is not "
+                       "supported at feature level 5_0 and above (FLOAT32, FLOAT16, INT64, INT32, UINT64, UINT32)")
+    assert run(tmp_path, scan_model(data_type="INT64")) == "Resource 'Out': 2, 3, 6, 11\n"
+    assert error(tmp_path, scan_model(data_type="INT64"), feature_level="4_0").endswith(
+        "data type INT64 is not supported at feature level 4_0 and above (FLOAT32, FLOAT16, INT32, UINT32)")
+
+
+def test_bad_execution_flags(tmp_path):
+    model = scan_model()
+    model["dispatchables"]["scan"]["executionFlags"] = ["NONE", 1]
+    assert error(tmp_path, model) == "dispatchable 'scan': executionFlags: expected a string, not 1"
+
+
+# -- bindings ------------------------------------------------------------------------------------------------------
+
+
+def test_element_offsets_and_sizes(tmp_path):
+    """A binding starts elementOffset elements of the resource's type (or of elementSizeInBytes) in."""
+    model = scan_model()
+    model["resources"]["X"]["initialValues"] = [9, 9, 9, 9, 2, 1, 3, 5]
+    model["resources"]["Out"]["initialValues"] = [-1] * 12
+    model["commands"][0]["bindings"] = {
+        "InputTensor": {"name": "X", "elementOffset": 4},
+        "OutputTensor": {"name": "Out", "elementOffset": 2, "elementSizeInBytes": 16, "elementCount": 1}}
+    assert run(tmp_path, model) == "Resource 'Out': -1, -1, -1, -1, -1, -1, -1, -1, 2, 3, 6, 11\n"
+
+
+@pytest.mark.parametrize("bindings, message", [
+    ({"InputTensor": "X", "OutputTensor": "Y"}, "command 0: bindings: resource 'Y' does not exist in the model"),
+    ({"InputTensor": "X", "OutputTensor": "Out", "Output": "Out"},
+     "command 0: bindings: 'Output' is not a tensor of DML_OPERATOR_CUMULATIVE_SUMMATION (InputTensor, "
+     "OutputTensor)"),
+    ({"InputTensor": "X"}, "command 0: dispatchable 'scan': DML_OPERATOR_CUMULATIVE_SUMMATION.output_tensor: "
+                           "a binding is required"),
+    ({"InputTensor": ["X", "Out"], "OutputTensor": "Out"},
+     "command 0: bindings: InputTensor: 2 resources bound; a DirectML operator's tensor takes 1"),
+    ({"InputTensor": {"name": "X", "format": "R32_FLOAT"}, "OutputTensor": "Out"},
+     "command 0: bindings: InputTensor: 'format' is not a field of a buffer binding (name, elementOffset, "
+     "elementCount, elementSizeInBytes)"),
+    ({"InputTensor": {"elementOffset": 0}, "OutputTensor": "Out"},
+     "command 0: bindings: InputTensor: field 'name' is required"),
+    ({"InputTensor": 3, "OutputTensor": "Out"}, "command 0: bindings: InputTensor: expected a JSON object, not 3"),
+    ({"InputTensor": {"name": "X", "elementOffset": 1}, "OutputTensor": "Out"},
+     "command 0: dispatchable 'scan': DML_OPERATOR_CUMULATIVE_SUMMATION.input_tensor: binding offset 4 must be a "
+     "multiple of 16"),
+    ({"InputTensor": {"name": "X", "elementOffset": 12}, "OutputTensor": "Out"},
+     "command 0: dispatchable 'scan': DML_OPERATOR_CUMULATIVE_SUMMATION.input_tensor: binding range 48+-16 "
+     "exceeds the buffer's 32 bytes"),
+    ({"InputTensor": {"name": "X", "elementCount": 3}, "OutputTensor": "Out"},
+     "command 0: dispatchable 'scan': DML_OPERATOR_CUMULATIVE_SUMMATION.input_tensor: the binding holds 12 bytes; "
+     "the tensor needs total_tensor_size_in_bytes = 16"),
+    ({"InputTensor": "Small", "OutputTensor": "Out"},
+     "command 0: dispatchable 'scan': DML_OPERATOR_CUMULATIVE_SUMMATION.input_tensor: the binding holds 8 bytes; "
+     "the tensor needs total_tensor_size_in_bytes = 16"),
+])
+def test_bad_bindings(tmp_path, bindings, message):
+    model = scan_model()
+    model["resources"]["X"]["initialValues"] = [2, 1, 3, 5, 0, 0, 0, 0]
+    model["resources"]["Small"] = buffer("FLOAT32", [1, 2])
+    model["commands"][0]["bindings"] = bindings
+    assert error(tmp_path, model) == message
+
+
+def test_in_place_needs_the_same_layout(tmp_path):
+    model = scan_model()
+    model["resources"]["X"]["initialValues"] = [2, 1, 3, 5, 0, 0, 0, 0]
+    model["dispatchables"]["scan"]["desc"]["OutputTensor"] = tensor(Strides=[2])
+    model["commands"][0]["bindings"] = {"InputTensor": "X", "OutputTensor": "X"}
+    assert error(tmp_path, model) == (
+        "command 0: dispatchable 'scan': DML_OPERATOR_CUMULATIVE_SUMMATION.output_tensor: may alias its input only "
+        "exactly (in place); it overlaps input_tensor")
+
+
+def quantized_example() -> dict:
+    path = Path(__file__).resolve().parent.parent / "examples" / "quantized_matmul_per_row_per_column.json"
+    return json.loads("\n".join(line for line in path.read_text().splitlines() if not line.startswith("//")))
+
+
+def test_owned_by_dml_tensors_are_bound_at_initialization(tmp_path):
+    """B is copied when the dispatchable is initialized: a dispatch that then writes over B's buffer does not change
+    the next product."""
+    model = quantized_example()
+    bindings = model["commands"][0]["bindings"]
+    model["commands"] = [{"type": "dispatch", "dispatchable": "matmul", "bindings": {**bindings, "OutputTensor": "B"}},
+                         {"type": "dispatch", "dispatchable": "matmul", "bindings": bindings},
+                         {"type": "print", "resource": "B"}, {"type": "print", "resource": "Output"}]
+    assert run(tmp_path, model) == ("Resource 'B': 7, 113, 98, 108, 255, 102, 135, 127\n"
+                                    "Resource 'Output': 7, 113, 98, 108, 255, 102\n")
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda model: model["commands"][0]["bindings"].update(BTensor="B"),
+     "command 0: dispatchable 'matmul': DML_OPERATOR_QUANTIZED_LINEAR_MATRIX_MULTIPLY.b_tensor: OWNED_BY_DML "
+     "tensors are bound at initialization, not at execution"),
+    (lambda model: model["dispatchables"]["matmul"].pop("bindings"),
+     "dispatchable 'matmul': DML_OPERATOR_QUANTIZED_LINEAR_MATRIX_MULTIPLY.b_tensor: OWNED_BY_DML; bind it at "
+     "initialization"),
+    (lambda model: model["dispatchables"]["matmul"]["bindings"].update(ATensor="A"),
+     "dispatchable 'matmul': DML_OPERATOR_QUANTIZED_LINEAR_MATRIX_MULTIPLY.a_tensor: only OWNED_BY_DML tensors are "
+     "bound at initialization"),
+    (lambda model: model["dispatchables"]["matmul"]["bindings"].update(BTensor="W"),
+     "dispatchable 'matmul': bindings: resource 'W' does not exist in the model"),
+    (lambda model: model["commands"][0]["bindings"].pop("AZeroPointTensor"),
+     "command 0: dispatchable 'matmul': DML_OPERATOR_QUANTIZED_LINEAR_MATRIX_MULTIPLY.a_zero_point_tensor: "
+     "a binding is required"),
+    (lambda model: model["dispatchables"]["matmul"]["desc"].pop("AZeroPointTensor"),
+     "command 0: dispatchable 'matmul': DML_OPERATOR_QUANTIZED_LINEAR_MATRIX_MULTIPLY.a_zero_point_tensor: the "
+     "desc has no such tensor; bind None"),
+    (lambda model: model["resources"]["BScale"].update(initialValues=[0.125, 0]),
+     "command 0: dispatchable 'matmul': DML_OPERATOR_QUANTIZED_LINEAR_MATRIX_MULTIPLY.b_scale_tensor: scales must "
+     "be finite and non-zero, found "),
+])
+def test_bad_quantized_models(tmp_path, change, message):
+    model = quantized_example()
+    change(model)
+    assert error(tmp_path, model).startswith(message)
+
+
+def test_optional_zero_points_may_be_left_out(tmp_path):
+    model = quantized_example()
+    desc, bindings = model["dispatchables"]["matmul"]["desc"], model["commands"][0]["bindings"]
+    for field in ("AZeroPointTensor", "BZeroPointTensor", "OutputZeroPointTensor"):
+        del desc[field], bindings[field]
+    a = np.array(model["resources"]["A"]["initialValues"], np.int8).reshape(3, 4)
+    b = np.array(model["resources"]["B"]["initialValues"], np.uint8).reshape(4, 2)
+    expected = reference.quantized_matmul(a, np.array([[0.5], [0.25], [1]]), None, b, np.array([0.125, 0.0625]),
+                                          None, 0.25, None, np.uint8)
+    assert run(tmp_path, model) == f"Resource 'Output': {', '.join(map(str, expected.ravel()))}\n"
+
+
+# -- commands ------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command, message", [
+    ({"type": "run"}, "command 1: 'run' is not a command (dispatch, print, writeFile)"),
+    ({"resource": "Out"}, "command 1: field 'type' is required"),
+    ({"type": "dispatch", "dispatchable": "sum", "bindings": {}},
+     "command 1: dispatchable 'sum' does not exist in the model"),
+    ({"type": "dispatch", "dispatchable": "scan"}, "command 1: field 'bindings' is required"),
+    ({"type": "dispatch", "dispatchable": "scan", "bindings": []},
+     "command 1: bindings: expected a JSON object, not []"),
+    ({"type": "print", "resource": "Y"}, "command 1: resource 'Y' does not exist in the model"),
+    ({"type": "print", "resource": "Out", "verbose": "yes"}, "command 1: verbose: expected true or false"),
+    ({"type": "writeFile", "resource": "Y", "targetPath": "y.bin"},
+     "command 1: resource 'Y' does not exist in the model"),
+    ({"type": "writeFile", "resource": "Out"}, "command 1: field 'targetPath' is required"),
+    (write_file("Out", "out.npy", dimensions=[2, 3]),
+     "command 1: dimensions [2, 3] hold 6 elements; resource 'Out' holds 4"),
+    (write_file("Out", "out.npy", dimensions=[2, -3]),
+     "command 1: dimensions: expected an unsigned 32-bit integer, not -3"),
+    (write_file("Out", "../out.bin"), "command 1: targetPath '../out.bin' leads out of the output folder"),
+    (write_file("Out", "/tmp/out.bin"), "command 1: targetPath '/tmp/out.bin' leads out of the output folder"),
+])
+def test_bad_commands(tmp_path, command, message):
+    model = scan_model()
+    model["commands"].insert(1, command)
+    found = error(tmp_path, model)
+    assert found.startswith(message), found
+
+
+def test_write_file(tmp_path):
+    model = scan_model()
+    model["commands"][1:] = [write_file("Out", "npy/out.npy"), write_file("Out", "out2x2.NPY", dimensions=[2, 2]),
+                             write_file("Out", "a/b/out.dat"), write_file("X", "x.bin")]
+    assert run(tmp_path, model) == "".join(
+        f"Resource '{name}' written to '{(tmp_path / target).resolve()}'\n"
+        for name, target in [("Out", "npy/out.npy"), ("Out", "out2x2.NPY"), ("Out", "a/b/out.dat"), ("X", "x.bin")])
+    first, square = np.load(tmp_path / "npy" / "out.npy"), np.load(tmp_path / "out2x2.NPY")
+    assert (first.dtype, first.tolist()) == (np.float32, [2, 3, 6, 11])
+    assert (square.dtype, square.tolist()) == (np.float32, [[2, 3], [6, 11]])
+    assert (tmp_path / "a" / "b" / "out.dat").read_bytes() == np.array([2, 3, 6, 11], np.float32).tobytes()
+    assert np.fromfile(tmp_path / "x.bin", np.float32).tolist() == [2, 1, 3, 5]
+
+
+def test_print_verbose(tmp_path):
+    model = values_model(
+        F=buffer("FLOAT32", [2, -1, 0.1, "nan"]),
+        U8=buffer("UINT8", list(range(5, 15))),
+        I8=buffer("INT8", [-1, 5]),
+        H=buffer("FLOAT16", [1]))
+    for command in model["commands"]:
+        command["verbose"] = True
+    assert run(tmp_path, model) == (
+        "Resource 'F':\n[0] 2 (0x40000000)\n[1] -1 (0xBF800000)\n[2] 0.1 (0x3DCCCCCD)\n[3] nan (0x7FC00000)\n\n"
+        "Resource 'U8':\n" + "".join(f"[{i - 5:2}] {i} (0x{i:2X})\n" for i in range(5, 15)) + "\n"
+        "Resource 'I8':\n[0] -1 (0xFF)\n[1] 5 (0x 5)\n\n"
+        "Resource 'H':\n[0] 1 (0x3C00)\n\n")
+
+
+@pytest.mark.parametrize("values, texts", [
+    (np.array([2, 0.5, 1 / 3, 2 / 3, 1e-4, 1e-5, 999999, 1e6, 1234567, -0.0], np.float64),
+     ["2", "0.5", "0.333333", "0.666667", "0.0001", "1e-05", "999999", "1e+06", "1.23457e+06", "-0"]),
+    (np.array([np.inf, -np.inf, np.nan, -np.nan], np.float32), ["inf", "-inf", "nan", "-nan"]),
+    (np.array([3.4028235e38, 1.4e-45], np.float32), ["3.40282e+38", "1.4013e-45"]),
+    (np.array([65504, 6e-8], np.float16), ["65504", "5.96046e-08"]),
+    (np.array([-128, 127], np.int8), ["-128", "127"]),
+    (np.array([0, 255], np.uint8), ["0", "255"]),
+    (np.array([2**64 - 1], np.uint64), ["18446744073709551615"]),
+])
+def test_values_print_as_a_cpp_stream_does(values, texts):
+    assert format_values(values) == texts
+    assert resource_text("R", values) == f"Resource 'R': {', '.join(texts)}"
+
+
+# -- random models against the references ------------------------------------------------------------------------
+
+
+SCAN_TYPES = {"FLOAT32": np.float32, "FLOAT16": np.float16, "INT32": np.int32, "UINT32": np.uint32,
+              "INT64": np.int64, "UINT64": np.uint64}
+
+
+def random_values(rng, dtype, count, operation="sum"):
+    """Fresh values of every kind the type has (small floats for products, so that they stay finite)."""
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f":
+        scale = 2 if operation == "product" else 100
+        return rng.uniform(-scale, scale, count).astype(dtype)
+    info = np.iinfo(dtype)
+    return rng.integers(info.min, info.max, count, dtype=dtype, endpoint=True)
+
+
+def as_json(values: np.ndarray) -> list:
+    """Values as a model writes them: exact for their type, NaN as "nan"."""
+    return [value if not isinstance(value, float) or math.isfinite(value) else "nan" for value in values.tolist()]
+
+
+def packed(sizes) -> tuple:
+    return tuple(int(np.prod(sizes[axis + 1:])) for axis in range(len(sizes)))
+
+
+def span(sizes, strides) -> int:
+    return 1 + sum((size - 1) * stride for size, stride in zip(sizes, strides))
+
+
+def run_in_temporary_folder(model: dict) -> Path:
+    folder = Path(tempfile.mkdtemp())
+    (folder / "model.json").write_text(json.dumps(model))
+    run_model(read_model(folder / "model.json"), output_dir=folder, out=io.StringIO())
+    return folder
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_random_cumulative_models_match_the_reference(data):
+    """Any type, rank, axis, direction and exclusivity; strided, broadcast, offset and in-place bindings; the
+    output poisoned so that an element left unwritten, or a byte written outside the tensor, shows."""
+    operation = data.draw(st.sampled_from(["sum", "product"]))
+    type_name = data.draw(st.sampled_from(sorted(SCAN_TYPES)))
+    dtype = np.dtype(SCAN_TYPES[type_name])
+    sizes = data.draw(strategies.shapes(max_elements=60))
+    axis = data.draw(st.integers(0, len(sizes) - 1))
+    reverse, exclusive, in_place = data.draw(st.booleans()), data.draw(st.booleans()), data.draw(st.booleans())
+    out_strides = data.draw(strategies.strides(sizes, broadcast=False)) or packed(sizes)
+    x_strides = out_strides if in_place else data.draw(strategies.strides(sizes, broadcast=True)) or packed(sizes)
+    offsets = [data.draw(st.integers(0, 2)) * 16 // dtype.itemsize for _ in range(2)]
+    if in_place:
+        offsets[1] = offsets[0]
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    x_values = random_values(rng, dtype, offsets[0] + span(sizes, x_strides) + data.draw(st.integers(0, 3)),
+                             operation)
+    poison = random_values(rng, dtype, offsets[1] + span(sizes, out_strides) + data.draw(st.integers(0, 3)))
+    output = "X" if in_place else "Out"
+    model = {
+        "resources": {"X": buffer(type_name, as_json(x_values)), "Out": buffer(type_name, as_json(poison))},
+        "dispatchables": {"scan": {
+            "type": "CUMULATIVE_SUMMATION" if operation == "sum" else "CUMULATIVE_PRODUCT",
+            "desc": {"InputTensor": tensor(type_name, sizes, Strides=list(x_strides)),
+                     "OutputTensor": tensor(type_name, sizes, Strides=list(out_strides)), "Axis": axis,
+                     "AxisDirection": "DECREASING" if reverse else "INCREASING",
+                     "HasExclusiveSum" if operation == "sum" else "HasExclusiveProduct": exclusive}}},
+        "commands": [
+            {"type": "dispatch", "dispatchable": "scan", "bindings": {
+                "InputTensor": {"name": "X", "elementOffset": offsets[0]},
+                "OutputTensor": {"name": output, "elementOffset": offsets[1]}}},
+            write_file("X", "x.bin"), write_file("Out", "out.bin")],
+    }
+    folder = run_in_temporary_folder(model)
+
+    def before(values):  # the buffer as filled: the values, then zeros up to a multiple of 4 bytes
+        data = values.tobytes()
+        return np.frombuffer(data + bytes(-len(data) % 4), np.uint8)
+
+    x = reference.read_tensor(before(x_values), offsets[0] * dtype.itemsize, dtype, sizes, x_strides)
+    after = np.fromfile(folder / f"{output.lower()}.bin", np.uint8)
+    result = reference.read_tensor(after, offsets[1] * dtype.itemsize, dtype, sizes, out_strides)
+    reference.assert_cumulative_matches(result, operation, x, axis, reverse, exclusive)
+    untouched = ~reference.covered_bytes(offsets[1] * dtype.itemsize, dtype, sizes, out_strides, after.size)
+    np.testing.assert_array_equal(after[untouched], before(x_values if in_place else poison)[untouched])
+    if not in_place:
+        np.testing.assert_array_equal(np.fromfile(folder / "x.bin", np.uint8), before(x_values))
+
+
+@st.composite
+def quantization_parameter(draw, rng, kind: str, length: int, rank: int, free_axis: int, dtype):
+    """Values and desc of a scale or zero point: per tensor, or per row / column where ``rank`` allows."""
+    per_element = rank >= -free_axis and draw(st.booleans())
+    sizes = [1] * rank
+    if per_element:
+        sizes[free_axis] = length
+    count = length if per_element else 1
+    if kind == "scale":
+        values = rng.uniform(0.01, 2, count).astype(np.float32)
+    else:
+        values = random_values(rng, dtype, count)
+    return values, sizes, per_element
+
+
+@settings(max_examples=30, deadline=None)
+@given(data=st.data())
+def test_random_quantized_models_match_the_reference(data):
+    """Every combination of INT8 and UINT8, 2 to 4 dimensions, parameters per tensor or per row / column, zero
+    points present or not, B owned by DirectML or not."""
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    types = {field: data.draw(st.sampled_from(["INT8", "UINT8"])) for field in ("A", "B", "Output")}
+    rank, parameter_rank = data.draw(st.integers(2, 4)), data.draw(st.integers(1, 4))
+    batch = [data.draw(st.integers(1, 2)) for _ in range(rank - 2)]
+    m, k, n = (data.draw(st.integers(1, 6)) for _ in range(3))
+    shapes = {"A": batch + [m, k], "B": batch + [k, n], "Output": batch + [m, n]}
+    dtypes = {field: np.dtype(name.lower()) for field, name in types.items()}
+    resources = {field: buffer(types[field], as_json(random_values(rng, dtypes[field], math.prod(shape))))
+                 for field, shape in shapes.items()}
+    desc = {f"{field}Tensor": tensor(types[field], shape) for field, shape in shapes.items()}
+    owned = data.draw(st.booleans())
+    if owned:
+        desc["BTensor"]["Flags"] = "OWNED_BY_DML"
+    bindings = {f"{field}Tensor": field for field in shapes if not (owned and field == "B")}
+    parameters = {}
+    for field, length, free_axis in (("A", m, -2), ("B", n, -1), ("Output", m, -2)):
+        for kind in ("scale", "zero point"):
+            if kind == "zero point" and not data.draw(st.booleans()):
+                parameters[field, kind] = None
+                continue
+            values, sizes, per_element = data.draw(quantization_parameter(
+                rng, kind, length, parameter_rank, free_axis, dtypes[field]))
+            name = field + ("Scale" if kind == "scale" else "ZeroPoint")
+            resources[name] = buffer("FLOAT32" if kind == "scale" else types[field], as_json(values))
+            desc[f"{name}Tensor"] = tensor("FLOAT32" if kind == "scale" else types[field], sizes)
+            bindings[f"{name}Tensor"] = name
+            shape = ((length, 1) if free_axis == -2 else (1, length)) if per_element else ()
+            parameters[field, kind] = values.reshape(shape)
+    model = {"resources": resources,
+             "dispatchables": {"matmul": {"type": "QUANTIZED_LINEAR_MATRIX_MULTIPLY", "desc": desc,
+                                          **({"bindings": {"BTensor": "B"}} if owned else {})}},
+             "commands": [{"type": "dispatch", "dispatchable": "matmul", "bindings": bindings},
+                          write_file("Output", "out.npy", dimensions=shapes["Output"])]}
+    folder = run_in_temporary_folder(model)
+
+    def values(field):
+        return np.array(resources[field]["initialValues"], dtypes[field]).reshape(shapes[field])
+
+    expected = reference.quantized_matmul(
+        values("A"), parameters["A", "scale"], parameters["A", "zero point"], values("B"), parameters["B", "scale"],
+        parameters["B", "zero point"], parameters["Output", "scale"], parameters["Output", "zero point"],
+        dtypes["Output"])
+    np.testing.assert_array_equal(np.load(folder / "out.npy"), expected)
