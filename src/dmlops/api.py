@@ -37,12 +37,15 @@ def _pick_backend(arrays, backend: str | None) -> str:
 
 
 def _try_adopt(be, obj, what: str):
-    """The backend's (array, restore), or None where obj lives elsewhere; an array whose element type the backend
-    cannot read (a torch bfloat16 tensor, say) is a ValidationError."""
+    """The backend's (array, restore), or None where obj lives elsewhere; an array whose element type DirectML
+    lacks (bool, complex, a torch bfloat16 tensor) is a ValidationError."""
     try:
-        return be.adopt(obj)
-    except TypeError as error:
-        raise ValidationError(f"{what}: cannot read a {type(obj).__name__} ({error})") from None
+        adopted = be.adopt(obj)
+        if adopted is not None:
+            be.data_type(adopted[0])
+        return adopted
+    except (TypeError, ValidationError) as error:
+        raise ValidationError(f"{what}: {error}") from None
 
 
 def _adopt(device: Device, obj, what: str):
@@ -206,8 +209,8 @@ def _output_type(be, output_dtype, output_zero_point, out) -> DataType:
             return DataType.from_numpy(output_dtype)
         except ValidationError as error:
             raise ValidationError(f"{QMM_NAME}.output_tensor: output_dtype {error}") from None
-    for candidate in (output_zero_point, out):
-        adopted = _try_adopt(be, candidate, f"{QMM_NAME}.output_tensor") if hasattr(candidate, "dtype") else None
+    for field, candidate in (("output_zero_point_tensor", output_zero_point), ("output_tensor", out)):
+        adopted = _try_adopt(be, candidate, f"{QMM_NAME}.{field}") if hasattr(candidate, "dtype") else None
         if adopted is not None:
             return be.data_type(adopted[0])
     return DataType.UINT8
