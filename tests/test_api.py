@@ -1,0 +1,278 @@
+"""The array API: how arrays become descs (strides, not copies), out=, dtypes, parameter forms, torch tensors,
+backends, and every rejection of its own."""
+
+import numpy as np
+import pytest
+
+import dmlops
+import dmlops.backends.cpu
+from dmlops import DataType, Device, ValidationError
+
+import reference
+
+SUM, PRODUCT = "DML_OPERATOR_CUMULATIVE_SUMMATION", "DML_OPERATOR_CUMULATIVE_PRODUCT"
+QMM = "DML_OPERATOR_QUANTIZED_LINEAR_MATRIX_MULTIPLY"
+RNG = np.random.default_rng(2024)
+X = RNG.standard_normal((6, 10)).astype(np.float32)
+A = RNG.integers(-128, 128, (5, 12), dtype=np.int8)
+B = RNG.integers(0, 256, (12, 7), dtype=np.uint8)
+
+
+def rejects(words, make):
+    with pytest.raises(ValidationError) as caught:
+        make()
+    message = str(caught.value)
+    for word in words:
+        assert word.lower() in message.lower(), f"{word!r} not in {message!r}"
+
+
+@pytest.fixture
+def compiled_descs(monkeypatch):
+    """The descs the array API compiles; copies into contiguous arrays are forbidden."""
+    descs = []
+    compile_operator = Device.compile_operator
+
+    def spy(self, desc):
+        descs.append(desc)
+        return compile_operator(self, desc)
+
+    def no_copy(array):
+        raise AssertionError("a view that DirectML strides can describe was copied")
+
+    monkeypatch.setattr(Device, "compile_operator", spy)
+    monkeypatch.setattr(dmlops.backends.cpu, "contiguous", no_copy)
+    return descs
+
+
+def element_strides(view):
+    return tuple(s // view.itemsize for s in view.strides)
+
+
+# -- cumulative ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("make_view", [
+    lambda: X[::2, 1::3],
+    lambda: X.T,
+    lambda: X[:, :7],
+    lambda: np.broadcast_to(X[2], (4, 10)),
+    lambda: np.broadcast_to(X[:, :1], (6, 5)),
+    lambda: X[None, :, None, 3:],
+], ids=["sliced", "transposed", "narrowed", "broadcast rows", "broadcast columns", "new axes"])
+def test_views_are_described_by_strides_not_copied(compiled_descs, make_view):
+    view = make_view()
+    for axis in range(view.ndim):
+        result = dmlops.cumulative_sum(view, axis, reverse=True)
+        reference.assert_cumulative_matches(result, "sum", view, axis, True, False)
+        assert compiled_descs[-1].input_tensor.strides == element_strides(view)
+        assert compiled_descs[-1].input_tensor.sizes == view.shape
+
+
+def test_reversed_views_are_copied_and_right():
+    for view in (X[::-1], X[:, ::-2], X[::-1, ::-1].T):
+        for axis in range(2):
+            result = dmlops.cumulative_product(view, axis, exclusive=True)
+            reference.assert_cumulative_matches(result, "product", view, axis, False, True)
+
+
+@pytest.mark.parametrize("function, operation", [(dmlops.cumulative_sum, "sum"),
+                                                 (dmlops.cumulative_product, "product")])
+def test_out_is_x_runs_in_place_and_is_returned(function, operation):
+    for x in (X.copy(), X.copy()[:, 1::2], X.copy().T, X.copy()[::-1]):
+        before = x.copy()
+        assert function(x, -1, reverse=True, exclusive=True, out=x) is x
+        reference.assert_cumulative_matches(x, operation, before, x.ndim - 1, True, True)
+
+
+def test_out_views_are_written_element_by_element():
+    backing = np.full((6, 30), np.nan, np.float32)
+    out = backing[:, ::3]
+    assert dmlops.cumulative_sum(X, 0, out=out) is out
+    reference.assert_cumulative_matches(out, "sum", X, 0, False, False)
+    assert np.isnan(np.delete(backing, np.s_[::3], axis=1)).all()
+    reversed_out = np.zeros((6, 10), np.float32)
+    dmlops.cumulative_sum(X, 1, out=reversed_out[::-1, ::-1])
+    reference.assert_cumulative_matches(reversed_out[::-1, ::-1], "sum", X, 1, False, False)
+
+
+def test_every_axis_negative_and_positive():
+    x = RNG.integers(-9, 9, (2, 3, 1, 4, 5), dtype=np.int32)
+    for axis in range(-5, 5):
+        result = dmlops.cumulative_sum(x, axis)
+        assert result.tolist() == np.cumsum(x, axis, dtype=np.int32).tolist()
+        np.testing.assert_array_equal(result, dmlops.cumulative_sum(x, np.int64(axis)))
+
+
+def test_lists_become_arrays():
+    result = dmlops.cumulative_sum([1, 2, 3], 0)
+    assert result.dtype == np.int64 and result.tolist() == [1, 3, 6]
+    rejects([PRODUCT, "FLOAT64"], lambda: dmlops.cumulative_product([[1.5, 2.0]], 1))  # Python floats are float64
+
+
+@pytest.mark.parametrize("function, name", [(dmlops.cumulative_sum, SUM), (dmlops.cumulative_product, PRODUCT)])
+@pytest.mark.parametrize("words, call", [
+    (["axis", "2", "out of range"], lambda f: f(X, 2)),
+    (["axis", "-3", "out of range"], lambda f: f(X, -3)),
+    (["axis", "True"], lambda f: f(X, True)),
+    (["axis", "1.0"], lambda f: f(X, 1.0)),
+    (["axis", "'0'"], lambda f: f(X, "0")),
+    (["input_tensor", "FLOAT64", "not supported"], lambda f: f(X.astype(np.float64), 0)),
+    (["input_tensor", "INT8", "not supported"], lambda f: f(X.astype(np.int8), 0)),
+    (["input_tensor", "UINT16", "not supported"], lambda f: f(X.astype(np.uint16), 0)),
+    (["input_tensor", "no DirectML data type"], lambda f: f(X > 0, 0)),
+    (["output_tensor", "no DirectML data type"], lambda f: f(X, 0, out=np.zeros((6, 10), bool)[::-1])),
+    (["input_tensor", "dimension count", "not 0"], lambda f: f(np.float32(3), 0)),
+    (["input_tensor", "dimension count", "not 9"], lambda f: f(np.ones([1] * 9, np.float32), 0)),
+    (["input_tensor", "size of 0"], lambda f: f(np.ones((3, 0), np.float32), 0)),
+    (["output_tensor", "input's data type", "INT32"], lambda f: f(X, 0, out=np.zeros((6, 10), np.int32))),
+    (["output_tensor", "sizes", "[10, 6]"], lambda f: f(X, 0, out=np.zeros((10, 6), np.float32))),
+    (["output_tensor", "read-only"], lambda f: f(X, 0, out=read_only(np.zeros((6, 10), np.float32)))),
+    (["output_tensor", "must be an array", "list"], lambda f: f([1.0, 2.0], 0, out=[0.0, 0.0])),
+    (["output_tensor", "share memory"], lambda f: f(X[:1], 1, out=np.lib.stride_tricks.as_strided(
+        np.zeros(10, np.float32), (1, 10), (4, 0)))),
+    (["output_tensor", "only exactly (in place)", "overlaps input_tensor"],
+     lambda f: f(SQUARE, 0, out=SQUARE.T)),
+])
+def test_cumulative_rejections(function, name, words, call):
+    rejects([name, *words], lambda: call(function))
+
+
+SQUARE = np.arange(16, dtype=np.float32).reshape(4, 4)
+
+
+def read_only(array):
+    array.flags.writeable = False
+    return array
+
+
+def test_cuda_backend_without_cuda_arrays_is_a_clear_error():
+    """backend="cuda" belongs to the CUDA backend; a NumPy array cannot run there."""
+    with pytest.raises(ValidationError, match="cuda"):
+        dmlops.cumulative_sum(X, 0, backend="cuda")
+
+
+# -- quantized matmul --------------------------------------------------------------------------------------------
+
+
+def expected_qmm(a, sa, za, b, sb, zb, so, zo, dtype):
+    return reference.quantized_matmul(a, sa, za, b, sb, zb, so, zo, dtype)
+
+
+def test_quantized_matmul_views_are_described_by_strides(compiled_descs):
+    base_a = RNG.integers(-128, 128, (12, 10), dtype=np.int8)
+    base_b = RNG.integers(0, 256, (14, 12), dtype=np.uint8)
+    a, b = base_a.T[::2], base_b[::2].T  # A {5, 12} column-major; B {12, 7} column-major, strided
+    result = dmlops.quantized_linear_matmul(a, 0.02, np.int8(1), b, 0.03, np.uint8(128), 0.5, np.int8(-2))
+    np.testing.assert_array_equal(result, expected_qmm(a, 0.02, 1, b, 0.03, 128, 0.5, -2, np.int8))
+    desc = compiled_descs[-1]
+    assert desc.a_tensor.strides == element_strides(a) and desc.b_tensor.strides == element_strides(b)
+
+
+def test_quantized_matmul_output_type():
+    args = (A, 0.05, None, B, 0.05, None, 2.0)
+    assert dmlops.quantized_linear_matmul(*args, None).dtype == np.uint8  # the default
+    assert dmlops.quantized_linear_matmul(*args, np.int8(3)).dtype == np.int8  # the zero point's
+    assert dmlops.quantized_linear_matmul(*args, np.array([250], np.uint8)).dtype == np.uint8
+    for spelling in (np.int8, "int8", np.dtype(np.int8)):
+        assert dmlops.quantized_linear_matmul(*args, None, output_dtype=spelling).dtype == np.int8
+        assert dmlops.quantized_linear_matmul(*args, -5, output_dtype=spelling).dtype == np.int8
+    out = np.zeros((5, 7), np.int8)
+    assert dmlops.quantized_linear_matmul(*args, None, out=out) is out  # out's
+    np.testing.assert_array_equal(out, expected_qmm(A, 0.05, None, B, 0.05, None, 2.0, None, np.int8))
+
+
+def test_quantized_matmul_parameter_forms_agree():
+    """Scalars, one-element arrays, 0-d arrays, vectors and DirectML-shaped tensors of the same values."""
+    sa, sb, so = np.float32(0.04), np.linspace(0.01, 0.05, 7).astype(np.float32), np.float32(1.5)
+    za, zb, zo = -3, RNG.integers(0, 256, 7, dtype=np.uint8), 7
+    expected = expected_qmm(A, sa, za, B, sb, zb, so, zo, np.int8)
+    forms = [
+        (float(sa), za, sb, zb, float(so), zo),
+        (np.array([sa]), np.array([za], np.int8), sb, zb, np.array(so), np.array(zo, np.int8)),
+        (np.full(5, sa), np.full(5, za, np.int8), sb.astype(np.float64), zb, np.full(5, so), np.full(5, zo, np.int8)),
+        (np.full((5, 1), sa), np.full((1, 1), za, np.int8), sb[None], zb[None], np.full((1, 1), so),
+         np.full((5, 1), zo, np.int8)),
+        (np.full(5, sa)[::-1], za, sb[::-1].copy()[::-1], zb, so, float(zo)),
+    ]
+    for a_scale, a_zero, b_scale, b_zero, out_scale, out_zero in forms:
+        result = dmlops.quantized_linear_matmul(A, a_scale, a_zero, B, b_scale, b_zero, out_scale, out_zero,
+                                                output_dtype=np.int8)
+        np.testing.assert_array_equal(result, expected)
+
+
+def test_quantized_matmul_out_views_and_batches():
+    a = RNG.integers(0, 256, (3, 1, 4, 6), dtype=np.uint8)
+    b = RNG.integers(0, 256, (2, 6, 5), dtype=np.uint8)
+    backing = np.full((3, 2, 4, 10), 99, np.uint8)
+    out = backing[..., ::2]
+    assert dmlops.quantized_linear_matmul(a, 0.1, np.uint8(2), b, 0.1, None, 3.0, None, out=out) is out
+    np.testing.assert_array_equal(out, expected_qmm(a, 0.1, 2, b, 0.1, None, 3.0, None, np.uint8))
+    assert (backing[..., 1::2] == 99).all()
+
+
+@pytest.mark.parametrize("words, call", [
+    (["a_tensor", "2 to 4 dimensions", "not 1"], lambda: qmm(a=A[0])),
+    (["b_tensor", "2 to 4 dimensions", "not 5"], lambda: qmm(b=B.reshape(1, 1, 1, 12, 7))),
+    (["b_tensor", "batch dimensions", "[3]", "[2]"], lambda: qmm(a=np.stack([A, A]), b=np.stack([B, B, B]))),
+    (["b_tensor", "B's rows (11)", "K (12)"], lambda: qmm(b=B[:11])),
+    (["a_tensor", "FLOAT32", "not supported"], lambda: qmm(a=A.astype(np.float32))),
+    (["b_tensor", "INT16", "not supported"], lambda: qmm(b=B.astype(np.int16))),
+    (["a_scale_tensor", "vector of 4 values", "1 or 5"], lambda: qmm(sa=np.ones(4, np.float32))),
+    (["b_scale_tensor", "vector of 5 values", "1 or 7"], lambda: qmm(sb=np.ones(5, np.float32))),
+    (["output_scale_tensor", "vector of 7 values", "1 or 5"], lambda: qmm(so=np.ones(7, np.float32))),
+    (["a_scale_tensor", "'big'", "not a number"], lambda: qmm(sa="big")),
+    (["a_zero_point_tensor", "200", "not a INT8 value"], lambda: qmm(za=200)),
+    (["b_zero_point_tensor", "-1", "not a UINT8 value"], lambda: qmm(zb=-1)),
+    (["b_zero_point_tensor", "2.5", "not a UINT8 value"], lambda: qmm(zb=2.5)),
+    (["a_zero_point_tensor", "must match a_tensor"], lambda: qmm(za=np.uint8(3))),
+    (["a_zero_point_tensor", "INT64", "not supported"], lambda: qmm(za=np.array([3]))),
+    (["b_scale_tensor", "per column"], lambda: qmm(sb=np.ones((7, 1), np.float32))),
+    (["a_scale_tensor", "finite and non-zero"], lambda: qmm(sa=0.0)),
+    (["output_scale_tensor", "finite and non-zero"], lambda: qmm(so=np.float32(np.inf))),
+    (["b_scale_tensor", "finite and non-zero"], lambda: qmm(sb=np.full(7, np.nan))),
+    (["output_tensor", "output_dtype", "'int4'"], lambda: qmm(output_dtype="int4")),
+    (["output_tensor", "FLOAT32", "not supported"], lambda: qmm(output_dtype=np.float32)),
+    (["output_tensor", "out is INT8", "UINT8"], lambda: qmm(output_dtype=np.uint8, out=np.zeros((5, 7), np.int8))),
+    (["output_tensor", "sizes", "[5, 7]"], lambda: qmm(out=np.zeros((7, 5), np.uint8))),
+    (["output_tensor", "read-only"], lambda: qmm(out=read_only(np.zeros((5, 7), np.uint8)))),
+    (["output_tensor", "may not share memory", "a_tensor"],
+     lambda: dmlops.quantized_linear_matmul(SQUARE_Q, 1.0, None, SQUARE_Q.T.copy(), 1.0, None, 1.0, None,
+                                            out=SQUARE_Q)),
+])
+def test_quantized_matmul_rejections(words, call):
+    rejects([QMM, *words], call)
+
+
+SQUARE_Q = np.arange(16, dtype=np.uint8).reshape(4, 4)
+
+
+def qmm(a=A, sa=0.05, za=None, b=B, sb=0.05, zb=None, so=2.0, zo=None, **options):
+    return dmlops.quantized_linear_matmul(a, sa, za, b, sb, zb, so, zo, **options)
+
+
+# -- torch tensors on the CPU --------------------------------------------------------------------------------------
+
+
+def test_cpu_torch_tensors_come_back_as_torch_tensors():
+    torch = pytest.importorskip("torch")
+    x = torch.from_numpy(X.copy())
+    result = dmlops.cumulative_sum(x, 1, exclusive=True)
+    assert isinstance(result, torch.Tensor) and result.dtype == torch.float32
+    reference.assert_cumulative_matches(result.numpy(), "sum", X, 1, False, True)
+    transposed = x.t()
+    assert dmlops.cumulative_product(transposed, 0, out=transposed) is transposed
+    product = dmlops.quantized_linear_matmul(torch.from_numpy(A), 0.05, torch.tensor([-4], dtype=torch.int8),
+                                             torch.from_numpy(B), 0.05, None, 2.0, None,
+                                             output_dtype=torch.int8)
+    assert isinstance(product, torch.Tensor) and product.dtype == torch.int8
+    np.testing.assert_array_equal(product.numpy(), expected_qmm(A, 0.05, -4, B, 0.05, None, 2.0, None, np.int8))
+    rejects([SUM, "input_tensor", "BFloat16"], lambda: dmlops.cumulative_sum(x.to(torch.bfloat16), 0))
+
+
+def test_device_and_backend_names():
+    rejects(["Device.backend", "'nope'", "cpu, cuda"], lambda: Device("nope"))
+    rejects(["Device.backend", "'nope'"], lambda: qmm(backend="nope"))
+    rejects(["Device.backend", "'nope'"], lambda: dmlops.cumulative_sum(X, 0, backend="nope"))
+    assert dmlops.cumulative_sum(X, 0, backend="cpu").dtype == np.float32
+    assert Device("cpu").feature_level == dmlops.FeatureLevel.LEVEL_6_4
+    assert DataType.from_numpy(dmlops.cumulative_sum(X.astype(np.float16), 0).dtype) is DataType.FLOAT16
