@@ -21,7 +21,7 @@ from typing import Callable
 import numpy as np
 
 from ..types import DataType
-from .fields import (ModelError, as_enum, as_object, as_uint, as_uint64, context, describe, member)
+from .fields import ModelError, as_enum, as_object, as_uint, as_uint64, context, describe, member
 
 FLOAT_TYPES = (DataType.FLOAT16, DataType.FLOAT32, DataType.FLOAT64)
 SPECIAL_FLOATS = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
@@ -47,9 +47,10 @@ class Resource:
         return self.initial_byte_count // self.dtype.itemsize
 
     def fill(self) -> np.ndarray:
-        """The buffer's bytes: zeros, with the initial values at their offset."""
+        """The buffer's bytes: zeros, with the initial values at their offset (as many bytes as the model was read
+        with, should a file have changed since)."""
         with context(f"resource '{self.name}'"):
-            values = self.make_initial_values().reshape(-1).view(np.uint8)
+            values = self.make_initial_values().reshape(-1).view(np.uint8)[:self.initial_byte_count]
         buffer = np.zeros(self.size_in_bytes, dtype=np.uint8)
         buffer[self.initial_values_offset:self.initial_values_offset + values.size] = values
         return buffer
