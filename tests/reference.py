@@ -59,20 +59,6 @@ def cumulative_tolerance(operation: str, x: np.ndarray, axis: int, reverse: bool
     return (n + 2) * accumulation_eps * bound + rounding_eps * bound + np.finfo(output_dtype).tiny
 
 
-def assert_cumulative_matches(out, operation: str, x: np.ndarray, axis: int, reverse: bool, exclusive: bool):
-    """Integers bit for bit; floats within the accumulation bound of the float64 reference."""
-    expected = cumulative(operation, x, axis, reverse, exclusive)
-    assert out.shape == x.shape and out.dtype == x.dtype, (out.shape, out.dtype, x.shape, x.dtype)
-    if x.dtype.kind != "f":
-        np.testing.assert_array_equal(out, expected)
-        return
-    error = np.abs(np.asarray(out, dtype=np.float64) - expected)
-    tolerance = cumulative_tolerance(operation, x, axis, reverse, exclusive, x.dtype)
-    bad = ~(error <= tolerance)  # NaN (an unwritten poisoned element) is bad too
-    assert not bad.any(), f"{bad.sum()} of {bad.size} elements off, first at {np.argwhere(bad)[0]}: " \
-                          f"{np.asarray(out)[bad][0]} vs {expected[bad][0]}"
-
-
 def quantized_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point,
                      output_dtype) -> np.ndarray:
     """DML_OPERATOR_QUANTIZED_LINEAR_MATRIX_MULTIPLY on NumPy arrays that broadcast like DirectML-shaped tensors:

@@ -11,6 +11,7 @@ from dmlops import (AxisDirection, CumulativeProductOperatorDesc, CumulativeSumm
                     Device, TensorDesc)
 
 import reference
+from checks import assert_cumulative_matches
 from strategies import bound_tensors, fill, poison, random_values, shapes, strides
 
 DESCS = {"sum": CumulativeSummationOperatorDesc, "product": CumulativeProductOperatorDesc}
@@ -99,7 +100,7 @@ def test_operator_api_matches_reference(case):
     desc = make_desc(operation, x_bound.desc, out_bound.desc, axis, reverse, exclusive)
     DEVICE.compile_operator(desc).execute([x_bound.binding], [out_bound.binding])
 
-    reference.assert_cumulative_matches(out_bound.read(), operation, x, axis, reverse, exclusive)
+    assert_cumulative_matches(out_bound.read(), operation, x, axis, reverse, exclusive)
     outside = ~out_bound.covered()
     np.testing.assert_array_equal(np.frombuffer(out_bound.memory, np.uint8)[outside], out_before[outside])
     if x_bound is not out_bound:
@@ -149,7 +150,7 @@ def test_array_api_matches_reference(data, operation, data_type, reverse, exclus
 
     if out is not None:
         assert result is out
-    reference.assert_cumulative_matches(result, operation, x_before, axis % x.ndim, reverse, exclusive)
+    assert_cumulative_matches(result, operation, x_before, axis % x.ndim, reverse, exclusive)
     if out_kind == "strided view":
         untouched = np.ones(backing.size, dtype=bool)
         untouched[3:3 + 2 * x.size:2] = False
@@ -175,7 +176,7 @@ def test_integer_wrap_around(operation, dtype, values, exclusive, expected):
     result = FUNCTIONS[operation](x, 0, exclusive=exclusive)
     assert result.dtype == dtype
     assert result.tolist() == np.array(expected, dtype=dtype).tolist()
-    reference.assert_cumulative_matches(result, operation, x, 0, False, exclusive)
+    assert_cumulative_matches(result, operation, x, 0, False, exclusive)
     reversed_result = FUNCTIONS[operation](x[::-1].copy(), 0, reverse=True, exclusive=exclusive)
     assert reversed_result[::-1].tolist() == result.tolist()
 
@@ -202,7 +203,7 @@ def test_sizes_that_are_not_block_multiples(shape, axis, operation, data_type):
     x = random_values(rng, dtype, int(np.prod(shape)), small=operation == "product").reshape(shape)
     for reverse, exclusive in [(False, False), (True, True)]:
         result = FUNCTIONS[operation](x, axis, reverse=reverse, exclusive=exclusive)
-        reference.assert_cumulative_matches(result, operation, x, axis, reverse, exclusive)
+        assert_cumulative_matches(result, operation, x, axis, reverse, exclusive)
 
 
 def test_same_inputs_give_the_same_bits():

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from dmlops import (AxisDirection, CumulativeProductOperatorDesc, CumulativeSummationOperatorDesc, DataType,
-                    Device, FeatureLevel, QuantizedLinearMatrixMultiplyOperatorDesc, TensorDesc, TensorFlags,
-                    ValidationError)
+                    Device, FeatureLevel, QuantizedLinearMatrixMultiplyOperatorDesc, TensorDesc, TensorFlags)
+
+from checks import rejects
 
 SUM, PRODUCT = "DML_OPERATOR_CUMULATIVE_SUMMATION", "DML_OPERATOR_CUMULATIVE_PRODUCT"
 QMM = "DML_OPERATOR_QUANTIZED_LINEAR_MATRIX_MULTIPLY"
@@ -19,14 +20,6 @@ LEVELS = list(FeatureLevel)
 L = FeatureLevel.parse
 
 
-def rejects(words, make):
-    """The call raises a ValidationError whose message has every one of ``words``."""
-    with pytest.raises(ValidationError) as caught:
-        make()
-    message = str(caught.value)
-    for word in words:
-        assert word.lower() in message.lower(), f"{word!r} not in {message!r}"
-    return message
 
 
 # -- the support tables, restated from the operator pages ----------------------------------------------------------
