@@ -16,6 +16,8 @@ def memory(buffer, where: str, *, writable: bool) -> np.ndarray:
     if isinstance(buffer, np.ndarray):
         if not buffer.flags.c_contiguous:
             raise ValidationError(f"{where}: a NumPy buffer must be C-contiguous to be read as bytes")
+        if buffer.dtype.hasobject:
+            raise ValidationError(f"{where}: a NumPy array of Python objects is not a buffer of bytes")
         flat = buffer.reshape(-1).view(np.uint8)
     else:
         try:
