@@ -147,6 +147,7 @@ def read_only(array):
     (["input_tensor", "C-contiguous"], [np.zeros(16, np.float32)[::2]], [np.zeros(8, np.float32)]),
     (["input_tensor", "list", "not a buffer"], [list(X)], [np.zeros(8, np.float32)]),
     (["input_tensor", "int", "not a buffer"], [7], [np.zeros(8, np.float32)]),
+    (["input_tensor", "Python objects", "not a buffer"], [X.astype(object)], [np.zeros(8, np.float32)]),
     (["output_tensor", "read-only"], [X], [bytes(32)]),
     (["output_tensor", "read-only"], [X], [read_only(np.zeros(8, np.float32))]),
 ])
