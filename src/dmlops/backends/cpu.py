@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ops import cumulative as cumulative_op
 from ..ops import quantized_matmul as quantized_matmul_op
 from ..types import DataType, ValidationError
+from . import cpu_scan
 
 # -- memory and views -------------------------------------------------------------------------------------------
 
@@ -69,7 +69,7 @@ def persist(operator_type, field: str, array: np.ndarray) -> np.ndarray:
 
 
 def cumulative(operation: str, x: np.ndarray, out: np.ndarray, axis: int, reverse: bool, exclusive: bool) -> None:
-    out[...] = cumulative_op.reference(operation, x, axis, reverse, exclusive)
+    cpu_scan.cumulative(operation, x, out, axis, reverse, exclusive)
 
 
 def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point,

@@ -1,0 +1,277 @@
+"""Cumulative sums and products on the CPU, in one pass over memory for any axis, direction and exclusive setting.
+
+The tensor is seen as 3-D views (P, L, Q): P lines before the axis, the axis of length L, Q lines after it
+(dimensions merge where the strides allow; the rest are walked one index at a time). Reverse walks the axis from
+its end and exclusive writes the tally before adding: neither flips nor shifts a copy.
+
+Two engines scan such views. With numba installed (optional: ``pip install dmlops[fast]``), a compiled loop walks
+memory once, keeping the running values in registers; it adds in the order of the walk, as the reference does, so
+its float results are the reference's bits, and it reads FLOAT16 and rounds it back itself. Without numba, NumPy
+does it: whole rows at a time along an outer or short axis, ``ufunc.accumulate`` along long inner lines. FLOAT16
+(accumulated in float32) and exclusive scans in place, whose outputs overwrite inputs still to be added, go
+through float32 / scratch blocks there, so that the whole tensor is never converted or copied at once.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from ..ops.cumulative import ACCUMULATION_DTYPE
+from ..types import DataType
+
+try:
+    import numba
+except ImportError:  # NumPy alone is enough; numba only makes it faster
+    numba = None
+
+# NumPy engine: elements per scratch block (float32: 256 KiB, so that a block in and a block out stay in L2).
+BLOCK_ELEMENTS = 1 << 16
+# NumPy engine: an axis up to this long is walked a whole row at a time even when it is the innermost one, because
+# ufunc.accumulate pays a fixed cost per line.
+SHORT_AXIS = 64
+
+UFUNCS = {"sum": np.add, "product": np.multiply}
+IDENTITIES = {"sum": 0, "product": 1}
+
+
+def cumulative(operation: str, x: np.ndarray, out: np.ndarray, axis: int, reverse: bool, exclusive: bool,
+               compiled: bool | None = None) -> None:
+    """out = the running sum or product of x along axis; out may be x itself (in place).
+
+    ``compiled`` picks the engine; None: the compiled one where numba is installed.
+    """
+    compiled = numba is not None if compiled is None else compiled
+    accumulation = ACCUMULATION_DTYPE.get(DataType.from_numpy(x.dtype), x.dtype)
+    for x3, out3 in views_3d(x, out, axis):
+        if compiled:
+            scan_compiled(operation, x3, out3, accumulation, reverse, exclusive)
+        else:
+            scan_numpy(operation, x3, out3, accumulation, reverse, exclusive)
+
+
+# -- 3-D views ----------------------------------------------------------------------------------------------------
+
+
+def views_3d(x: np.ndarray, out: np.ndarray, axis: int):
+    """Pairs of (P, L, Q) views of x and out that together cover the tensor.
+
+    The dimensions before the axis merge into P and those after it into Q, from the innermost outwards, while
+    both arrays' strides allow; the dimensions left over are walked one index at a time.
+    """
+    before_size, before_strides, before_loop = merge(x, out, range(axis))
+    after_size, after_strides, after_loop = merge(x, out, range(axis + 1, x.ndim))
+    loop = before_loop + after_loop
+    for index in np.ndindex(*(x.shape[d] for d in loop)):
+        at = [slice(None)] * x.ndim
+        for d, i in zip(loop, index):
+            at[d] = slice(i, i + 1)
+        yield tuple(
+            np.lib.stride_tricks.as_strided(
+                view, (before_size, x.shape[axis], after_size),
+                (before_strides[k], view.strides[axis], after_strides[k]), writeable=view.flags.writeable)
+            for k, view in enumerate((x[tuple(at)], out[tuple(at)])))
+
+
+def merge(x: np.ndarray, out: np.ndarray, dims):
+    """(size, (x stride, out stride), dimensions left to loop over) for the dimensions ``dims`` merged as one."""
+    size, strides, loop = 1, (0, 0), []
+    for d in reversed(dims):
+        if x.shape[d] == 1:
+            continue
+        d_strides = (x.strides[d], out.strides[d])
+        if size == 1:
+            size, strides = x.shape[d], d_strides
+        elif not loop and d_strides == (strides[0] * size, strides[1] * size):
+            size *= x.shape[d]
+        else:
+            loop.insert(0, d)
+    return size, strides, loop
+
+
+# -- the NumPy engine ---------------------------------------------------------------------------------------------
+
+
+def scan_numpy(operation, x3, out3, accumulation, reverse, exclusive) -> None:
+    """Scan (P, L, Q) views with NumPy calls, through scratch blocks where the input must be converted (FLOAT16)
+    or kept (exclusive in place): blocks of lines, each walked along the axis in segments with a carry."""
+    p_size, length, q_size = x3.shape
+    if accumulation == x3.dtype and not (exclusive and np.shares_memory(x3, out3)):
+        scan_stretch(operation, x3, out3, np.empty((p_size, q_size), accumulation), True, reverse, exclusive)
+        return
+    q_block = min(q_size, BLOCK_ELEMENTS)
+    segment = min(length, max(1, BLOCK_ELEMENTS // q_block))
+    p_block = min(p_size, max(1, BLOCK_ELEMENTS // (q_block * segment)))
+    scratch_in = np.empty((p_block, segment, q_block), accumulation)
+    scratch_out = np.empty_like(scratch_in)
+    carry = np.empty((p_block, q_block), accumulation)
+    starts = range(0, length, segment)
+    for p0, q0 in itertools.product(range(0, p_size, p_block), range(0, q_size, q_block)):
+        p1, q1 = min(p0 + p_block, p_size), min(q0 + q_block, q_size)
+        for number, start in enumerate(reversed(starts) if reverse else starts):
+            stop = min(start + segment, length)
+            block = np.s_[:p1 - p0, :stop - start, :q1 - q0]
+            scratch_in[block] = x3[p0:p1, start:stop, q0:q1]
+            scan_stretch(operation, scratch_in[block], scratch_out[block], carry[:p1 - p0, :q1 - q0], number == 0,
+                         reverse, exclusive)
+            out3[p0:p1, start:stop, q0:q1] = scratch_out[block]
+
+
+def scan_stretch(operation, x, out, carry, fresh, reverse, exclusive) -> None:
+    """Scan a stretch of the axis. x and out have the accumulation type and do not overlap when exclusive; carry
+    {P, Q} holds the running values before the stretch (unless ``fresh``: it starts the axis) and gets those after."""
+    ufunc, identity = UFUNCS[operation], IDENTITIES[operation]
+    if reverse:
+        x, out = x[:, ::-1], out[:, ::-1]
+    if x.shape[2] == 1 and x.shape[1] > SHORT_AXIS:
+        scan_lines_numpy(ufunc, identity, x[:, :, 0], out[:, :, 0], carry[:, 0], fresh, exclusive)
+    else:
+        scan_rows_numpy(ufunc, identity, x, out, carry, fresh, exclusive)
+
+
+def scan_rows_numpy(ufunc, identity, x, out, carry, fresh, exclusive) -> None:
+    """One ufunc call per step along the axis, over all P × Q lines at once."""
+    length = x.shape[1]
+    if exclusive:
+        out[:, 0] = identity if fresh else carry
+    tally = None if fresh else carry  # the running value before step i
+    for i in range(length):
+        # where the running value after step i goes: the next output (exclusive) or this one
+        target = (out[:, i + 1] if i + 1 < length else carry) if exclusive else out[:, i]
+        if tally is None:
+            target[...] = x[:, i]  # the first element as it is: identity ⊕ x would turn -0.0 into +0.0
+        else:
+            ufunc(tally, x[:, i], out=target)
+        tally = target
+    carry[...] = tally
+
+
+def scan_lines_numpy(ufunc, identity, x, out, carry, fresh, exclusive) -> None:
+    """Lines longer than SHORT_AXIS along the axis (x, out {P, L}): ufunc.accumulate walks each line, and the carry
+    of the previous stretch is added afterwards."""
+    if exclusive:  # out[:, i] is the tally of x[:, :i]
+        out[:, 0] = identity if fresh else carry
+        head, tallies = x[:, :-1], out[:, 1:]
+    else:
+        head, tallies = x, out
+    ufunc.accumulate(head, axis=1, out=tallies)
+    if not fresh:
+        ufunc(tallies, carry[:, None], out=tallies)
+    if exclusive:
+        ufunc(out[:, -1], x[:, -1], out=carry)
+    else:
+        carry[...] = out[:, -1]
+
+
+# -- the compiled engine ------------------------------------------------------------------------------------------
+#
+# One loop per layout: the running value of each line lives in a register (Q = 1) or in a row that stays in L1
+# (Q > 1). ``combine`` (add or multiply), ``load`` and ``store`` are compiled in: FLOAT16 is read as its bits through
+# a table of all 65 536 float32 values and written back rounded half to even, so it never leaves the loop. Each
+# element is read before its output is written, so out may be x itself, exclusive or not.
+
+if numba is not None:
+    compiled = numba.njit(nogil=True, cache=True)
+
+    @compiled
+    def add(a, b):
+        return a + b
+
+    @compiled
+    def multiply(a, b):
+        return a * b
+
+    @compiled
+    def load_value(line, i, table):
+        return line[i]
+
+    @compiled
+    def load_half(line, i, table):
+        return table[line[i]]
+
+    @compiled
+    def store_value(line, i, value):
+        line[i] = value  # integers wrap to the output type here
+
+    @compiled
+    def store_half(line, i, value):
+        line[i] = half_bits(value)
+
+    @compiled
+    def half_bits(value):
+        """float32 → FLOAT16 bits, rounded half to even, NaN payloads kept as NumPy keeps them. Branch-free
+        (three candidates, one chosen), in int64 because numba widens mixed unsigned arithmetic to float."""
+        bits = np.int64(np.float32(value).view(np.uint32))
+        sign, magnitude = (bits >> 16) & 0x8000, bits & 0x7FFFFFFF
+        # normal: rebias the exponent and round the 13 dropped bits half to even (a carry may reach ∞, ≥ 65520)
+        normal = (magnitude - 0x38000000 + 0xFFF + ((magnitude >> 13) & 1)) >> 13
+        # below the smallest normal half: a float32 addition to 0.5 rounds to the subnormal step 2^-24
+        subnormal = np.int64(np.float32(np.uint32(magnitude).view(np.float32) + np.float32(0.5)).view(
+            np.uint32)) - 0x3F000000
+        # ∞ for |value| ≥ 65536, or NaN with the top of its payload (at least 1)
+        special = 0x7C00 + (max(1, (magnitude & 0x7FFFFF) >> 13) if magnitude > 0x7F800000 else 0)
+        half = subnormal if magnitude < 0x38800000 else (normal if magnitude < 0x47800000 else special)
+        return np.uint16(sign | half)
+
+    @compiled
+    def scan_lines_compiled(x, out, combine, load, store, table, identity, reverse, exclusive):
+        """Q = 1: each line walks the axis with its running value in a register."""
+        length = x.shape[1]
+        step = -1 if reverse else 1
+        for p in range(x.shape[0]):
+            source, target = x[p, :, 0], out[p, :, 0]
+            i = length - 1 if reverse else 0
+            tally = load(source, i, table)  # the first element as it is: identity ⊕ x turns -0.0 into +0.0
+            store(target, i, identity if exclusive else tally)
+            for _ in range(length - 1):
+                i += step
+                value = load(source, i, table)
+                if exclusive:
+                    store(target, i, tally)
+                    tally = combine(tally, value)
+                else:
+                    tally = combine(tally, value)
+                    store(target, i, tally)
+
+    @compiled
+    def scan_rows_compiled(x, out, combine, load, store, table, identity, reverse, exclusive, tally):
+        """Q > 1: the axis walks rows of Q lines, carrying a row of running values (``tally``, {Q})."""
+        length, q_size = x.shape[1], x.shape[2]
+        step = -1 if reverse else 1
+        for p in range(x.shape[0]):
+            i = length - 1 if reverse else 0
+            source, target = x[p, i], out[p, i]
+            for q in range(q_size):
+                tally[q] = load(source, q, table)
+                store(target, q, identity if exclusive else tally[q])
+            for _ in range(length - 1):
+                i += step
+                source, target = x[p, i], out[p, i]
+                if exclusive:
+                    for q in range(q_size):
+                        value = load(source, q, table)
+                        store(target, q, tally[q])
+                        tally[q] = combine(tally[q], value)
+                else:
+                    for q in range(q_size):
+                        tally[q] = combine(tally[q], load(source, q, table))
+                        store(target, q, tally[q])
+
+    # FLOAT16 bits → float32, every value.
+    HALF_TABLE = np.arange(1 << 16, dtype=np.uint16).view(np.float16).astype(np.float32)
+
+
+def scan_compiled(operation, x3, out3, accumulation, reverse, exclusive) -> None:
+    """Scan (P, L, Q) views in one compiled pass; x3 may be out3 (in place)."""
+    combine = add if operation == "sum" else multiply
+    if x3.dtype == np.float16:  # numba has no float16: the loop reads and writes its bits
+        x3, out3, load, store = x3.view(np.uint16), out3.view(np.uint16), load_half, store_half
+    else:
+        load, store = load_value, store_value
+    identity = accumulation.type(IDENTITIES[operation])
+    if x3.shape[2] == 1:
+        scan_lines_compiled(x3, out3, combine, load, store, HALF_TABLE, identity, reverse, exclusive)
+    else:
+        scan_rows_compiled(x3, out3, combine, load, store, HALF_TABLE, identity, reverse, exclusive,
+                           np.empty(x3.shape[2], accumulation))
