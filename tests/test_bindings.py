@@ -19,8 +19,6 @@ def scan(x_desc=None, out_desc=None, level="6_4"):
     return Device("cpu", level).compile_operator(desc)
 
 
-
-
 @pytest.mark.parametrize("make_input", [
     lambda: X,
     lambda: X.astype(np.float64).astype(np.float32).view(np.uint8),

@@ -69,8 +69,6 @@ def test_desc_limits_accepted():
     TensorDesc(DataType.UINT8, [3], guaranteed_base_offset_alignment=1)
 
 
-
-
 @pytest.mark.parametrize("words, make", [
     (["data_type", "99"], lambda: TensorDesc(99, [1])),
     (["data_type", "FLOAT32"], lambda: TensorDesc("FLOAT32", [1])),

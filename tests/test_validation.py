@@ -20,8 +20,6 @@ LEVELS = list(FeatureLevel)
 L = FeatureLevel.parse
 
 
-
-
 # -- the support tables, restated from the operator pages ----------------------------------------------------------
 
 SCAN_TYPES_4_0 = {DataType.FLOAT32, DataType.FLOAT16, DataType.INT32, DataType.UINT32}
