@@ -35,8 +35,8 @@ def scales_for(rng, k, shape_a, shape_b, shape_out):
 
 # -- operator API ----------------------------------------------------------------------------------------------
 
-# Shape of each scale / zero point by form, right-aligned to `rank` dimensions.
 def parameter_shape(form, rank, m, n):
+    """The sizes of a scale or zero point per tensor, per row or per column, right-aligned to ``rank``."""
     if form == "row":
         return (1,) * (rank - 2) + (m, 1)
     if form == "column":
@@ -76,6 +76,8 @@ def qmm_cases(draw):
 
 def last_two(array):
     """A scale or zero point as the reference broadcasts it against {…, M, N}: its last two dimensions."""
+    if array is None:
+        return None
     return array.reshape(array.shape[-2:]) if array.ndim >= 2 else array
 
 
@@ -84,7 +86,6 @@ def last_two(array):
 def test_operator_api_matches_reference(case):
     bound, k, seed = case
     rng = np.random.default_rng(seed)
-    m, n = bound["output_tensor"].desc.sizes[-2:]
     a_scale, b_scale, output_scale = scales_for(rng, k, (), (), ())
     for field, tensor in bound.items():
         if tensor is None or field == "output_tensor":
@@ -102,27 +103,21 @@ def test_operator_api_matches_reference(case):
 
     desc = QuantizedLinearMatrixMultiplyOperatorDesc(**{f: None if t is None else t.desc for f, t in bound.items()})
     op = DEVICE.compile_operator(desc)
-    owned = [bound[f] is not None and bound[f].desc.owned_by_dml for f in INPUT_FIELDS]
-    op.initialize([bound[f].binding if is_owned else None for f, is_owned in zip(INPUT_FIELDS, owned)])
-    for f, is_owned in zip(INPUT_FIELDS, owned):  # what was bound at initialization may change afterwards
-        if is_owned:
-            poison(bound[f], rng)
-    op.execute([None if bound[f] is None or is_owned else bound[f].binding for f, is_owned in zip(INPUT_FIELDS,
-                                                                                                   owned)],
+    owned = {f for f in INPUT_FIELDS if bound[f] is not None and bound[f].desc.owned_by_dml}
+    op.initialize([bound[f].binding if f in owned else None for f in INPUT_FIELDS])
+    for f in owned:  # the operator keeps its own copy: the buffer may change afterwards
+        poison(bound[f], rng)
+    op.execute([None if bound[f] is None or f in owned else bound[f].binding for f in INPUT_FIELDS],
                [out_bound.binding])
 
     expected = reference.quantized_matmul(
-        values["a_tensor"], last_two(values["a_scale_tensor"]), optional(last_two, values["a_zero_point_tensor"]),
-        values["b_tensor"], last_two(values["b_scale_tensor"]), optional(last_two, values["b_zero_point_tensor"]),
-        last_two(values["output_scale_tensor"]), optional(last_two, values["output_zero_point_tensor"]),
+        values["a_tensor"], last_two(values["a_scale_tensor"]), last_two(values["a_zero_point_tensor"]),
+        values["b_tensor"], last_two(values["b_scale_tensor"]), last_two(values["b_zero_point_tensor"]),
+        last_two(values["output_scale_tensor"]), last_two(values["output_zero_point_tensor"]),
         out_bound.desc.data_type.numpy_dtype)
     np.testing.assert_array_equal(out_bound.read(), expected)
     outside = ~out_bound.covered()
     np.testing.assert_array_equal(np.frombuffer(out_bound.memory, np.uint8)[outside], out_before[outside])
-
-
-def optional(function, value):
-    return None if value is None else function(value)
 
 
 def test_owned_b_with_padded_strides_is_read_through_its_strides():
