@@ -15,8 +15,16 @@ from ..tensor import TensorDesc, strides_overlap
 from ..types import AxisDirection, DataType, FeatureLevel, OperatorType, ValidationError
 
 
+class _CumulativeOperator:
+    """What the two cumulative descs share: one input, one output, in place allowed."""
+
+    input_fields = ("input_tensor",)
+    output_fields = ("output_tensor",)
+    supports_in_place = True
+
+
 @dataclass(frozen=True)
-class CumulativeSummationOperatorDesc:
+class CumulativeSummationOperatorDesc(_CumulativeOperator):
     """DML_CUMULATIVE_SUMMATION_OPERATOR_DESC."""
 
     input_tensor: TensorDesc
@@ -27,17 +35,11 @@ class CumulativeSummationOperatorDesc:
 
     operator_type = OperatorType.CUMULATIVE_SUMMATION
     operation = "sum"
-    input_fields = ("input_tensor",)
-    output_fields = ("output_tensor",)
-    supports_in_place = True
-
-    @property
-    def exclusive(self) -> bool:
-        return self.has_exclusive_sum
+    exclusive = property(lambda self: self.has_exclusive_sum)
 
 
 @dataclass(frozen=True)
-class CumulativeProductOperatorDesc:
+class CumulativeProductOperatorDesc(_CumulativeOperator):
     """DML_CUMULATIVE_PRODUCT_OPERATOR_DESC."""
 
     input_tensor: TensorDesc
@@ -48,13 +50,7 @@ class CumulativeProductOperatorDesc:
 
     operator_type = OperatorType.CUMULATIVE_PRODUCT
     operation = "product"
-    input_fields = ("input_tensor",)
-    output_fields = ("output_tensor",)
-    supports_in_place = True
-
-    @property
-    def exclusive(self) -> bool:
-        return self.has_exclusive_product
+    exclusive = property(lambda self: self.has_exclusive_product)
 
 
 CumulativeDesc = CumulativeSummationOperatorDesc | CumulativeProductOperatorDesc
