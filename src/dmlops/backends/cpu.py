@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ops import quantized_matmul as quantized_matmul_op
 from ..types import DataType, ValidationError
-from . import cpu_scan
+from . import cpu_qmatmul, cpu_scan
 
 # -- memory and views -------------------------------------------------------------------------------------------
 
@@ -75,12 +74,8 @@ def cumulative(operation: str, x: np.ndarray, out: np.ndarray, axis: int, revers
 def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point,
                             out) -> None:
     """a {B, C, M, K}, b {B, C, K, N}, out {B, C, M, N}; scales and zero points are vectors of M or N."""
-    def rows(vector):
-        return None if vector is None else vector[:, None]
-
-    out[...] = quantized_matmul_op.reference(
-        a, rows(a_scale), rows(a_zero_point), b, b_scale, b_zero_point, rows(output_scale), rows(output_zero_point),
-        DataType.from_numpy(out.dtype))
+    cpu_qmatmul.quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale,
+                                        output_zero_point, out)
 
 
 # -- arrays of the array API -----------------------------------------------------------------------------------
