@@ -1,0 +1,317 @@
+"""The CPU backend's fast paths against the plain references of reference.py.
+
+Scans run through both engines (the NumPy one, and the compiled one where numba is installed) on every axis class:
+1-D, a long inner axis, a short inner axis, an outer axis, a middle axis; both directions, exclusive or not, in
+place or not, strided, broadcast and padded. Block and segment boundaries of the NumPy engine are crossed by
+shrinking its blocks. The quantized matmul is checked across its K chunks, with zero points present and absent and
+every signedness. Outputs are poisoned first, and memory beside them must stay as it was.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dmlops.backends import cpu_qmatmul, cpu_scan
+from dmlops.ops import cumulative as cumulative_op
+
+import reference
+from checks import assert_cumulative_matches
+
+ENGINES = [pytest.param(False, id="numpy"),
+           pytest.param(True, id="compiled", marks=pytest.mark.skipif(cpu_scan.numba is None, reason="no numba"))]
+SCAN_TYPES = [np.float32, np.float16, np.int32, np.uint32, np.int64, np.uint64]
+VARIANTS = list(itertools.product(["sum", "product"], [False, True], [False, True]))  # operation, reverse, exclusive
+
+# (shape, axis): every axis class, lengths on both sides of the NumPy engine's SHORT_AXIS.
+AXIS_CLASSES = {
+    "1-D": ((997,), 0),
+    "long inner axis": ((3, 301), 1),
+    "inner axis at SHORT_AXIS": ((5, cpu_scan.SHORT_AXIS), 1),
+    "inner axis past SHORT_AXIS": ((5, cpu_scan.SHORT_AXIS + 1), 1),
+    "short inner axis": ((203, 8), 1),
+    "outer axis": ((211, 6), 0),
+    "middle axis": ((3, 67, 5), 1),
+    "axis of one": ((4, 1, 3), 1),
+}
+
+
+def random_values(rng, shape, dtype, operation="sum"):
+    """Fresh values: full-range integers (so sums and products wrap); floats that keep a product finite."""
+    dtype = np.dtype(dtype)
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return rng.integers(info.min, info.max, shape, dtype=dtype, endpoint=True)
+    if operation == "product":
+        values = rng.uniform(0.9, 1.1, shape) * rng.choice([-1.0, 1.0], shape)
+    else:
+        values = rng.standard_normal(shape)
+    return values.astype(dtype)
+
+
+def poisoned(shape, dtype):
+    dtype = np.dtype(dtype)
+    return np.full(shape, np.nan if dtype.kind == "f" else 0x5A, dtype)
+
+
+def scan(compiled, operation, x, out, axis, reverse, exclusive):
+    cpu_scan.cumulative(operation, x, out, axis, reverse, exclusive, compiled=compiled)
+
+
+@pytest.mark.parametrize("compiled", ENGINES)
+@pytest.mark.parametrize("dtype", SCAN_TYPES, ids=lambda t: np.dtype(t).name)
+@pytest.mark.parametrize("axis_class", AXIS_CLASSES)
+def test_every_axis_class(compiled, dtype, axis_class):
+    shape, axis = AXIS_CLASSES[axis_class]
+    rng = np.random.default_rng(abs(hash((np.dtype(dtype).name, axis_class))) % 2**32)
+    for (operation, reverse, exclusive), in_place in itertools.product(VARIANTS, [False, True]):
+        x = random_values(rng, shape, dtype, operation)
+        out = x.copy() if in_place else poisoned(shape, dtype)
+        scan(compiled, operation, out if in_place else x, out, axis, reverse, exclusive)
+        assert_cumulative_matches(out, operation, x, axis, reverse, exclusive)
+
+
+@pytest.mark.parametrize("block_elements", [1, 5, 64, 100])
+@pytest.mark.parametrize("dtype", [np.float16, np.int32], ids=lambda t: np.dtype(t).name)
+@pytest.mark.parametrize("shape, axis", [((250,), 0), ((3, 7, 71), 1), ((70, 9), 0), ((2, 250), 1), ((2, 5, 3), 2)])
+def test_numpy_engine_blocks_and_segments(monkeypatch, block_elements, dtype, shape, axis):
+    """FLOAT16 and exclusive scans in place go through scratch blocks walked in segments with a carry: blocks far
+    smaller than the axis and the lines put every boundary and tail to work; segments of 100 > SHORT_AXIS take
+    the accumulate path, shorter ones the row path."""
+    monkeypatch.setattr(cpu_scan, "BLOCK_ELEMENTS", block_elements)
+    rng = np.random.default_rng(block_elements)
+    for operation, reverse, exclusive in VARIANTS:
+        x = random_values(rng, shape, dtype, operation)
+        out = x.copy()  # in place: staged for FLOAT16 always, for INT32 when exclusive
+        scan(False, operation, out, out, axis, reverse, exclusive)
+        assert_cumulative_matches(out, operation, x, axis, reverse, exclusive)
+
+
+@st.composite
+def strided_scans(draw):
+    """x as a strided, reversed-free view or broadcast; out as a padded view of a larger poisoned buffer."""
+    rank = draw(st.integers(1, 4))
+    shape = tuple(draw(st.lists(st.integers(1, 9), min_size=rank, max_size=rank)))
+    steps = [draw(st.sampled_from([1, 1, 2, 3])) for _ in shape]
+    broadcast = [draw(st.integers(0, 4)) == 0 for _ in shape]
+    pads = [draw(st.sampled_from([0, 0, 1, 4])) for _ in shape]
+    permutation = draw(st.permutations(range(rank)))  # out's memory order
+    return dict(shape=shape, steps=steps, broadcast=broadcast, pads=pads, permutation=permutation,
+                axis=draw(st.integers(0, rank - 1)), dtype=draw(st.sampled_from(SCAN_TYPES)),
+                variant=draw(st.sampled_from(VARIANTS)), compiled=draw(st.sampled_from(
+                    [False] + ([True] if cpu_scan.numba else []))), seed=draw(st.integers(0, 2**32 - 1)))
+
+
+@settings(max_examples=80, deadline=None)
+@given(strided_scans())
+def test_strides_broadcasts_and_padded_outputs(case):
+    rng = np.random.default_rng(case["seed"])
+    shape, dtype = case["shape"], case["dtype"]
+    operation, reverse, exclusive = case["variant"]
+    base = random_values(rng, [size * step for size, step in zip(shape, case["steps"])], dtype, operation)
+    x = base[tuple(slice(None, None, step) for step in case["steps"])]
+    x = np.lib.stride_tricks.as_strided(  # broadcast dimensions repeat their first index
+        x, shape, [0 if repeat else stride for repeat, stride in zip(case["broadcast"], x.strides)],
+        writeable=False)
+    order = case["permutation"]
+    buffer = poisoned([shape[d] + case["pads"][d] for d in order], dtype)
+    before = buffer.copy()
+    out = np.transpose(buffer[tuple(slice(0, shape[d]) for d in order)], np.argsort(order))
+    scan(case["compiled"], operation, x, out, case["axis"], reverse, exclusive)
+    assert_cumulative_matches(out, operation, x, case["axis"], reverse, exclusive)
+    outside = np.ones(buffer.shape, bool)
+    outside[tuple(slice(0, shape[d]) for d in order)] = False
+    np.testing.assert_array_equal(buffer[outside], before[outside])
+
+
+@pytest.mark.parametrize("compiled", ENGINES)
+@pytest.mark.parametrize("shape, axis", [((6000,), 0), ((5000, 3), 0), ((2, 4100), 1)])
+def test_float16_long_axes_accumulate_in_float32(compiled, shape, axis):
+    """A float16 tally stalls once its step exceeds the values added (2048 + 1 = 2048); a float32 one does not."""
+    rng = np.random.default_rng(7)
+    x = rng.uniform(0.5, 1.5, shape).astype(np.float16)
+    for reverse, exclusive in itertools.product([False, True], repeat=2):
+        out = poisoned(shape, np.float16)
+        scan(compiled, "sum", x, out, axis, reverse, exclusive)
+        assert_cumulative_matches(out, "sum", x, axis, reverse, exclusive)
+    ones = np.ones(shape, np.float16)
+    scan(compiled, "sum", ones, out, axis, False, False)
+    np.testing.assert_array_equal(out, np.cumsum(np.ones(shape), axis=axis).astype(np.float16))
+
+
+@pytest.mark.skipif(cpu_scan.numba is None, reason="no numba")
+@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=lambda t: np.dtype(t).name)
+def test_compiled_engine_gives_the_reference_bits(dtype):
+    """The compiled loop adds in the order of the walk, as dmlops.ops' reference does, -0.0 and all."""
+    rng = np.random.default_rng(8)
+    for (shape, axis), (operation, reverse, exclusive) in itertools.product(AXIS_CLASSES.values(), VARIANTS):
+        x = random_values(rng, shape, dtype, operation)
+        x.flat[0] = x.flat[-1] = -0.0
+        out = poisoned(shape, dtype)
+        scan(True, operation, x, out, axis, reverse, exclusive)
+        expected = cumulative_op.reference(operation, x, axis, reverse, exclusive)
+        np.testing.assert_array_equal(out.view(f"u{out.itemsize}"), expected.view(f"u{out.itemsize}"))
+
+
+@pytest.mark.skipif(cpu_scan.numba is None, reason="no numba")
+def test_compiled_float16_rounding_matches_numpy():
+    """Every float16, its float32 neighbours, the midpoints between float16 values, and random float32 bits."""
+    halves = np.arange(1 << 16, dtype=np.uint16).view(np.float16)
+    wide = halves.astype(np.float32)
+    finite = halves[np.isfinite(halves)].astype(np.float64)
+    finite.sort()
+    with np.errstate(invalid="ignore"):
+        values = np.concatenate([
+            wide, np.nextafter(wide, np.float32(np.inf)), np.nextafter(wide, np.float32(-np.inf)),
+            ((finite[:-1] + finite[1:]) / 2).astype(np.float32), np.float32([65504, 65519.996, 65520, 1e30]),
+            np.random.default_rng(9).integers(0, 2**32, 1 << 20, dtype=np.uint64).astype(np.uint32).view(
+                np.float32)])
+    rounded = np.empty(values.shape, np.uint16)
+    round_all(values, rounded)
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(rounded, values.astype(np.float16).view(np.uint16))
+
+
+if cpu_scan.numba is not None:
+    @cpu_scan.numba.njit
+    def round_all(values, rounded):
+        for i in range(values.size):
+            rounded[i] = cpu_scan.half_bits(values[i])
+
+
+# -- quantized matmul ------------------------------------------------------------------------------------------
+
+QMM_TYPES = [np.int8, np.uint8]
+
+
+def quantized_case(rng, a_type, b_type, out_type, k, zero_points, per_element, batch=(1, 1), m=3, n=4):
+    """Backend arguments (a, vectors, out) and the reference's output for one random case."""
+    def values(dtype, shape):
+        return random_values(rng, shape, dtype)
+
+    def vector(length, make):
+        return make(length) if per_element else np.broadcast_to(make(1), (length,))
+
+    a, b = values(a_type, batch + (m, k)), values(b_type, batch + (k, n))
+    a_scale = vector(m, lambda size: rng.uniform(0.01, 0.05, size).astype(np.float32))
+    b_scale = vector(n, lambda size: rng.uniform(0.01, 0.05, size).astype(np.float32))
+    # spread the outputs over the type's range, a few saturating
+    output_scale = vector(m, lambda size: rng.uniform(0.3, 1.0, size).astype(np.float32) * 0.02 * k ** 0.5)
+    zero_a, zero_b, zero_out = (vector(length, lambda size, t=t: values(t, size)) if present else None
+                                for present, length, t in zip(zero_points, (m, n, m), (a_type, b_type, out_type)))
+    expected = reference.quantized_matmul(
+        a, a_scale[:, None], None if zero_a is None else zero_a[:, None], b, b_scale, zero_b,
+        output_scale[:, None], None if zero_out is None else zero_out[:, None], out_type)
+    return (a, a_scale, zero_a, b, b_scale, zero_b, output_scale, zero_out), expected
+
+
+ZERO_POINTS = list(itertools.product([False, True], repeat=3))  # A, B, output
+
+
+@pytest.mark.parametrize("k", [1, 2, 257, 258, 259, 1023, 1024, 1025, 2100])
+@settings(max_examples=12, deadline=None)
+@given(types=st.tuples(*[st.sampled_from(QMM_TYPES)] * 3), zero_points=st.sampled_from(ZERO_POINTS),
+       per_element=st.booleans(), seed=st.integers(0, 2**32 - 1))
+def test_quantized_matmul_across_k_chunks(k, types, zero_points, per_element, seed):
+    """1024 is the chunk of full-range centred values (128 · 128 · 1024 = 2^24); 258 that of uncentred ones."""
+    rng = np.random.default_rng(seed)
+    arguments, expected = quantized_case(rng, *types, k, zero_points, per_element, batch=(2, 1))
+    out = poisoned(expected.shape, types[2])
+    cpu_qmatmul.quantized_linear_matmul(*arguments, out)
+    np.testing.assert_array_equal(out, expected)
+
+
+@pytest.mark.parametrize("exact_limit", [1 << 15, 40_000, 1 << 17])
+@pytest.mark.parametrize("zero_points", ZERO_POINTS[::3])
+def test_small_chunks_add_up_exactly(monkeypatch, exact_limit, zero_points):
+    """Chunks of 2, 2 and 8 at full range: many chunks and a short last one, all added in float64."""
+    monkeypatch.setattr(cpu_qmatmul, "FLOAT32_EXACT", exact_limit)
+    rng = np.random.default_rng(exact_limit)
+    for types in itertools.product(QMM_TYPES, repeat=3):
+        arguments, expected = quantized_case(rng, *types, 37, zero_points, True)
+        out = poisoned(expected.shape, types[2])
+        cpu_qmatmul.quantized_linear_matmul(*arguments, out)
+        np.testing.assert_array_equal(out, expected)
+
+
+def test_narrow_values_take_one_long_chunk():
+    """Values within ±3 of the zero point allow chunks of 2^24 / 9: K = 5000 in one float32 GEMM, still exact."""
+    rng = np.random.default_rng(10)
+    arguments, _ = quantized_case(rng, np.uint8, np.int8, np.int8, 5000, (True, True, True), True)
+    a, a_scale, zero_a, b, b_scale, zero_b, output_scale, zero_out = arguments
+    a = (zero_a[:, None] + rng.integers(-3, 4, a.shape)).clip(0, 255).astype(np.uint8)
+    b = (zero_b + rng.integers(-3, 4, b.shape)).clip(-128, 127).astype(np.int8)
+    out = poisoned(a.shape[:2] + (a.shape[2], b.shape[3]), np.int8)
+    cpu_qmatmul.quantized_linear_matmul(a, a_scale, zero_a, b, b_scale, zero_b, output_scale / 50, zero_out, out)
+    expected = reference.quantized_matmul(a, a_scale[:, None], zero_a[:, None], b, b_scale, zero_b,
+                                          output_scale[:, None] / 50, zero_out[:, None], np.int8)
+    np.testing.assert_array_equal(out, expected)
+    assert len(np.unique(out)) > 10  # not all saturated
+
+
+def test_batches_through_zero_strides_into_a_padded_output():
+    """B repeats over the batch (stride 0), A over the channel; out is a view of a larger poisoned buffer;
+    the requantization blocks end inside the rows (M = 70 > the rows of one block at N = 1000)."""
+    rng = np.random.default_rng(11)
+    m, k, n = 70, 300, 1000
+    arguments, _ = quantized_case(rng, np.int8, np.uint8, np.uint8, k, (True, True, True), True, m=m, n=n)
+    a, a_scale, zero_a, b, b_scale, zero_b, output_scale, zero_out = arguments
+    a = np.broadcast_to(a[0], (2, 3, m, k))  # the same A in every channel
+    b = np.broadcast_to(b[0, 0][None, None], (2, 3, k, n))
+    buffer = poisoned((2, 3, m + 2, n + 3), np.uint8)
+    before = buffer.copy()
+    out = buffer[:, :, 1:m + 1, :n]
+    cpu_qmatmul.quantized_linear_matmul(a, a_scale, zero_a, b, b_scale, zero_b, output_scale, zero_out, out)
+    expected = reference.quantized_matmul(a[:1, :1], a_scale[:, None], zero_a[:, None], b[:1, :1], b_scale, zero_b,
+                                          output_scale[:, None], zero_out[:, None], np.uint8)
+    np.testing.assert_array_equal(out, np.broadcast_to(expected, out.shape))
+    outside = np.ones(buffer.shape, bool)
+    outside[:, :, 1:m + 1, :n] = False
+    np.testing.assert_array_equal(buffer[outside], before[outside])
+
+
+@pytest.mark.parametrize("out_type", QMM_TYPES, ids=lambda t: np.dtype(t).name)
+def test_ties_round_half_to_even(out_type):
+    """sa · sb / so = 0.5: every odd accumulator is a tie."""
+    a = np.arange(-6, 6, dtype=np.int8).reshape(1, 1, 12, 1)
+    b = np.ones((1, 1, 1, 1), np.int8)
+    out = poisoned((1, 1, 12, 1), out_type)
+    half, one = np.full(12, 0.5, np.float32), np.ones(1, np.float32)
+    zero = None if out_type == np.int8 else np.full(12, 10, np.uint8)
+    cpu_qmatmul.quantized_linear_matmul(a, half, None, b, one, None, np.ones(12, np.float32), zero, out)
+    expected = np.array([-3, -2, -2, -2, -1, 0, 0, 0, 1, 2, 2, 2]) + (0 if zero is None else 10)
+    np.testing.assert_array_equal(out[0, 0, :, 0], expected)
+
+
+@pytest.mark.parametrize("k", [1024, 1025, 2100])
+@pytest.mark.parametrize("a_type, b_type", list(itertools.product(QMM_TYPES, repeat=2)))
+@pytest.mark.parametrize("zero_points", ["absent", "lowest", "highest"])
+def test_extreme_values_stay_exact(k, a_type, b_type, zero_points):
+    """Every product at the largest centred magnitude (128 · 128) but one odd one (127 · 127) per row: a float32
+    partial sum past 2^24 would round, so a chunk one term too long shows in the integer product."""
+    def extreme(dtype, shape, last_axis):
+        values = np.full(shape, np.iinfo(dtype).min, dtype)
+        index = [slice(None)] * 2
+        index[last_axis] = -1
+        values[tuple(index)] += 1
+        return values
+
+    a, b = extreme(a_type, (3, k), 1), extreme(b_type, (k, 2), 0)
+    def zero_point(dtype, length):
+        if zero_points == "absent":
+            return None
+        info = np.iinfo(dtype)
+        return np.full(length, info.min if zero_points == "lowest" else info.max, dtype)
+
+    zero_a, zero_b = zero_point(a_type, 3), zero_point(b_type, 2)
+    product, corrections = cpu_qmatmul.integer_product(a, zero_a, b, zero_b)
+    acc = product.astype(np.float64)
+    for row_term, column_term in corrections:
+        acc += row_term[:, None] * column_term
+    exact = (a.astype(np.int64) - (0 if zero_a is None else zero_a[:, None])) @ \
+        (b.astype(np.int64) - (0 if zero_b is None else zero_b))
+    np.testing.assert_array_equal(acc, exact)
