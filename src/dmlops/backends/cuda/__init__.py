@@ -33,6 +33,16 @@ def check_device(tensor, where: str) -> None:
                               f"(CPU tensors only under TRITON_INTERPRET=1)")
 
 
+def check_devices(operator: str, **tensors) -> None:
+    """The tensors of one operator run where the kernels can run them, all on one device."""
+    first_field, first = next(iter(tensors.items()))
+    for field, tensor in tensors.items():
+        check_device(tensor, f"{operator}.{field}")
+        if tensor.device != first.device:
+            raise ValidationError(f"{operator}.{field}: on {tensor.device}, but {first_field} is on {first.device}; "
+                                  f"the tensors of one operator must be on one device")
+
+
 # -- memory and views -------------------------------------------------------------------------------------------
 
 

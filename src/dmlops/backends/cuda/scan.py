@@ -1,5 +1,409 @@
-"""Cumulative summation and product as Triton scans (to be written)."""
+"""Cumulative summation and product as single-pass Triton scans.
+
+Whatever its rank, a scan is a set of independent lines along the scan axis. The dimensions other than the axis
+coalesce, where the strides of both tensors allow, into at most two: an outer index and an inner index. A program
+scans a tile: when the scan axis is the innermost, a block of whole or partial lines (the scan runs along the
+block's rows); otherwise a block of positions along the axis × a run of inner indices (the scan runs down the
+block's columns, over contiguous rows). Every element is read once and written once, whatever the direction and
+exclusivity: a decreasing scan walks its tiles from the last and scans each tile in reverse; an exclusive scan
+scans the tile's elements shifted by one position (a second load of the same lines, served from cache).
+
+A line longer than one tile is cut into tiles that are chained by a decoupled look-back. Each tile publishes
+the total of its elements; the tiles of a line form groups of WINDOW; the last tile of each group publishes the
+inclusive prefix of its group. A tile's carry is the previous group's prefix combined with the totals of the
+earlier tiles of its own group, reduced in a fixed tree. That order depends only on the tile's position, never
+on which tile finished first, so float results are the same bits on every run; and a tile waits for at most
+WINDOW - 1 totals and one prefix, so a line advances WINDOW tiles per round trip through L2.
+
+The published words carry the launch's generation number in their high half and 32 bits of value in their low
+half (64-bit values take two words), so a reader sees a whole value or none without fences, and the scratch
+memory needs no clearing between launches: the last program of a launch advances the generation. Programs are
+launched in the order of the tiles they wait for, so a tile waits only for tiles that are running or done.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+
+import torch
+import triton
+import triton.language as tl
+
+from ...types import DataType
+from . import check_devices, data_type
+
+TILE_ELEMENTS = 8192  # elements scanned by one program (half as many for 64-bit types)
+TILES_IN_FLIGHT = 256  # tiles whose totals a round trip through L2 should settle, over all the lines
+MAX_WINDOW = 128
+MAX_WINDOW_WORDS = 2048  # words a program reads in one look-back
+MAX_GENERATION = tl.constexpr(2**31 - 1)
+
+# What the kernel computes in: FLOAT16 accumulates in float32; unsigned integers wrap exactly like the signed
+# integers of their width, and run as those.
+ACCUMULATORS = {
+    DataType.FLOAT32: (torch.float32, tl.float32),
+    DataType.FLOAT16: (torch.float16, tl.float32),
+    DataType.INT32: (torch.int32, tl.int32),
+    DataType.UINT32: (torch.int32, tl.int32),
+    DataType.INT64: (torch.int64, tl.int64),
+    DataType.UINT64: (torch.int64, tl.int64),
+}
 
 
-def cumulative(operation, x, out, axis, reverse, exclusive):
-    raise NotImplementedError("the CUDA scan kernels are not written yet")
+# -- kernel ----------------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _multiply(a, b):
+    return a * b
+
+
+@triton.jit
+def _combine(a, b, OPERATION: tl.constexpr):
+    if OPERATION == "sum":
+        return a + b
+    else:
+        return a * b
+
+
+@triton.jit
+def _reduce(values, AXIS: tl.constexpr, OPERATION: tl.constexpr):
+    if OPERATION == "sum":
+        return tl.sum(values, AXIS)
+    else:
+        return tl.reduce(values, AXIS, _multiply)
+
+
+@triton.jit
+def _scan(values, AXIS: tl.constexpr, OPERATION: tl.constexpr, REVERSE: tl.constexpr):
+    if OPERATION == "sum":
+        return tl.cumsum(values, AXIS, reverse=REVERSE)
+    else:
+        return tl.cumprod(values, AXIS, reverse=REVERSE)
+
+
+@triton.jit
+def _offset(origin, position, step, HINT: tl.constexpr, ALIGNMENT: tl.constexpr):
+    """origin + position * step, with the compiler told that each is a multiple of ALIGNMENT where HINT."""
+    offset = origin + position * step
+    if HINT:
+        offset = tl.multiple_of(offset, [ALIGNMENT, ALIGNMENT])
+    return offset
+
+
+@triton.jit
+def _publish(pointers, value, generation, WIDE: tl.constexpr):
+    """Write value as tagged words: the generation in the high half, 32 bits of value in the low half."""
+    tag = generation.to(tl.int64) << 32
+    if WIDE:
+        bits = value.to(tl.int64, bitcast=True)
+        tl.store(pointers, tag | bits.to(tl.uint32).to(tl.int64))
+        tl.store(pointers + 1, tag | (bits >> 32).to(tl.uint32).to(tl.int64))
+    else:
+        bits = value.to(tl.int32, bitcast=True)
+        tl.store(pointers, tag | bits.to(tl.uint32).to(tl.int64))
+
+
+@triton.jit
+def _stale(words, needed, generation):
+    return needed & ((words >> 32).to(tl.int32) != generation)
+
+
+@triton.jit
+def _wait_words(pointers, needed, generation):
+    """The words at pointers where needed, once they all carry this launch's generation."""
+    words = tl.load(pointers, mask=needed, other=0, volatile=True)
+    while tl.max(_stale(words, needed, generation).to(tl.int32)) > 0:
+        words = tl.load(pointers, mask=needed, other=0, volatile=True)
+    return words
+
+
+@triton.jit
+def _collect(pointers, needed, generation, IDENTITY: tl.constexpr, ACCUMULATOR: tl.constexpr, WIDE: tl.constexpr):
+    """The values published at pointers where needed (waiting until they are), IDENTITY elsewhere."""
+    low = _wait_words(pointers, needed, generation)
+    if WIDE:
+        high = _wait_words(pointers + 1, needed, generation)
+        value = ((high << 32) | low.to(tl.uint32).to(tl.int64)).to(ACCUMULATOR, bitcast=True)
+    else:
+        value = low.to(tl.int32).to(ACCUMULATOR, bitcast=True)
+    return tl.where(needed, value, IDENTITY)
+
+
+@triton.jit
+def _carry_in(total, totals, prefixes, chain, walk_tile, tiles_per_line, generation,
+              OPERATION: tl.constexpr, IDENTITY: tl.constexpr, ACCUMULATOR: tl.constexpr, WIDE: tl.constexpr,
+              LANES: tl.constexpr, WINDOW: tl.constexpr):
+    """Publish this tile's total; return the combination of every earlier tile of its line, in a fixed order."""
+    WORDS: tl.constexpr = 2 if WIDE else 1
+    lane = tl.arange(0, LANES)
+    group = walk_tile // WINDOW
+    first = group * WINDOW
+    last_in_group = walk_tile == first + WINDOW - 1
+    line_tiles = chain.to(tl.int64) * tiles_per_line
+    if not last_in_group:  # the last total of a group reaches later tiles through the group's prefix only
+        _publish(totals + ((line_tiles + walk_tile) * LANES + lane) * WORDS, total, generation, WIDE)
+
+    member = first + tl.arange(0, WINDOW)
+    earlier = (member < walk_tile)[:, None] & (lane < LANES)[None, :]
+    member_words = totals + (((line_tiles + member)[:, None]) * LANES + lane[None, :]) * WORDS
+    carry = _reduce(_collect(member_words, earlier, generation, IDENTITY, ACCUMULATOR, WIDE), 0, OPERATION)
+    line_groups = chain.to(tl.int64) * tl.cdiv(tiles_per_line, WINDOW)
+    if group > 0:
+        prefix_words = prefixes + ((line_groups + group - 1) * LANES + lane) * WORDS
+        previous = _collect(prefix_words, lane < LANES, generation, IDENTITY, ACCUMULATOR, WIDE)
+        carry = _combine(previous, carry, OPERATION)
+    if last_in_group and walk_tile < tiles_per_line - 1:
+        prefix_words = prefixes + ((line_groups + group) * LANES + lane) * WORDS
+        _publish(prefix_words, _combine(carry, total, OPERATION), generation, WIDE)
+    return carry
+
+
+@triton.jit
+def _scan_kernel(x, y, totals, prefixes, control,
+                 outer, length, inner, x_outer, x_step, x_inner, y_outer, y_step, y_inner,
+                 tiles_per_line, chains, inner_blocks,
+                 OPERATION: tl.constexpr, IDENTITY: tl.constexpr, ZERO: tl.constexpr, ACCUMULATOR: tl.constexpr,
+                 WIDE: tl.constexpr, REVERSE: tl.constexpr, EXCLUSIVE: tl.constexpr, ALONG_ROWS: tl.constexpr,
+                 BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr, EVEN_COLUMNS: tl.constexpr, WINDOW: tl.constexpr,
+                 ALIGNMENT: tl.constexpr):
+    # Tiles of one line are WINDOW-chained in walk order; programs take tiles walk position by walk position,
+    # all lines side by side, so that every tile a program waits for was launched before it.
+    pid = tl.program_id(0)
+    walk_tile = pid // chains
+    chain = pid % chains
+    tile = (tiles_per_line - 1 - walk_tile) if REVERSE else walk_tile
+    a = tl.arange(0, BLOCK_A)
+    b = tl.arange(0, BLOCK_B)
+    if ALONG_ROWS:  # block rows are lines (outer indices), block columns run along the scan axis
+        AXIS: tl.constexpr = 1
+        LANES: tl.constexpr = BLOCK_A
+        TILE_LENGTH: tl.constexpr = BLOCK_B
+        line = chain.to(tl.int64) * BLOCK_A + a[:, None]
+        x_base = x + tl.multiple_of(line * x_outer, [ALIGNMENT, ALIGNMENT])
+        y_base = y + tl.multiple_of(line * y_outer, [ALIGNMENT, ALIGNMENT])
+        x_origin = 0
+        y_origin = 0
+        in_tile = b[None, :]
+        position = tile.to(tl.int64) * TILE_LENGTH + in_tile
+        row_valid = line < outer
+        column_valid = position < length
+    else:  # block rows run along the scan axis, block columns are inner indices of one outer index
+        AXIS: tl.constexpr = 0
+        LANES: tl.constexpr = BLOCK_B
+        TILE_LENGTH: tl.constexpr = BLOCK_A
+        o = (chain // inner_blocks).to(tl.int64)
+        column = (chain % inner_blocks).to(tl.int64) * BLOCK_B + b[None, :]
+        x_base = x + column * x_inner
+        y_base = y + column * y_inner
+        x_origin = o * x_outer
+        y_origin = o * y_outer
+        in_tile = a[:, None]
+        position = tile.to(tl.int64) * TILE_LENGTH + in_tile
+        row_valid = position < length
+        column_valid = column < inner
+    if EVEN_COLUMNS:  # no mask along the rows, so that loads and stores along them can be vectors
+        valid = tl.broadcast_to(row_valid, [BLOCK_A, BLOCK_B])
+    else:
+        valid = row_valid & column_valid
+
+    if EXCLUSIVE:  # scan each element's predecessor in walk order within the tile
+        if REVERSE:
+            previous = position + 1
+            has_previous = valid & (in_tile < TILE_LENGTH - 1) & (previous < length)
+        else:
+            previous = position - 1
+            has_previous = valid & (in_tile > 0)
+        x_previous = x_base + _offset(x_origin, previous, x_step, not ALONG_ROWS, ALIGNMENT)
+        values = tl.load(x_previous, mask=has_previous, other=IDENTITY).to(ACCUMULATOR)
+    else:
+        x_here = x_base + _offset(x_origin, position, x_step, not ALONG_ROWS, ALIGNMENT)
+        values = tl.load(x_here, mask=valid, other=IDENTITY).to(ACCUMULATOR)
+    result = _scan(values, AXIS, OPERATION, REVERSE)
+    if WINDOW > 0:
+        generation = tl.load(control, volatile=True)
+        # The tile's total is its scan's last element in walk order (plus, when exclusive, that element).
+        if REVERSE:
+            last = tile.to(tl.int64) * TILE_LENGTH
+        else:
+            last = tl.minimum(tile.to(tl.int64) * TILE_LENGTH + TILE_LENGTH, length) - 1
+        total = tl.sum(tl.where(position == last, result, ZERO), AXIS)
+        if EXCLUSIVE:
+            lane_valid = row_valid if ALONG_ROWS else column_valid
+            final = tl.load(x_base + (x_origin + last * x_step), mask=lane_valid, other=IDENTITY)
+            total = _combine(total, tl.sum(final.to(ACCUMULATOR), AXIS), OPERATION)
+        carry = _carry_in(total, totals, prefixes, chain, walk_tile, tiles_per_line, generation, OPERATION,
+                          IDENTITY, ACCUMULATOR, WIDE, LANES, WINDOW)
+        result = _combine(tl.expand_dims(carry, AXIS), result, OPERATION)
+    if EXCLUSIVE:  # the first element of a line is exactly 0 (or 1), never -0.0
+        line_start = (length - 1) if REVERSE else 0
+        result = tl.where(position == line_start, 1 if OPERATION == "product" else 0, result)
+    y_here = y_base + _offset(y_origin, position, y_step, not ALONG_ROWS, ALIGNMENT)
+    tl.store(y_here, result.to(y.dtype.element_ty), mask=valid)
+
+    if WINDOW > 0:  # the last program to finish moves the scratch memory on to the next generation
+        finished = tl.atomic_add(control + 1, 1, sem="acq_rel")
+        if finished == tl.num_programs(0) - 1:
+            tl.store(control + 1, 0)
+            tl.store(control, tl.where(generation == MAX_GENERATION, 1, generation + 1))
+
+
+# -- launcher --------------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Lines:
+    """A scan as (outer, length, inner) with each tensor's element strides for those three indices."""
+
+    outer: int
+    length: int
+    inner: int
+    x_strides: tuple[int, int, int]
+    y_strides: tuple[int, int, int]
+
+
+def lines(sizes, axis, x_strides, y_strides) -> Lines | None:
+    """The scan's lines, or None when the dimensions other than the axis do not coalesce into two."""
+    others = [(size, xs, ys) for i, (size, xs, ys) in enumerate(zip(sizes, x_strides, y_strides))
+              if i != axis and size > 1]
+    groups = []
+    for size, xs, ys in others:
+        if groups and groups[-1][1] == xs * size and groups[-1][2] == ys * size:
+            groups[-1] = (groups[-1][0] * size, xs, ys)
+        else:
+            groups.append((size, xs, ys))
+    if len(groups) > 2:
+        return None
+    groups.sort(key=lambda group: group[2], reverse=True)  # by output stride: outer first
+    length, x_step, y_step = sizes[axis], x_strides[axis], y_strides[axis]
+    outer, inner = (1, 0, 0), (1, 0, 0)
+    if len(groups) == 2:
+        outer, inner = groups
+    elif len(groups) == 1:
+        if groups[0][2] > y_step or length == 1:
+            outer = groups[0]
+        else:
+            inner = groups[0]
+    return Lines(outer[0], length, inner[0], (outer[1], x_step, inner[1]), (outer[2], y_step, inner[2]))
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """How the tiles cover the lines, and the kernel's block shape."""
+
+    along_rows: bool
+    block: tuple[int, int]
+    lanes: int  # lines per tile: the block's size across the scan axis
+    even_columns: bool  # the block's columns never run past the tensor
+    tiles_per_line: int
+    chains: int
+    inner_blocks: int
+    window: int
+    alignment: int
+    num_warps: int
+
+
+def plan(problem: Lines, tile_elements: int, tiles_in_flight: int) -> Plan:
+    along_rows = problem.inner == 1
+    if along_rows:
+        block_b = min(triton.next_power_of_2(problem.length), tile_elements)
+        block_a = min(tile_elements // block_b, triton.next_power_of_2(problem.outer))
+        tiles_per_line = triton.cdiv(problem.length, block_b)
+        inner_blocks = 1
+        chains = triton.cdiv(problem.outer, block_a)
+        lanes = block_a
+        even_columns = problem.length % block_b == 0
+    else:
+        block_b = min(triton.next_power_of_2(problem.inner),
+                      max(128, tile_elements // triton.next_power_of_2(problem.length)), tile_elements)
+        block_a = min(triton.next_power_of_2(problem.length), tile_elements // block_b)
+        tiles_per_line = triton.cdiv(problem.length, block_a)
+        inner_blocks = triton.cdiv(problem.inner, block_b)
+        chains = problem.outer * inner_blocks
+        lanes = block_b
+        even_columns = problem.inner % block_b == 0
+    window = 0
+    if tiles_per_line > 1:
+        window = min(triton.next_power_of_2(triton.cdiv(tiles_in_flight, chains)), MAX_WINDOW,
+                     max(1, MAX_WINDOW_WORDS // lanes), triton.next_power_of_2(tiles_per_line))
+    # The strides of the block's rows (lines, or positions of a column) are multiples of this: it tells the
+    # compiler how wide its loads and stores along the rows may be.
+    row_strides = [problem.x_strides[0], problem.y_strides[0]]
+    if not along_rows:
+        row_strides += [problem.x_strides[1], problem.y_strides[1]]
+    alignment = min([16] + [stride & -stride for stride in row_strides if stride])
+    elements = block_a * block_b
+    num_warps = 8 if elements >= 4096 else 4 if elements >= 1024 else 2 if elements >= 256 else 1
+    return Plan(along_rows, (block_a, block_b), lanes, even_columns, tiles_per_line, chains, inner_blocks, window,
+                alignment, num_warps)
+
+
+class _Scratch:
+    """The look-back's memory for one device and stream: control words (generation, finished programs) and
+    tagged words. Never cleared: a launch only reads words that carry its own generation."""
+
+    def __init__(self, device, words: int):
+        self.control = torch.zeros(2, dtype=torch.int32, device=device)
+        self.control[0] = 1
+        self.words = torch.zeros(words, dtype=torch.int64, device=device)
+
+
+_scratch: dict = {}
+
+
+def _scratch_for(device, words: int) -> _Scratch:
+    if device.type != "cuda":
+        return _Scratch(device, words)
+    if torch.cuda.is_current_stream_capturing():  # a graph owns its scratch, set up again on every replay
+        return _Scratch(device, words)
+    key = (device, torch.cuda.current_stream(device).stream_id)
+    scratch = _scratch.get(key)
+    if scratch is None or scratch.words.numel() < words:
+        scratch = _scratch[key] = _Scratch(device, max(words, 2 * scratch.words.numel() if scratch else 0))
+    return scratch
+
+
+def cumulative(operation: str, x, out, axis: int, reverse: bool, exclusive: bool, *,
+               tile_elements: int | None = None, tiles_in_flight: int = TILES_IN_FLIGHT) -> None:
+    """out = the running sum or product of x along axis (see dmlops.ops.cumulative.reference).
+
+    tile_elements and tiles_in_flight tune the tiling (tests make them small to cover many tiles).
+    """
+    name = "DML_OPERATOR_CUMULATIVE_" + ("SUMMATION" if operation == "sum" else "PRODUCT")
+    check_devices(name, input_tensor=x, output_tensor=out)
+    storage, accumulator = ACCUMULATORS[data_type(x)]
+    x, out = x.view(storage), out.view(storage)
+    problem = lines(tuple(x.shape), axis, x.stride(), out.stride())
+    if problem is None:  # strides beyond two coalesced dimensions: scan packed copies
+        packed = torch.empty(tuple(x.shape), dtype=storage, device=out.device)
+        cumulative(operation, x.contiguous(), packed, axis, reverse, exclusive, tile_elements=tile_elements,
+                   tiles_in_flight=tiles_in_flight)
+        out.copy_(packed)
+        return
+    wide = accumulator.primitive_bitwidth == 64
+    if tile_elements is None:
+        tile_elements = TILE_ELEMENTS // (2 if wide else 1)
+    layout = plan(problem, tile_elements, tiles_in_flight)
+    tiles = layout.tiles_per_line * layout.chains
+    if layout.window:
+        words_per_value = 2 if wide else 1
+        total_words = tiles * layout.lanes * words_per_value
+        total_words += total_words % 2  # keeps the prefixes 16-byte aligned
+        groups = layout.chains * triton.cdiv(layout.tiles_per_line, layout.window)
+        scratch = _scratch_for(x.device, total_words + groups * layout.lanes * words_per_value)
+        totals, prefixes, control = scratch.words, scratch.words[total_words:], scratch.control
+    else:
+        totals = prefixes = control = out  # not read
+    zero = -0.0 if accumulator.is_floating() else 0  # x + -0.0 is x for every x, -0.0 included
+    identity = zero if operation == "sum" else 1
+    device = torch.cuda.device(x.device) if x.device.type == "cuda" else contextlib.nullcontext()
+    with device:
+        _scan_kernel[(tiles,)](
+            x, out, totals, prefixes, control,
+            problem.outer, problem.length, problem.inner, *problem.x_strides, *problem.y_strides,
+            layout.tiles_per_line, layout.chains, layout.inner_blocks,
+            OPERATION=operation, IDENTITY=identity, ZERO=zero, ACCUMULATOR=accumulator, WIDE=wide,
+            REVERSE=bool(reverse), EXCLUSIVE=bool(exclusive), ALONG_ROWS=layout.along_rows,
+            BLOCK_A=layout.block[0], BLOCK_B=layout.block[1], EVEN_COLUMNS=layout.even_columns,
+            WINDOW=layout.window, ALIGNMENT=layout.alignment, num_warps=layout.num_warps)

@@ -1,0 +1,322 @@
+"""The CUDA backend's cumulative summation and product against the NumPy reference.
+
+Without a GPU the Triton kernels run under Triton's interpreter on CPU tensors (small shapes, small tiles so that
+lines span many tiles and the look-back runs); with DMLOPS_TEST_GPU=1 the same tests run on the GPU with the real
+compiler, plus large shapes, determinism and graph capture.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import dmlops
+from dmlops.backends import cuda as cuda_backend
+from dmlops.backends.cuda import scan
+from dmlops.ops.cumulative import reference
+from dmlops.types import ValidationError
+
+ON_GPU = os.environ.get("DMLOPS_TEST_GPU") == "1"
+DEVICE = "cuda" if ON_GPU else "cpu"
+DTYPES = [np.float32, np.float16, np.int32, np.uint32, np.int64, np.uint64]
+gpu_only = pytest.mark.skipif(not ON_GPU, reason="needs DMLOPS_TEST_GPU=1 and a GPU")
+
+
+# -- inputs, layouts and the check --------------------------------------------------------------------------------
+
+
+def random_values(rng, operation: str, dtype, count: int) -> np.ndarray:
+    """Fresh values: normal for float sums, near ±1 for float products, full-range integers (odd for products,
+    so that wrapped products do not collapse to 0)."""
+    dtype = np.dtype(dtype)
+    if dtype.kind == "f":
+        if operation == "sum":
+            return rng.standard_normal(count).astype(dtype)
+        return (rng.choice([-1.0, 1.0], count) * rng.uniform(0.9, 1.1, count)).astype(dtype)
+    info = np.iinfo(dtype)
+    values = rng.integers(info.min, info.max, count, dtype=dtype, endpoint=True)
+    return values | dtype.type(1) if operation == "product" else values
+
+
+def layout(rng, shape, kind: str):
+    """(element strides, element offset) of a view of the given kind: packed, padded, permuted or broadcast."""
+    order = list(range(len(shape)))
+    if kind == "permuted":
+        rng.shuffle(order)
+    pads = rng.integers(1, 3, len(shape)) if kind == "padded" else [0] * len(shape)
+    strides, step = [0] * len(shape), 1
+    for dim in reversed(order):
+        strides[dim] = step
+        step *= shape[dim] + pads[dim]
+    if kind == "broadcast":
+        strides = [0 if rng.random() < 0.5 else stride for stride in strides]
+    return strides, int(rng.integers(0, 3))
+
+
+def strided(buffer: np.ndarray, shape, strides, offset) -> torch.Tensor:
+    return torch.from_numpy(buffer).to(DEVICE).as_strided(tuple(shape), tuple(strides), offset)
+
+
+def span(shape, strides, offset) -> int:
+    return offset + sum((size - 1) * stride for size, stride in zip(shape, strides)) + 1
+
+
+def poison(dtype) -> np.generic:
+    dtype = np.dtype(dtype)
+    return dtype.type(np.nan) if dtype.kind == "f" else np.iinfo(dtype).max - dtype.type(7)
+
+
+def expected_and_tolerance(operation, x: np.ndarray, axis, reverse, exclusive):
+    """The float64 (or exact integer) reference, and how far a float result may be from it."""
+    if x.dtype.kind != "f":
+        return reference(operation, x, axis, reverse, exclusive), None
+    exact = reference(operation, x.astype(np.float64), axis, reverse, exclusive)
+    length = x.shape[axis]
+    if operation == "sum":  # any order of float32 additions: within n·eps of the running sum of |x|
+        magnitude = reference("sum", np.abs(x.astype(np.float64)), axis, reverse, exclusive)
+        tolerance = 4 * length * np.finfo(np.float32).eps * magnitude
+    else:
+        tolerance = 4 * length * np.finfo(np.float32).eps * np.abs(exact)
+    if x.dtype == np.float16:  # accumulated in float32, rounded once to float16
+        tolerance = tolerance + np.spacing(np.abs(exact).astype(np.float16)).astype(np.float64)
+    return exact, tolerance
+
+
+def check(out_buffer: np.ndarray, before: np.ndarray, out: torch.Tensor, expected, tolerance, covered):
+    """Every element of out is right, and nothing outside it was touched."""
+    result = out.cpu().numpy()
+    if tolerance is None:
+        np.testing.assert_array_equal(result, expected)
+    else:
+        assert not np.isnan(result).any(), "unwritten or NaN elements"
+        np.testing.assert_array_less(np.abs(result.astype(np.float64) - expected), tolerance + 1e-300)
+    untouched = np.ones(len(out_buffer), bool)
+    untouched[covered] = False
+    np.testing.assert_array_equal(out_buffer.view(np.uint8).reshape(len(out_buffer), -1)[untouched],
+                                  before.view(np.uint8).reshape(len(before), -1)[untouched])
+
+
+def offsets(shape, strides, offset) -> np.ndarray:
+    grid = np.zeros((), np.int64) + offset
+    for size, stride in zip(shape, strides):
+        grid = grid[..., None] + np.arange(size) * stride
+    return grid.reshape(-1)
+
+
+def run_case(rng, operation, dtype, shape, axis, reverse, exclusive, x_kind="packed", out_kind="packed",
+             in_place=False, tile_elements=None, tiles_in_flight=scan.TILES_IN_FLIGHT):
+    x_strides, x_offset = layout(rng, shape, x_kind)
+    x_buffer = random_values(rng, operation, dtype, span(shape, x_strides, x_offset))
+    if in_place:
+        out_strides, out_offset, out_buffer = x_strides, x_offset, x_buffer
+    else:
+        out_strides, out_offset = layout(rng, shape, out_kind)
+        out_buffer = np.full(span(shape, out_strides, out_offset) + 3, poison(dtype), dtype)
+    x_tensor = torch.from_numpy(x_buffer).to(DEVICE)
+    out_tensor = x_tensor if in_place else torch.from_numpy(out_buffer).to(DEVICE)
+    x = x_tensor.as_strided(tuple(shape), tuple(x_strides), x_offset)
+    out = out_tensor.as_strided(tuple(shape), tuple(out_strides), out_offset)
+    source = x.cpu().numpy().copy()
+    before = out_tensor.cpu().numpy().copy()
+    scan.cumulative(operation, x, out, axis, reverse, exclusive, tile_elements=tile_elements,
+                    tiles_in_flight=tiles_in_flight)
+    expected, tolerance = expected_and_tolerance(operation, source, axis, reverse, exclusive)
+    check(out_tensor.cpu().numpy(), before, out, expected, tolerance, offsets(shape, out_strides, out_offset))
+
+
+# -- every data type, operation, direction and exclusivity, through each kind of tiling ------------------------
+
+# (shape, axis, tile_elements, tiles_in_flight): lines along rows over many tiles with several look-back groups;
+# many short lines per tile; down columns over many tiles; down columns, whole lines in one tile.
+TILINGS = [
+    ((150,), 0, 16, 4),
+    ((13, 9), 1, 64, 256),
+    ((19, 3, 5), 0, 32, 4),
+    ((2, 6, 20), 1, 64, 256),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("operation", ["sum", "product"])
+@pytest.mark.parametrize("reverse", [False, True], ids=["increasing", "decreasing"])
+@pytest.mark.parametrize("exclusive", [False, True], ids=["inclusive", "exclusive"])
+@pytest.mark.parametrize("tiling", range(len(TILINGS)))
+def test_every_variant(dtype, operation, reverse, exclusive, tiling):
+    shape, axis, tile_elements, tiles_in_flight = TILINGS[tiling]
+    rng = np.random.default_rng()
+    run_case(rng, operation, dtype, shape, axis, reverse, exclusive, tile_elements=tile_elements,
+             tiles_in_flight=tiles_in_flight)
+
+
+# -- strides, broadcasts, padding, permutations, in place: property tests -------------------------------------
+
+
+@st.composite
+def cases(draw):
+    ndim = draw(st.integers(1, 4))
+    shape = draw(st.lists(st.integers(1, 6), min_size=ndim, max_size=ndim))
+    axis = draw(st.integers(0, ndim - 1))
+    shape[axis] = draw(st.integers(1, 40))
+    in_place = draw(st.booleans())
+    x_kind = draw(st.sampled_from(["packed", "padded", "permuted"] + ([] if in_place else ["broadcast"])))
+    return dict(
+        operation=draw(st.sampled_from(["sum", "product"])), dtype=draw(st.sampled_from(DTYPES)),
+        shape=tuple(shape), axis=axis, reverse=draw(st.booleans()), exclusive=draw(st.booleans()),
+        x_kind=x_kind, out_kind=draw(st.sampled_from(["packed", "padded", "permuted"])), in_place=in_place,
+        tile_elements=draw(st.sampled_from([16, 64, 1024])), tiles_in_flight=draw(st.sampled_from([1, 4, 16])),
+        seed=draw(st.integers(0, 2**32 - 1)))
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases())
+def test_strides_and_aliasing(case):
+    rng = np.random.default_rng(case.pop("seed"))
+    run_case(rng, **case)
+
+
+def test_lines_coalesce():
+    # A packed 4-D tensor scanned on axis 1 is (outer 2, length 3, inner 20): one launch, no copies.
+    problem = scan.lines((2, 3, 4, 5), 1, (60, 20, 5, 1), (60, 20, 5, 1))
+    assert problem == scan.Lines(2, 3, 20, (60, 20, 1), (60, 20, 1))
+    # Padding between the output's rows and planes keeps three groups apart: they go through packed copies.
+    assert scan.lines((2, 3, 4, 5), 3, (60, 20, 5, 1), (150, 40, 8, 1)) is None
+    # Two groups: the one with the smaller output strides is the inner index.
+    assert scan.lines((2, 3, 4, 5), 3, (60, 20, 5, 1), (150, 32, 8, 1)) == scan.Lines(
+        2, 5, 12, (60, 1, 5), (150, 1, 8))
+    # The last axis, with a transposed input: the lines are rows whatever the input's order.
+    assert scan.lines((6, 7), 1, (1, 6), (7, 1)) == scan.Lines(6, 7, 1, (1, 6, 0), (7, 1, 0))
+
+
+# -- the operator and array APIs with backend="cuda" ---------------------------------------------------------
+
+
+def test_array_api():
+    rng = np.random.default_rng()
+    values = random_values(rng, "sum", np.float32, 5 * 40).reshape(5, 40)
+    x = torch.from_numpy(values).to(DEVICE)
+    result = dmlops.cumulative_sum(x, -1, reverse=True, exclusive=True, backend="cuda")
+    assert isinstance(result, torch.Tensor) and result.device == x.device
+    expected, tolerance = expected_and_tolerance("sum", values, 1, True, True)
+    np.testing.assert_array_less(np.abs(result.cpu().numpy() - expected), tolerance + 1e-300)
+    x.copy_(torch.from_numpy(random_values(rng, "product", np.float32, 200).reshape(5, 40)))
+    source = x.cpu().numpy().copy()
+    assert dmlops.cumulative_product(x, 0, out=x, backend="cuda") is x  # in place
+    expected, tolerance = expected_and_tolerance("product", source, 0, False, False)
+    np.testing.assert_array_less(np.abs(x.cpu().numpy() - expected), tolerance + 1e-300)
+
+
+def test_operator_api_on_byte_buffers():
+    rng = np.random.default_rng()
+    values = random_values(rng, "sum", np.int32, 24)
+    x_desc = dmlops.TensorDesc(dmlops.DataType.INT32, (1, 2, 3, 4))
+    out_desc = dmlops.TensorDesc(dmlops.DataType.INT32, (1, 2, 3, 4), (48, 24, 8, 2))  # every other element
+    desc = dmlops.CumulativeSummationOperatorDesc(x_desc, out_desc, axis=2, has_exclusive_sum=True)
+    op = dmlops.Device("cuda").compile_operator(desc)
+    source = torch.from_numpy(values.view(np.uint8).copy()).to(DEVICE)
+    target = torch.full((out_desc.total_tensor_size_in_bytes,), 0xAB, dtype=torch.uint8, device=DEVICE)
+    op.execute([source], [target])
+    written = target.cpu().numpy().view(np.int32)
+    expected = reference("sum", values.reshape(1, 2, 3, 4), 2, False, True)
+    np.testing.assert_array_equal(written[::2][:24].reshape(1, 2, 3, 4), expected)
+    assert (written[1::2] == np.full(4, 0xAB, np.uint8).view(np.int32)[0]).all()
+
+
+@gpu_only
+def test_cuda_arrays_pick_the_cuda_backend():
+    x = torch.randn(1000, 3, device="cuda")
+    result = dmlops.cumulative_sum(x, 0, reverse=True)
+    assert result.device == x.device
+    torch.testing.assert_close(result, x.double().flip(0).cumsum(0).flip(0).float(), rtol=1e-5, atol=1e-4)
+    cupy = pytest.importorskip("cupy")
+    array = cupy.random.standard_normal((100, 7), dtype=cupy.float32)
+    result = dmlops.cumulative_product(array, 1)
+    assert isinstance(result, cupy.ndarray)
+    np.testing.assert_allclose(result.get(), np.cumprod(array.get().astype(np.float64), 1), rtol=1e-5)
+
+
+# -- rejections ----------------------------------------------------------------------------------------------
+
+
+def test_cpu_tensors_need_the_interpreter(monkeypatch):
+    monkeypatch.setattr(cuda_backend, "INTERPRETED", False)
+    x = torch.randn(4, 5)
+    with pytest.raises(ValidationError, match="input_tensor.*CUDA tensors"):
+        scan.cumulative("sum", x, torch.empty_like(x), 0, False, False)
+    with pytest.raises(ValidationError):
+        dmlops.cumulative_sum(x, 0, backend="cuda")
+    with pytest.raises(ValidationError, match="CUDA tensors"):
+        dmlops.Device("cuda").compile_operator(dmlops.CumulativeSummationOperatorDesc(
+            dmlops.TensorDesc(dmlops.DataType.FLOAT32, (4,)), dmlops.TensorDesc(dmlops.DataType.FLOAT32, (4,)),
+            axis=0)).execute([torch.zeros(4)], [torch.zeros(4)])
+
+
+def test_tensors_on_different_devices():
+    x = torch.randn(4, 5, device=DEVICE)
+    other = torch.empty(4, 5, device="cpu" if ON_GPU else "meta")
+    with pytest.raises(ValidationError, match="output_tensor.*(one device|CUDA tensors)"):
+        scan.cumulative("product", x, other, 1, True, False)
+
+
+# -- on the GPU: large shapes, determinism, graph capture ------------------------------------------------------
+
+LARGE = [
+    ((1 << 24,), 0),
+    ((1 << 20, 2), 0),
+    ((1 << 20, 8), 1),
+    ((8, 1 << 21), 1),
+    ((4096, 1024), 0),
+    ((16, 512, 256), 1),
+    ((1000, 999), 1),
+]
+
+
+@gpu_only
+@pytest.mark.parametrize("shape, axis", LARGE)
+@pytest.mark.parametrize("operation, dtype", [("sum", np.float32), ("product", np.float32), ("sum", np.float16),
+                                              ("sum", np.int32), ("product", np.uint64)])
+@pytest.mark.parametrize("reverse, exclusive", [(False, False), (True, True)])
+def test_large(shape, axis, operation, dtype, reverse, exclusive):
+    if operation == "product" and np.dtype(dtype).kind == "f" and shape[axis] > 4096:
+        shape = shape[:axis] + (4096,) + shape[axis + 1:]  # keep float products within range
+    run_case(np.random.default_rng(), operation, dtype, shape, axis, reverse, exclusive)
+
+
+@gpu_only
+@pytest.mark.parametrize("shape, axis", [((1 << 26,), 0), ((65536, 512), 0), ((8, 1 << 22), 1)])
+def test_deterministic(shape, axis):
+    x = torch.randn(shape, device="cuda")
+    first = torch.empty_like(x)
+    scan.cumulative("sum", x, first, axis, True, True)
+    for _ in range(4):
+        again = torch.full_like(x, math.nan)
+        scan.cumulative("sum", x, again, axis, True, True)
+        assert torch.equal(first.view(torch.int32), again.view(torch.int32))
+
+
+@gpu_only
+def test_graph_capture_and_back_to_back_launches():
+    x = torch.randn(1 << 20, device="cuda")
+    out = torch.empty_like(x)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        scan.cumulative("sum", x, out, 0, False, False)  # compiled outside the capture
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        scan.cumulative("sum", x, out, 0, False, False)
+    for _ in range(3):
+        x.normal_()
+        out.fill_(math.nan)
+        graph.replay()
+        torch.testing.assert_close(out.double(), x.double().cumsum(0), rtol=0, atol=1e-5 * x.abs().sum().item())
+    for length in [5000, 70000, 3000, 1 << 20] * 5:  # the scratch memory, reused launch after launch
+        y = torch.randn(length, device="cuda")
+        torch.testing.assert_close(dmlops.cumulative_sum(y, 0).double(), y.double().cumsum(0), rtol=0,
+                                   atol=1e-5 * y.abs().sum().item())
