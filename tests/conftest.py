@@ -9,6 +9,24 @@ if not ON_GPU:
 import pytest  # noqa: E402
 
 
+def _interpreter_loops_under_numpy_2_4():
+    """Triton 3.6's interpreter turns a loop bound into an int with int(one-element array), which NumPy 2.4 refuses;
+    read the element instead (the upstream fix, triton-lang/triton#9172)."""
+    from triton.runtime import interpreter
+
+    patch_tensor = interpreter._patch_lang_tensor
+
+    def patched(tensor, scope):
+        patch_tensor(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.item()))
+
+    interpreter._patch_lang_tensor = patched
+
+
+if os.environ.get("TRITON_INTERPRET") == "1":
+    _interpreter_loops_under_numpy_2_4()
+
+
 @pytest.fixture(scope="session")
 def torch_device():
     """Where CUDA-backend tests put their tensors: the GPU, or the CPU under the interpreter."""

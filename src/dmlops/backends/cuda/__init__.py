@@ -13,7 +13,7 @@ import numpy as np
 
 import torch
 
-from ...types import DataType, ValidationError
+from ...types import DataType, OperatorType, ValidationError
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
@@ -97,7 +97,9 @@ def same_layout(a, b) -> bool:
 
 
 def persist(operator_type, field: str, array):
-    """The copy kept for an OWNED_BY_DML tensor."""
+    """The copy kept for an OWNED_BY_DML tensor; the quantized matmul's B is also repacked for its kernel, once."""
+    if operator_type == OperatorType.QUANTIZED_LINEAR_MATRIX_MULTIPLY and field == "b_tensor":
+        return qmatmul.persist_b(array)
     return array.clone()
 
 
@@ -159,5 +161,6 @@ def assign(target, source) -> None:
 
 # -- operators -------------------------------------------------------------------------------------------------
 
+from . import qmatmul  # noqa: E402
 from .qmatmul import quantized_linear_matmul  # noqa: E402
 from .scan import cumulative  # noqa: E402

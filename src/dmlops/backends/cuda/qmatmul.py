@@ -1,6 +1,398 @@
-"""Quantized linear matrix multiply on int8 tensor cores (to be written)."""
+"""DML_OPERATOR_QUANTIZED_LINEAR_MATRIX_MULTIPLY on int8 tensor cores, bit for bit with the CPU backend.
+
+The kernel computes what ``dmlops.ops.quantized_matmul.reference`` means, in these steps:
+
+- **int8 only.** Tensor cores multiply int8 by int8. A uint8 operand runs as int8 shifted by −128 (``x ^ 0x80`` is
+  ``x − 128`` as int8), and its zero point moves with it, so that Σ (A − za)(B − zb) = Σ (A' − za')(B' − zb') with
+  A' = A − 128 and za' = za − 128 for uint8 A (likewise B). Expanded:
+  Σ A'B' − za'·(Σ_k B' − K·zb') − zb'·Σ_k A': the tensor-core product plus the column sums of B' (needed when za'
+  can be non-zero) and the row sums of A' (when zb' can be).
+- **K-major operands.** int8 tensor-core instructions read both operands with K contiguous, so B {…, K, N} is
+  repacked to {…, N, K} (flipped to int8 on the way): once at initialization when B is OWNED_BY_DML (``persist_b``),
+  else per call unless B already is int8 with stride 1 on K. A is read where it lies when K is contiguous and
+  its rows are 16-byte aligned, as the tensor memory accelerator (TMA) wants; otherwise it is packed too.
+- **Exact sums.** The int32 accumulator is exact while K·128·128 < 2^31; for longer K the kernel adds int32 partial
+  products of K_SLICE-long slices in float64, where every integer below 2^53 is exact (|Σ| < 2^48 here).
+- **The float64 epilogue** follows ``requantize`` operation by operation, each IEEE-rounded once: multiplier =
+  (sa·sb)/so (``div.rn.f64``), y = acc·multiplier. Clamping y to the integers [lo − zo, hi − zo] before rounding
+  gives what clamping after gives; then y + 1.5·2^52 rounds y half to even, and its low 32 bits are that integer.
+  The compiler may fuse a multiply and an add into one FMA only where the multiply's result is added directly: that
+  happens in the zero-point corrections alone, whose every value is an exact integer, never to a rounded product.
+"""
+
+from __future__ import annotations
+
+import functools
+import weakref
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+from ...types import ValidationError
+from . import INTERPRETED, check_devices
+
+NAME = "DML_OPERATOR_QUANTIZED_LINEAR_MATRIX_MULTIPLY"
+
+# int32 sums of K_SLICE products of int8 values stay below 2^31 (65536 · 128 · 128 = 2^30).
+K_SLICE = 65536
+# TMA takes 16-byte aligned bases and row strides; packed operands pad K to this many bytes.
+TMA_ALIGNMENT = 16
+# TMA coordinates are signed 32-bit; a grid has at most 2^31 − 1 programs.
+MAX_ROWS = MAX_PROGRAMS = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class Config:
+    """A tile shape and launch for one class of problem sizes."""
+
+    block_m: int
+    block_n: int
+    block_k: int
+    num_warps: int
+    num_stages: int
+    epilogue_n: int = 32
+    group_m: int = 8
+
+
+# Hand-picked per shape class (see benchmarks/qmatmul.py --configs).
+SMALL_M = Config(64, 128, 128, num_warps=4, num_stages=4)  # decode-like: M ≤ 64, B streams through once
+MEDIUM = Config(128, 128, 128, num_warps=8, num_stages=4)
+LARGE = Config(128, 256, 128, num_warps=8, num_stages=3)
+LONG_K = Config(64, 64, 128, num_warps=4, num_stages=3)  # K > K_SLICE: the float64 accumulator lives in registers
+
+
+def choose_config(m: int, n: int, k: int, sm_count: int) -> Config:
+    if k > K_SLICE:
+        return LONG_K
+    if m <= 64:
+        return SMALL_M
+    if m * n < 2 * sm_count * LARGE.block_m * LARGE.block_n:  # too few large tiles to fill the GPU twice
+        return MEDIUM
+    return LARGE
+
+
+# -- kernels ---------------------------------------------------------------------------------------------------
+
+
+@triton.jit(do_not_specialize=["flip", "K", "R", "channels", "rows_b", "rows_c", "stride_xb",
+                               "stride_xc", "stride_xk", "stride_xr", "stride_p"])
+def _prepare_kernel(x_ptr, packed_ptr, sums_ptr, flip, K, R, channels, rows_b, rows_c,
+                    stride_xb, stride_xc, stride_xk, stride_xr, stride_p,
+                    PACK: tl.constexpr, SUM: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr):
+    """A tile BLOCK_K × BLOCK_R of x {batch, channel, K, R} (int8 bits; ``flip`` = −128 turns uint8 into int8):
+    writes x' to packed[row, k] (K-major) and adds Σ_k x' to sums[row], row = b·rows_b + c·rows_c + r, in float64:
+    exact (integers below 2^53), so the order of the atomic additions does not matter."""
+    tiles_k = tl.cdiv(K, BLOCK_K)
+    tiles_r = tl.cdiv(R, BLOCK_R)
+    tile = tl.program_id(0)
+    tile_k = tile % tiles_k
+    tile_r = tile // tiles_k % tiles_r
+    batch = tile // (tiles_k * tiles_r)
+    b, c = batch // channels, batch % channels
+    offs_k = tile_k * BLOCK_K + tl.arange(0, BLOCK_K)
+    offs_r = tile_r * BLOCK_R + tl.arange(0, BLOCK_R)
+    mask = (offs_k < K)[:, None] & (offs_r < R)[None, :]
+    pointers = (x_ptr + b.to(tl.int64) * stride_xb + c.to(tl.int64) * stride_xc
+                + offs_k.to(tl.int64)[:, None] * stride_xk + offs_r.to(tl.int64)[None, :] * stride_xr)
+    x = tl.where(mask, tl.load(pointers, mask=mask, other=0) ^ flip, 0)
+    rows = b.to(tl.int64) * rows_b + c.to(tl.int64) * rows_c + offs_r
+    if PACK:
+        tl.store(packed_ptr + rows[None, :] * stride_p + offs_k[:, None], x.to(tl.int8), mask=mask)
+    if SUM:
+        tl.atomic_add(sums_ptr + rows, tl.sum(x, axis=0).to(tl.float64), mask=offs_r < R)
+
+
+@triton.jit(do_not_specialize=["N", "stride_sb", "stride_zb", "zb_mask", "b_shift"])
+def _column_terms_kernel(b_scale_ptr, stride_sb, b_zero_ptr, stride_zb, zb_mask, b_shift, a_scale_ptr, out_scale_ptr,
+                         terms_ptr, N, ROW_SCALES: tl.constexpr, BLOCK: tl.constexpr):
+    """Per column n, once per call rather than in every tile: terms[0, n] = (sa·sb[n])/so when the A and output
+    scales are per tensor (sb[n] otherwise), terms[1, n] = zb'[n], both in float64."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < N
+    b_scale = tl.load(b_scale_ptr + offs.to(tl.int64) * stride_sb, mask=mask, other=1.0).to(tl.float64)
+    if not ROW_SCALES:
+        b_scale = (tl.load(a_scale_ptr).to(tl.float64) * b_scale) / tl.load(out_scale_ptr).to(tl.float64)
+    zb = (tl.load(b_zero_ptr + offs.to(tl.int64) * stride_zb, mask=mask, other=0).to(tl.int32) & zb_mask) - b_shift
+    tl.store(terms_ptr + offs, b_scale, mask=mask)
+    tl.store(terms_ptr + N + offs, zb.to(tl.float64), mask=mask)
+
+
+@triton.jit
+def _dot_slice(a_desc, b_desc, a_row, b_row, k_start, k_end,
+               A_FLIP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Σ_k A'[a_row:, k] B'[b_row:, k] over [k_start, k_end), exact in int32 (TMA fills columns past K with 0)."""
+    tl.assume(k_start < k_end)  # at least one step: no zero-trip path to keep registers for
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
+    for k in range(k_start, k_end, BLOCK_K):
+        a = a_desc.load([a_row, k])
+        if A_FLIP:
+            a = a ^ -128  # uint8 bits read as int8: flipping the top bit subtracts 128
+        b = b_desc.load([b_row, k])
+        acc = tl.dot(a, b.T, acc, out_dtype=tl.int32)
+    return acc
+
+
+@triton.jit
+def _requantize_store(acc, n_start, rows, N, K, b_sums_ptr, stride_b_sums, terms_ptr, stride_on,
+                      ROW_SCALES: tl.constexpr, BLOCK_N: tl.constexpr, EPILOGUE_N: tl.constexpr):
+    """Requantize and store the columns [n_start, n_start + BLOCK_N) of a tile, EPILOGUE_N at a time (halving
+    until then); ``rows`` holds the tile's per-row terms, ``terms_ptr`` the per-column ones."""
+    if BLOCK_N > EPILOGUE_N:
+        left, right = acc.reshape(acc.shape[0], 2, BLOCK_N // 2).permute(0, 2, 1).split()
+        _requantize_store(left, n_start, rows, N, K, b_sums_ptr, stride_b_sums, terms_ptr, stride_on, ROW_SCALES,
+                          BLOCK_N // 2, EPILOGUE_N)
+        _requantize_store(right, n_start + BLOCK_N // 2, rows, N, K, b_sums_ptr, stride_b_sums, terms_ptr, stride_on,
+                          ROW_SCALES, BLOCK_N // 2, EPILOGUE_N)
+    else:
+        za, a_sums, a_scale, out_scale, zo, low, high, out_rows, mask_m = rows
+        offs_n = (n_start + tl.arange(0, BLOCK_N)).to(tl.int64)
+        mask_n = offs_n < N
+        multiplier = tl.load(terms_ptr + offs_n, mask=mask_n, other=1.0)
+        zb = tl.load(terms_ptr + N + offs_n, mask=mask_n, other=0.0)
+        b_sums = tl.load(b_sums_ptr + offs_n * stride_b_sums, mask=mask_n, other=0.0)
+        # Σ(A' − za')(B' − zb') = Σ A'B' − za'·(Σ B' − K·zb') − zb'·Σ A', every term an integer below 2^53
+        y = acc.to(tl.float64) - za[:, None] * (b_sums - K * zb)[None, :] - a_sums[:, None] * zb[None, :]
+        if ROW_SCALES:
+            multiplier = (a_scale[:, None] * multiplier[None, :]) / out_scale[:, None]
+        y = y * multiplier
+        y = tl.minimum(tl.maximum(y, low[:, None]), high[:, None])
+        rounded = (y + 6755399441055744.0).to(tl.int64, bitcast=True).to(tl.int32)  # + 1.5·2^52: half to even
+        tl.store(out_rows[:, None] + offs_n[None, :] * stride_on, (rounded + zo[:, None]).to(tl.int8),
+                 mask=mask_m[:, None] & mask_n[None, :])
+
+
+@triton.jit(do_not_specialize=[
+    "M", "K", "channels", "a_rows_b", "a_rows_c", "b_rows_b", "b_rows_c", "stride_a_sums", "stride_b_sums",
+    "stride_sa", "stride_so", "stride_za", "stride_zo", "za_mask", "zo_mask", "a_shift", "low", "high"])
+def _qmatmul_kernel(a_desc, b_desc, M, N, K, channels, a_rows_b, a_rows_c, b_rows_b, b_rows_c,
+                    a_sums_ptr, stride_a_sums, b_sums_ptr, stride_b_sums, terms_ptr,
+                    a_scale_ptr, stride_sa, out_scale_ptr, stride_so, a_zero_ptr, stride_za, za_mask, a_shift,
+                    out_zero_ptr, stride_zo, zo_mask, low, high, out_ptr, stride_ob, stride_oc, stride_om, stride_on,
+                    A_FLIP: tl.constexpr, ROW_SCALES: tl.constexpr, LONG_K: tl.constexpr, K_SLICE: tl.constexpr,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                    EPILOGUE_N: tl.constexpr):
+    """out[b, c] = requantize(Σ_k (A − za)(B − zb)) for one BLOCK_M × BLOCK_N tile.
+
+    A is a 2-D descriptor of rows of K (int8 bits), B of K-major rows of N (int8); batch b, channel c start at row
+    b·rows_b + c·rows_c of each, and the row sums of A' and B' (float64) are indexed by the same rows. Zero points
+    are int8 bits: ``& mask`` (0xFF for uint8, −1 for int8, 0 when absent) gives their value, from which the
+    operand's shift (128 for uint8) is taken. The float64 epilogue runs on EPILOGUE_N columns at a time, which
+    bounds its registers.
+    """
+    tiles_m = tl.cdiv(M, BLOCK_M)
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    tiles_per_matrix = tiles_m * tiles_n
+    tile = tl.program_id(0)
+    # Groups of GROUP_M row tiles walk the columns together, so that B's tiles are reused from L2.
+    batch = tile // tiles_per_matrix
+    within = tile % tiles_per_matrix
+    first_m = within // (GROUP_M * tiles_n) * GROUP_M
+    group_m = min(tiles_m - first_m, GROUP_M)
+    tile_m = first_m + within % group_m
+    tile_n = within % (GROUP_M * tiles_n) // group_m
+    b, c = batch // channels, batch % channels
+    a_row = b * a_rows_b + c * a_rows_c + tile_m * BLOCK_M
+    b_first_row = b * b_rows_b + c * b_rows_c  # B's row n of this batch and channel is b_first_row + n
+    b_row = b_first_row + tile_n * BLOCK_N
+
+    if LONG_K:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float64)
+        for k_start in range(0, K, K_SLICE):
+            acc += _dot_slice(a_desc, b_desc, a_row, b_row, k_start, min(k_start + K_SLICE, K),
+                              A_FLIP, BLOCK_M, BLOCK_N, BLOCK_K).to(tl.float64)
+    else:
+        acc = _dot_slice(a_desc, b_desc, a_row, b_row, 0, K, A_FLIP, BLOCK_M, BLOCK_N, BLOCK_K)
+
+    offs_m = (tile_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)  # 64-bit: strides may be large
+    mask_m = offs_m < M
+    za = (tl.load(a_zero_ptr + offs_m * stride_za, mask=mask_m, other=0).to(tl.int32) & za_mask) - a_shift
+    zo = tl.load(out_zero_ptr + offs_m * stride_zo, mask=mask_m, other=0).to(tl.int32) & zo_mask
+    a_sums = tl.load(a_sums_ptr + (a_row + tl.arange(0, BLOCK_M)) * stride_a_sums, mask=mask_m, other=0.0)
+    if ROW_SCALES:
+        a_scale = tl.load(a_scale_ptr + offs_m * stride_sa, mask=mask_m, other=1.0).to(tl.float64)
+        out_scale = tl.load(out_scale_ptr + offs_m * stride_so, mask=mask_m, other=1.0).to(tl.float64)
+    else:  # the column terms hold the whole multiplier
+        a_scale = 1.0
+        out_scale = 1.0
+    # Clamping to the integers [lo − zo, hi − zo] before rounding equals clamping after adding zo.
+    rows = (za.to(tl.float64), a_sums, a_scale, out_scale, zo, (low - zo).to(tl.float64), (high - zo).to(tl.float64),
+            out_ptr + b.to(tl.int64) * stride_ob + c.to(tl.int64) * stride_oc + offs_m * stride_om, mask_m)
+    _requantize_store(acc, tile_n * BLOCK_N, rows, N, K, b_sums_ptr + b_first_row * stride_b_sums, stride_b_sums,
+                      terms_ptr, stride_on, ROW_SCALES, BLOCK_N, EPILOGUE_N)
+
+
+# -- operands --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Operand:
+    """A or B as the kernel reads it: int8 bits in rows of K (``rows`` {row count, K}, row stride a multiple of 16
+    bytes), batch b and channel c starting at row b·rows_b + c·rows_c; ``sums`` the per-row Σ_k of the int8
+    values (or None); ``flip`` whether the rows still hold uint8 bits the kernel must flip."""
+
+    rows: torch.Tensor
+    rows_b: int
+    rows_c: int
+    sums: torch.Tensor | None
+    flip: bool
+
+
+def _own_batch(x4):
+    """Sizes of x4's batch and channel dimensions that hold distinct data (1 where the stride is 0)."""
+    return [size if stride else 1 for size, stride in zip(x4.shape[:2], x4.stride()[:2])]
+
+
+def _rows_in_place(x4, can_flip: bool):
+    """(rows, rows_b, rows_c) reading x4 {batch, channel, R, K} where it lies, or None if TMA cannot."""
+    (_, _, r, k), (stride_b, stride_c, stride_r, stride_k) = x4.shape, x4.stride()
+    if x4.dtype != torch.int8 and not can_flip:
+        return None
+    if k > 1 and stride_k != 1 or r > 1 and stride_r < k:
+        return None
+    stride_r = stride_r if r > 1 else -(-k // TMA_ALIGNMENT) * TMA_ALIGNMENT
+    sizes = x4.shape[:2]
+    if stride_r % TMA_ALIGNMENT or x4.data_ptr() % TMA_ALIGNMENT or \
+            any(size > 1 and stride % stride_r for size, stride in zip(sizes, (stride_b, stride_c))):
+        return None
+    rows_b, rows_c = (stride // stride_r if size > 1 else 0 for size, stride in zip(sizes, (stride_b, stride_c)))
+    count = (sizes[0] - 1) * rows_b + (sizes[1] - 1) * rows_c + r
+    if count > MAX_ROWS:
+        return None
+    rows = x4.view(torch.int8).as_strided((count, k), (stride_r, 1), x4.storage_offset())
+    return rows, rows_b, rows_c
+
+
+def _prepare(x4, *, can_flip: bool, pack: bool, sum_rows: bool) -> Operand:
+    """The kernel's view of x4 {batch, channel, R, K} (int8 or uint8): where it lies if TMA can read it (and
+    ``can_flip`` or it is int8) unless ``pack``, else packed K-major; with per-row sums if ``sum_rows``."""
+    batches, channels, r, k = x4.shape
+    in_place = None if pack else _rows_in_place(x4, can_flip)
+    own_b, own_c = _own_batch(x4)
+    if in_place is None:
+        row_stride = -(-k // TMA_ALIGNMENT) * TMA_ALIGNMENT
+        count = own_b * own_c * r
+        if count > MAX_ROWS:
+            raise ValidationError(f"{NAME}: the cuda backend reads at most {MAX_ROWS} rows of an operand "
+                                  f"({own_b}·{own_c}·{r} here)")
+        rows = torch.empty((count, row_stride), dtype=torch.int8, device=x4.device)[:, :k]
+        rows_b, rows_c = own_c * r if own_b > 1 else 0, r if own_c > 1 else 0
+    else:
+        rows, rows_b, rows_c = in_place
+    flip = x4.dtype == torch.uint8
+    sums = torch.zeros(rows.shape[0], dtype=torch.float64, device=x4.device) if sum_rows else None
+    if in_place is None or sum_rows:
+        source = x4.view(torch.int8)[:own_b, :own_c].transpose(-1, -2)  # {batch, channel, K, R}
+        block_k, block_r = 64, 64
+        grid = (_grid_size(triton.cdiv(k, block_k) * triton.cdiv(r, block_r) * own_b * own_c),)
+        _prepare_kernel[grid](source, rows, sums, -128 if flip else 0, k, r, own_c, rows_b, rows_c,
+                              *source.stride(), rows.stride(0), PACK=in_place is None, SUM=sum_rows,
+                              BLOCK_K=block_k, BLOCK_R=block_r)
+    return Operand(rows, rows_b, rows_c, sums, flip and in_place is not None)
+
+
+def _padded_to_4d(x):
+    """x {…, rows, columns} with leading dimensions of size 1 (stride 0), as the operator passes it to the backend."""
+    pad = 4 - x.dim()
+    return x.as_strided((1,) * pad + tuple(x.shape), (0,) * pad + tuple(x.stride()), x.storage_offset())
+
+
+def _b_operand_key(b4):
+    return b4.data_ptr(), tuple(b4.shape), tuple(b4.stride()), b4.dtype
+
+
+# OWNED_BY_DML B tensors packed at initialization, by the key of their persisted copy; an entry leaves with the copy.
+_PERSISTED_B: dict = {}
+
+
+def persist_b(array):
+    """The copy kept for an OWNED_BY_DML B, packed K-major (with its column sums) once here and found again by
+    ``quantized_linear_matmul``. For int8 the copy is the packing itself, viewed as B {…, K, N}; a uint8 B keeps
+    its own copy beside the flipped packing."""
+    b4 = _padded_to_4d(array)
+    operand = _prepare(b4.transpose(-1, -2), can_flip=False, pack=True, sum_rows=True)
+    if array.dtype == torch.int8:
+        rows = operand.rows
+        row_stride = rows.stride(0)
+        strides = (operand.rows_b * row_stride, operand.rows_c * row_stride, 1, row_stride)[4 - array.dim():]
+        kept = rows.as_strided(array.shape, strides, rows.storage_offset())
+    else:
+        kept = array.clone()
+    key = _b_operand_key(_padded_to_4d(kept))
+    _PERSISTED_B[key] = operand
+    weakref.finalize(kept, _PERSISTED_B.pop, key, None)
+    return kept
+
+
+# -- launcher --------------------------------------------------------------------------------------------------
+
+
+@functools.cache
+def _zeros(device):
+    """Zero bits standing in for an absent zero point or sum vector (read with stride 0)."""
+    return torch.zeros(1, dtype=torch.float64, device=device)
+
+
+def _grid_size(programs: int) -> int:
+    if programs > MAX_PROGRAMS:
+        raise ValidationError(f"{NAME}: the cuda backend launches at most {MAX_PROGRAMS} tiles ({programs} here)")
+    return programs
+
+
+@functools.cache
+def _sm_count(device) -> int:
+    return 4 if INTERPRETED else torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def _vector(vector, device):
+    """(vector, stride); a zero read with stride 0 when absent."""
+    return (_zeros(device), 0) if vector is None else (vector, vector.stride(0))
+
+
+def _zero_point(vector, device):
+    """(int8 bits, stride, mask that gives the value) of a zero-point vector; 0 when absent."""
+    if vector is None:
+        return _zeros(device).view(torch.int8), 0, 0
+    return vector.view(torch.int8), vector.stride(0), 0xFF if vector.dtype == torch.uint8 else -1
 
 
 def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point,
-                            out):
-    raise NotImplementedError("the CUDA quantized matmul kernel is not written yet")
+                            out, config: Config | None = None) -> None:
+    """a {B, C, M, K}, b {B, C, K, N}, out {B, C, M, N} (int8 or uint8 each, any strides); scales float32 vectors
+    of M (A, output) or N (B), zero points vectors like them or None, stride 0 when per tensor."""
+    given = dict(a_tensor=a, a_scale_tensor=a_scale, a_zero_point_tensor=a_zero_point, b_tensor=b,
+                 b_scale_tensor=b_scale, b_zero_point_tensor=b_zero_point, output_scale_tensor=output_scale,
+                 output_zero_point_tensor=output_zero_point, output_tensor=out)
+    check_devices(NAME, **{field: tensor for field, tensor in given.items() if tensor is not None})
+    device = a.device
+    batches, channels, m, k = a.shape
+    n = b.shape[-1]
+    a_unsigned, b_unsigned = a.dtype == torch.uint8, b.dtype == torch.uint8
+    # Column sums of B' are needed when za' can be non-zero, row sums of A' when zb' can be.
+    b_operand = _PERSISTED_B.get(_b_operand_key(b)) or \
+        _prepare(b.transpose(-1, -2), can_flip=False, pack=False, sum_rows=a_zero_point is not None or a_unsigned)
+    a_operand = _prepare(a, can_flip=True, pack=False, sum_rows=b_zero_point is not None or b_unsigned)
+
+    row_scales = m > 1 and (a_scale.stride(0) != 0 or output_scale.stride(0) != 0)
+    terms = torch.empty((2, n), dtype=torch.float64, device=device)
+    block = 256
+    _column_terms_kernel[(triton.cdiv(n, block),)](
+        *_vector(b_scale, device), *_zero_point(b_zero_point, device), 128 if b_unsigned else 0, a_scale,
+        output_scale, terms, n, ROW_SCALES=row_scales, BLOCK=block)
+
+    config = config or choose_config(m, n, k, _sm_count(device))
+    num_tiles = batches * channels * triton.cdiv(m, config.block_m) * triton.cdiv(n, config.block_n)
+    low, high = (0, 255) if out.dtype == torch.uint8 else (-128, 127)
+    _qmatmul_kernel[(_grid_size(num_tiles),)](
+        TensorDescriptor.from_tensor(a_operand.rows, [config.block_m, config.block_k]),
+        TensorDescriptor.from_tensor(b_operand.rows, [config.block_n, config.block_k]),
+        m, n, k, channels, a_operand.rows_b, a_operand.rows_c, b_operand.rows_b, b_operand.rows_c,
+        *_vector(a_operand.sums, device), *_vector(b_operand.sums, device), terms,
+        *_vector(a_scale, device), *_vector(output_scale, device), *_zero_point(a_zero_point, device),
+        128 if a_unsigned else 0, *_zero_point(output_zero_point, device), low, high,
+        out.view(torch.int8), *out.stride(),
+        A_FLIP=a_operand.flip, ROW_SCALES=row_scales, LONG_K=k > K_SLICE, K_SLICE=K_SLICE,
+        BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, GROUP_M=config.group_m,
+        EPILOGUE_N=config.epilogue_n, num_warps=config.num_warps, num_stages=config.num_stages)

@@ -1,0 +1,282 @@
+"""DML_OPERATOR_QUANTIZED_LINEAR_MATRIX_MULTIPLY on the CUDA backend (Triton kernels), bit for bit against the CPU
+backend on the same inputs: every type combination, scale form, zero-point presence, batch broadcasting, strided
+and in-place operands, ties and saturation, and K long enough to overflow int32.
+
+Without a GPU the kernels run under Triton's interpreter on small shapes; DMLOPS_TEST_GPU=1 runs the same tests on
+the GPU with the real compiler, plus the large shapes at the end of this file.
+"""
+
+import gc
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import dmlops
+from dmlops import DataType, Device, QuantizedLinearMatrixMultiplyOperatorDesc, TensorDesc, TensorFlags, \
+    ValidationError
+from dmlops.backends.cuda import qmatmul
+from dmlops.ops.quantized_matmul import requantize
+
+from conftest import ON_GPU
+
+TYPES = [np.int8, np.uint8]
+OUTPUT_TYPES = {np.int8: DataType.INT8, np.uint8: DataType.UINT8}
+MAX_SIZE = 300 if ON_GPU else 40
+
+
+def random_data(rng, dtype, shape):
+    info = np.iinfo(dtype)
+    return rng.integers(info.min, info.max + 1, shape, dtype=dtype)
+
+
+def random_scales(rng, k, count_a, count_b, count_out):
+    """Scales that spread the outputs over the 8-bit range, some saturating (|acc| is about 5500·sqrt(K))."""
+    a_scale = rng.uniform(0.005, 0.05, count_a).astype(np.float32)
+    b_scale = rng.uniform(0.005, 0.05, count_b).astype(np.float32)
+    spread = 0.0275**2 * 5500 * np.sqrt(k) / 100
+    return a_scale, b_scale, (spread * rng.uniform(0.3, 3, count_out)).astype(np.float32)
+
+
+def on_device(array, device, layout=None):
+    """A torch tensor with array's values on ``device``: contiguous, or laid out as ``layout`` says — "transposed"
+    (the last two dimensions swapped in memory), "padded" (rows longer than their data) or "offset" (an odd byte
+    offset, which the kernel's tensor memory accelerator cannot read in place)."""
+    tensor = torch.from_numpy(np.ascontiguousarray(array)).to(device)
+    if layout == "transposed":
+        return tensor.transpose(-1, -2).contiguous().transpose(-1, -2)
+    if layout == "padded":
+        padded = torch.zeros(tensor.shape[:-1] + (tensor.shape[-1] + 13,), dtype=tensor.dtype, device=device)
+        padded[..., :tensor.shape[-1]] = tensor
+        return padded[..., :tensor.shape[-1]]
+    if layout == "offset":
+        flat = torch.zeros(tensor.numel() + 1, dtype=tensor.dtype, device=device)
+        flat[1:] = tensor.reshape(-1)
+        return flat[1:].view(tensor.shape)
+    return tensor
+
+
+def poisoned_out(rng, shape, dtype, device):
+    """An output view inside a larger buffer of random bytes, its rows padded: (view, whole buffer)."""
+    buffer = torch.from_numpy(rng.integers(0, 256, shape[:-1] + (shape[-1] + 5,), dtype=np.uint8)).to(device)
+    return buffer.view(torch.int8 if dtype == np.int8 else torch.uint8)[..., :shape[-1]], buffer
+
+
+def run_both(args, output_type, device, *, layouts=(None, None), rng):
+    """The CUDA backend's result (written into a poisoned strided view) and the CPU backend's, as NumPy arrays;
+    checks that no byte around the output view changed."""
+    expected = dmlops.quantized_linear_matmul(*args, output_dtype=output_type)
+    torch_args = [None if x is None else on_device(x, device) for x in args]
+    torch_args[0] = on_device(args[0], device, layouts[0])
+    torch_args[3] = on_device(args[3], device, layouts[1])
+    out, buffer = poisoned_out(rng, expected.shape, output_type, device)
+    before = buffer.clone()
+    result = dmlops.quantized_linear_matmul(*torch_args, out=out, backend="cuda")
+    assert result is out
+    outside = torch.ones_like(buffer, dtype=torch.bool)
+    outside[..., :expected.shape[-1]] = False
+    assert torch.equal(buffer[outside], before[outside]), "bytes outside the output were written"
+    return out.cpu().numpy(), expected
+
+
+@st.composite
+def cases(draw):
+    m, n, k = (draw(st.integers(1, MAX_SIZE)) for _ in range(3))
+    a_batch = tuple(draw(st.integers(1, 2)) for _ in range(draw(st.integers(0, 2))))
+    b_batch = tuple(size if draw(st.booleans()) else 1 for size in a_batch)  # broadcast some batch dimensions
+    a_type, b_type, out_type = (draw(st.sampled_from(TYPES)) for _ in range(3))
+    row_scales = draw(st.booleans()), draw(st.booleans()), draw(st.booleans())  # a per row, b per column, out per row
+    zero_points = draw(st.booleans()), draw(st.booleans()), draw(st.booleans())
+    layouts = (draw(st.sampled_from([None, "padded", "offset"])),
+               draw(st.sampled_from([None, "transposed", "padded", "offset"])))
+    return (m, n, k, a_batch, b_batch, a_type, b_type, out_type, row_scales, zero_points, layouts,
+            draw(st.integers(0, 2**32 - 1)))
+
+
+@settings(max_examples=40 if ON_GPU else 30, deadline=None)
+@given(case=cases())
+def test_matches_cpu_backend(case, torch_device):
+    m, n, k, a_batch, b_batch, a_type, b_type, out_type, row_scales, zero_points, layouts, seed = case
+    rng = np.random.default_rng(seed)
+    a, b = random_data(rng, a_type, a_batch + (m, k)), random_data(rng, b_type, b_batch + (k, n))
+    a_scale, b_scale, out_scale = random_scales(rng, k, *(count if per else 1 for count, per in
+                                                          zip((m, n, m), row_scales)))
+    a_zero, b_zero, out_zero = (random_data(rng, dtype, count) if present else None for dtype, count, present in
+                                zip((a_type, b_type, out_type), (m, n, 1), zero_points))
+    args = (a, a_scale, a_zero, b, b_scale, b_zero, out_scale, out_zero)
+    got, expected = run_both(args, out_type, torch_device, layouts=layouts, rng=rng)
+    np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("out_type", TYPES)
+def test_ties_round_half_to_even(out_type, torch_device):
+    """acc·0.5 lands on every half integer of the output range: each must round to the even neighbour."""
+    rng = np.random.default_rng(1)
+    m, n, k = 16, 24, 3
+    a = random_data(rng, np.int8, (m, k)) // 4
+    b = random_data(rng, np.int8, (k, n)) // 4
+    a_scale, b_scale, out_scale = np.float32(0.5), np.float32(1.0), np.float32(1.0)
+    out_zero = np.array([100 if out_type == np.uint8 else 3], dtype=out_type)
+    args = (a, a_scale, None, b, b_scale, None, out_scale, out_zero)
+    got, expected = run_both(args, out_type, torch_device, rng=rng)
+    acc = a.astype(np.int64) @ b.astype(np.int64)
+    assert (acc % 2 == 1).sum() > m * n // 4, "too few ties to test"
+    low, high = (0, 255) if out_type == np.uint8 else (-128, 127)
+    np.testing.assert_array_equal(got, np.clip(np.rint(acc * 0.5) + out_zero.astype(np.int64), low, high))
+    np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("multiplier", [1e30, 1e-30, -1.5e-3, 3.0])
+def test_saturation_and_extreme_multipliers(multiplier, torch_device):
+    """Huge multipliers saturate, tiny ones leave the zero point, negative scales flip the sign."""
+    rng = np.random.default_rng(2)
+    a, b = random_data(rng, np.uint8, (20, 50)), random_data(rng, np.int8, (50, 30))
+    a_scale = np.float32(np.sqrt(abs(multiplier)))
+    b_scale = np.float32(np.copysign(np.sqrt(abs(multiplier)), multiplier))
+    args = (a, a_scale, np.uint8(131), b, b_scale, np.int8(-7), np.float32(1.0), np.uint8(77))
+    got, expected = run_both(args, np.uint8, torch_device, rng=rng)
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_k_beyond_int32_accumulation(torch_device, monkeypatch):
+    """K·128·128 > 2^31: the kernel adds int32 partial products of K_SLICE-long slices of K in float64. Under the
+    interpreter the same slicing runs with a short K_SLICE (the real K takes minutes there); on the GPU one int32
+    sum over all of K would overflow. test_large_shapes adds zero points."""
+    if not ON_GPU:
+        monkeypatch.setattr(qmatmul, "K_SLICE", 512)
+    rng = np.random.default_rng(3)
+    k = 2 * qmatmul.K_SLICE + 12345 if ON_GPU else 3 * qmatmul.K_SLICE + 77
+    # Values near −128 make every product about +16000.
+    a = rng.integers(-128, -124, (3, k), dtype=np.int8)
+    b = rng.integers(-128, -124, (k, 2), dtype=np.int8)
+    assert not ON_GPU or (a.astype(np.int64) @ b.astype(np.int64)).min() > 2**31
+    args = (a, np.float32(1e-7), None, b, np.float32(1e-2), None, np.float32(0.5), np.int8(-100))
+    got, expected = run_both(args, np.int8, torch_device, layouts=(None, "transposed"), rng=rng)
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_owned_by_dml_b_is_packed_once(torch_device):
+    """An OWNED_BY_DML B is repacked at initialize; its buffer may change afterwards; the packing leaves with the
+    operator."""
+    rng = np.random.default_rng(4)
+    m, n, k = 9, 33, 70
+    column = TensorDesc(DataType.FLOAT32, (1, n))
+    scalar, zero = TensorDesc(DataType.FLOAT32, (1, 1)), TensorDesc(DataType.UINT8, (1, 1))
+    desc = QuantizedLinearMatrixMultiplyOperatorDesc(
+        TensorDesc(DataType.UINT8, (m, k)), scalar, zero,
+        TensorDesc(DataType.INT8, (k, n), flags=TensorFlags.OWNED_BY_DML), column, None, scalar, zero,
+        TensorDesc(DataType.UINT8, (m, n)))
+    a_scale, b_scale, out_scale = random_scales(rng, k, 1, n, 1)
+    b = random_data(rng, np.int8, (k, n))
+
+    def buffer(values):
+        """The bytes of ``values``, padded to a multiple of 4 as DirectML buffers are."""
+        data = np.ascontiguousarray(values).reshape(-1).view(np.uint8)
+        return np.concatenate([data, np.zeros(-len(data) % 4, np.uint8)])
+
+    def bindings(a, b):
+        return [a, buffer(a_scale), buffer(np.uint8([140])), b, buffer(b_scale), None, buffer(out_scale),
+                buffer(np.uint8([120]))]
+
+    ops = {name: Device(name).compile_operator(desc) for name in ("cpu", "cuda")}
+    on = {"cpu": lambda x: x, "cuda": lambda x: None if x is None else torch.from_numpy(x).to(torch_device)}
+    b_buffers = {name: on[name](buffer(b)) for name in ops}
+    for name in ops:
+        ops[name].initialize([b_buffers[name] if i == 3 else None for i in range(8)])
+    packed = len(qmatmul._PERSISTED_B)
+    b_buffers["cuda"].fill_(0)
+    for _ in range(2):
+        a = buffer(random_data(rng, np.uint8, (m, k)))
+        outs = {"cpu": buffer(np.zeros((m, n), np.uint8)),
+                "cuda": torch.from_numpy(rng.integers(0, 256, len(buffer(np.zeros((m, n), np.uint8))),
+                                                      dtype=np.uint8)).to(torch_device)}
+        for name in ops:
+            ops[name].execute([on[name](x) for x in bindings(a, None)], [outs[name]])
+        np.testing.assert_array_equal(outs["cuda"].cpu().numpy()[:m * n], outs["cpu"][:m * n])
+    assert packed >= 1
+    del ops
+    gc.collect()
+    assert len(qmatmul._PERSISTED_B) == packed - 1
+
+
+def test_k_major_b_is_read_in_place(torch_device, monkeypatch):
+    """B already int8 with stride 1 on K needs no repacking; row-major B and uint8 B are repacked."""
+    packs = []
+    real = qmatmul._prepare_kernel
+
+    class Spy:
+        def __getitem__(self, grid):
+            def launch(*args, PACK, **kwargs):
+                packs.append(PACK)
+                return real[grid](*args, PACK=PACK, **kwargs)
+            return launch
+
+    monkeypatch.setattr(qmatmul, "_prepare_kernel", Spy())
+    rng = np.random.default_rng(5)
+    a = random_data(rng, np.int8, (8, 64))
+    for b_type, layout, repacked in ((np.int8, "transposed", False), (np.int8, None, True),
+                                     (np.uint8, "transposed", True)):
+        packs.clear()
+        b = random_data(rng, b_type, (64, 24))
+        args = (a, np.float32(0.01), None, b, np.float32(0.02), None, np.float32(0.5), None)
+        got, expected = run_both(args, np.int8, torch_device, layouts=(None, layout), rng=rng)
+        np.testing.assert_array_equal(got, expected)
+        assert any(packs) == repacked, (b_type, layout, packs)
+
+
+def test_rejections(torch_device):
+    rng = np.random.default_rng(6)
+    a = on_device(random_data(rng, np.int8, (4, 8)), torch_device)
+    b = on_device(random_data(rng, np.int8, (8, 4)), torch_device)
+    with pytest.raises(ValidationError, match="output_scale_tensor"):
+        dmlops.quantized_linear_matmul(a, 0.1, None, b, 0.1, None, 0.0, None, backend="cuda")
+    with pytest.raises(ValidationError, match="b_scale_tensor"):
+        dmlops.quantized_linear_matmul(a, 0.1, None, b, float("nan"), None, 1.0, None, backend="cuda")
+    with pytest.raises(ValidationError, match="a_tensor"):
+        dmlops.quantized_linear_matmul(a.to(torch.int16), 0.1, None, b, 0.1, None, 1.0, None, backend="cuda")
+
+
+# -- on the GPU only: large shapes, long K, determinism, devices --------------------------------------------------
+
+gpu_only = pytest.mark.skipif(not ON_GPU, reason="needs a GPU (DMLOPS_TEST_GPU=1)")
+
+
+def exact_reference(a, a_zero, b, b_zero, scales, out_zero, output_type):
+    """requantize() of the exact accumulator, computed as a float64 product on the GPU: exact, since every
+    partial sum is an integer below 2^53."""
+    shifted = [torch.from_numpy(x.astype(np.float64) - (0 if z is None else z.astype(np.float64))).cuda()
+               for x, z in ((a, a_zero), (b, b_zero))]
+    acc = (shifted[0] @ shifted[1]).cpu().numpy()
+    zero = 0 if out_zero is None else out_zero.astype(np.float64)
+    return requantize(acc, *scales, zero, OUTPUT_TYPES[output_type])
+
+
+@gpu_only
+@pytest.mark.parametrize("m, n, k, a_type, b_type", [
+    (2048, 2048, 2048, np.uint8, np.int8), (1000, 3000, 777, np.int8, np.uint8), (16, 11008, 4096, np.uint8, np.int8),
+    (300, 4096, 11008, np.int8, np.int8), (4096, 512, 65536, np.uint8, np.uint8), (64, 64, 300000, np.int8, np.int8),
+])
+def test_large_shapes(m, n, k, a_type, b_type):
+    rng = np.random.default_rng(m + n + k)
+    a, b = random_data(rng, a_type, (m, k)), random_data(rng, b_type, (k, n))
+    a_zero, b_zero = random_data(rng, a_type, (m, 1)), random_data(rng, b_type, (1, n))
+    out_zero = random_data(rng, np.uint8, (1, 1))
+    a_scale, b_scale, out_scale = random_scales(rng, k, (m, 1), (1, n), (1, 1))
+    expected = exact_reference(a, a_zero, b, b_zero, (a_scale, b_scale, out_scale), out_zero, np.uint8)
+    args = [torch.from_numpy(x).cuda() for x in (a, a_scale, a_zero, b, b_scale, b_zero, out_scale, out_zero)]
+    first = dmlops.quantized_linear_matmul(*args, backend="cuda")
+    np.testing.assert_array_equal(first.cpu().numpy(), expected)
+    again = dmlops.quantized_linear_matmul(*args, backend="cuda")
+    assert torch.equal(first, again), "not deterministic"
+
+
+@gpu_only
+def test_tensors_on_other_devices_are_rejected():
+    a = torch.zeros((4, 8), dtype=torch.int8, device="cuda")
+    b = torch.zeros((8, 4), dtype=torch.int8)
+    with pytest.raises(ValidationError):
+        qmatmul.quantized_linear_matmul(a[None, None], torch.ones(4, device="cuda"), None, b[None, None],
+                                        torch.ones(4), None, torch.ones(4, device="cuda"), None,
+                                        torch.empty((1, 1, 4, 4), dtype=torch.int8, device="cuda"))
