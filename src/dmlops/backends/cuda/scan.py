@@ -35,7 +35,7 @@ from . import check_devices, data_type
 
 TILE_ELEMENTS = 8192  # elements scanned by one program (half as many for 64-bit types)
 TILES_IN_FLIGHT = 256  # tiles whose totals a round trip through L2 should settle, over all the lines
-MAX_WINDOW = 128
+MAX_WINDOW = 256
 MAX_WINDOW_WORDS = 2048  # words a program reads in one look-back
 MAX_GENERATION = tl.constexpr(2**31 - 1)
 
@@ -81,15 +81,6 @@ def _scan(values, AXIS: tl.constexpr, OPERATION: tl.constexpr, REVERSE: tl.const
         return tl.cumsum(values, AXIS, reverse=REVERSE)
     else:
         return tl.cumprod(values, AXIS, reverse=REVERSE)
-
-
-@triton.jit
-def _offset(origin, position, step, HINT: tl.constexpr, ALIGNMENT: tl.constexpr):
-    """origin + position * step, with the compiler told that each is a multiple of ALIGNMENT where HINT."""
-    offset = origin + position * step
-    if HINT:
-        offset = tl.multiple_of(offset, [ALIGNMENT, ALIGNMENT])
-    return offset
 
 
 @triton.jit
@@ -176,71 +167,75 @@ def _scan_kernel(x, y, totals, prefixes, control,
     tile = (tiles_per_line - 1 - walk_tile) if REVERSE else walk_tile
     a = tl.arange(0, BLOCK_A)
     b = tl.arange(0, BLOCK_B)
+    start = tile.to(tl.int64) * (BLOCK_B if ALONG_ROWS else BLOCK_A)  # the tile's first position on the axis
+    count = tl.minimum(length - start, BLOCK_B if ALONG_ROWS else BLOCK_A).to(tl.int32)  # its positions
     if ALONG_ROWS:  # block rows are lines (outer indices), block columns run along the scan axis
         AXIS: tl.constexpr = 1
         LANES: tl.constexpr = BLOCK_A
-        TILE_LENGTH: tl.constexpr = BLOCK_B
         line = chain.to(tl.int64) * BLOCK_A + a[:, None]
-        x_base = x + tl.multiple_of(line * x_outer, [ALIGNMENT, ALIGNMENT])
-        y_base = y + tl.multiple_of(line * y_outer, [ALIGNMENT, ALIGNMENT])
-        x_origin = 0
-        y_origin = 0
+        x_lines = line * x_outer
+        y_lines = line * y_outer
+        if ALIGNMENT > 1 and BLOCK_A > 1:  # how wide the loads and stores along the block's rows may be
+            x_lines = tl.multiple_of(x_lines, [ALIGNMENT, ALIGNMENT])
+            y_lines = tl.multiple_of(y_lines, [ALIGNMENT, ALIGNMENT])
+        x_rows = x + x_lines
+        y_rows = y + y_lines
+        x_origin = start * x_step
+        y_origin = start * y_step
         in_tile = b[None, :]
-        position = tile.to(tl.int64) * TILE_LENGTH + in_tile
         row_valid = line < outer
-        column_valid = position < length
+        column_valid = in_tile < count
     else:  # block rows run along the scan axis, block columns are inner indices of one outer index
         AXIS: tl.constexpr = 0
         LANES: tl.constexpr = BLOCK_B
-        TILE_LENGTH: tl.constexpr = BLOCK_A
         o = (chain // inner_blocks).to(tl.int64)
         column = (chain % inner_blocks).to(tl.int64) * BLOCK_B + b[None, :]
-        x_base = x + column * x_inner
-        y_base = y + column * y_inner
-        x_origin = o * x_outer
-        y_origin = o * y_outer
+        x_rows = x + column * x_inner
+        y_rows = y + column * y_inner
+        x_origin = o * x_outer + start * x_step
+        y_origin = o * y_outer + start * y_step
         in_tile = a[:, None]
-        position = tile.to(tl.int64) * TILE_LENGTH + in_tile
-        row_valid = position < length
+        row_valid = in_tile < count
         column_valid = column < inner
     if EVEN_COLUMNS:  # no mask along the rows, so that loads and stores along them can be vectors
         valid = tl.broadcast_to(row_valid, [BLOCK_A, BLOCK_B])
     else:
         valid = row_valid & column_valid
+    # In walk order, the tile's first and last elements.
+    first = count - 1 if REVERSE else 0
+    last = 0 if REVERSE else count - 1
+    # Down columns, the offsets of the block's rows are multiples of ALIGNMENT: loads and stores may be vectors.
+    HINT_ROWS: tl.constexpr = not ALONG_ROWS and ALIGNMENT > 1 and BLOCK_A > 1
 
     if EXCLUSIVE:  # scan each element's predecessor in walk order within the tile
-        if REVERSE:
-            previous = position + 1
-            has_previous = valid & (in_tile < TILE_LENGTH - 1) & (previous < length)
-        else:
-            previous = position - 1
-            has_previous = valid & (in_tile > 0)
-        x_previous = x_base + _offset(x_origin, previous, x_step, not ALONG_ROWS, ALIGNMENT)
-        values = tl.load(x_previous, mask=has_previous, other=IDENTITY).to(ACCUMULATOR)
+        index = in_tile + 1 if REVERSE else in_tile - 1
+        present = valid & (in_tile != first)
     else:
-        x_here = x_base + _offset(x_origin, position, x_step, not ALONG_ROWS, ALIGNMENT)
-        values = tl.load(x_here, mask=valid, other=IDENTITY).to(ACCUMULATOR)
-    result = _scan(values, AXIS, OPERATION, REVERSE)
+        index = in_tile
+        present = valid
+    x_offsets = x_origin + index.to(tl.int64) * x_step
+    if HINT_ROWS:
+        x_offsets = tl.multiple_of(x_offsets, [ALIGNMENT, ALIGNMENT])
+    values = tl.load(x_rows + x_offsets, mask=present, other=IDENTITY)
+    result = _scan(values.to(ACCUMULATOR), AXIS, OPERATION, REVERSE)
     if WINDOW > 0:
         generation = tl.load(control, volatile=True)
-        # The tile's total is its scan's last element in walk order (plus, when exclusive, that element).
-        if REVERSE:
-            last = tile.to(tl.int64) * TILE_LENGTH
-        else:
-            last = tl.minimum(tile.to(tl.int64) * TILE_LENGTH + TILE_LENGTH, length) - 1
-        total = tl.sum(tl.where(position == last, result, ZERO), AXIS)
+        # The tile's total is its scan's last element in walk order (and, when exclusive, that element).
+        total = tl.sum(tl.where(in_tile == last, result, ZERO), AXIS)
         if EXCLUSIVE:
             lane_valid = row_valid if ALONG_ROWS else column_valid
-            final = tl.load(x_base + (x_origin + last * x_step), mask=lane_valid, other=IDENTITY)
+            final = tl.load(x_rows + (x_origin + last * x_step), mask=lane_valid, other=IDENTITY)
             total = _combine(total, tl.sum(final.to(ACCUMULATOR), AXIS), OPERATION)
         carry = _carry_in(total, totals, prefixes, chain, walk_tile, tiles_per_line, generation, OPERATION,
                           IDENTITY, ACCUMULATOR, WIDE, LANES, WINDOW)
         result = _combine(tl.expand_dims(carry, AXIS), result, OPERATION)
     if EXCLUSIVE:  # the first element of a line is exactly 0 (or 1), never -0.0
-        line_start = (length - 1) if REVERSE else 0
-        result = tl.where(position == line_start, 1 if OPERATION == "product" else 0, result)
-    y_here = y_base + _offset(y_origin, position, y_step, not ALONG_ROWS, ALIGNMENT)
-    tl.store(y_here, result.to(y.dtype.element_ty), mask=valid)
+        line_start = (in_tile == first) & (walk_tile == 0)
+        result = tl.where(line_start, 1 if OPERATION == "product" else 0, result)
+    y_offsets = y_origin + in_tile.to(tl.int64) * y_step
+    if HINT_ROWS:
+        y_offsets = tl.multiple_of(y_offsets, [ALIGNMENT, ALIGNMENT])
+    tl.store(y_rows + y_offsets, result.to(y.dtype.element_ty), mask=valid)
 
     if WINDOW > 0:  # the last program to finish moves the scratch memory on to the next generation
         finished = tl.atomic_add(control + 1, 1, sem="acq_rel")
@@ -327,11 +322,10 @@ def plan(problem: Lines, tile_elements: int, tiles_in_flight: int) -> Plan:
     if tiles_per_line > 1:
         window = min(triton.next_power_of_2(triton.cdiv(tiles_in_flight, chains)), MAX_WINDOW,
                      max(1, MAX_WINDOW_WORDS // lanes), triton.next_power_of_2(tiles_per_line))
-    # The strides of the block's rows (lines, or positions of a column) are multiples of this: it tells the
-    # compiler how wide its loads and stores along the rows may be.
-    row_strides = [problem.x_strides[0], problem.y_strides[0]]
+    # The strides between the block's rows (lines, or positions down the columns) are multiples of this.
+    row_strides = problem.x_strides[:1] + problem.y_strides[:1]
     if not along_rows:
-        row_strides += [problem.x_strides[1], problem.y_strides[1]]
+        row_strides += problem.x_strides[1:2] + problem.y_strides[1:2]
     alignment = min([16] + [stride & -stride for stride in row_strides if stride])
     elements = block_a * block_b
     num_warps = 8 if elements >= 4096 else 4 if elements >= 1024 else 2 if elements >= 256 else 1
