@@ -77,8 +77,7 @@ def choose_config(m: int, n: int, k: int, sm_count: int) -> Config:
 # -- kernels ---------------------------------------------------------------------------------------------------
 
 
-@triton.jit(do_not_specialize=["flip", "K", "R", "channels", "rows_b", "rows_c", "stride_xb",
-                               "stride_xc", "stride_xk", "stride_xr", "stride_p"])
+@triton.jit(do_not_specialize=["flip", "channels", "rows_b", "rows_c"])
 def _prepare_kernel(x_ptr, packed_ptr, sums_ptr, flip, K, R, channels, rows_b, rows_c,
                     stride_xb, stride_xc, stride_xk, stride_xr, stride_p,
                     PACK: tl.constexpr, SUM: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr):
@@ -285,7 +284,7 @@ def _prepare(x4, *, can_flip: bool, pack: bool, sum_rows: bool) -> Operand:
     sums = torch.zeros(rows.shape[0], dtype=torch.float64, device=x4.device) if sum_rows else None
     if in_place is None or sum_rows:
         source = x4.view(torch.int8)[:own_b, :own_c].transpose(-1, -2)  # {batch, channel, K, R}
-        block_k, block_r = 64, 64
+        block_k, block_r = 128, 64
         grid = (_grid_size(triton.cdiv(k, block_k) * triton.cdiv(r, block_r) * own_b * own_c),)
         _prepare_kernel[grid](source, rows, sums, -128 if flip else 0, k, r, own_c, rows_b, rows_c,
                               *source.stride(), rows.stride(0), PACK=in_place is None, SUM=sum_rows,
@@ -300,7 +299,9 @@ def _padded_to_4d(x):
 
 
 def _b_operand_key(b4):
-    return b4.data_ptr(), tuple(b4.shape), tuple(b4.stride()), b4.dtype
+    """B's memory and layout (the stride of a dimension of size 1 does not matter)."""
+    return b4.data_ptr(), tuple(b4.shape), tuple(0 if size == 1 else stride for size, stride in
+                                                 zip(b4.shape, b4.stride())), b4.dtype
 
 
 # OWNED_BY_DML B tensors packed at initialization, by the key of their persisted copy; an entry leaves with the copy.

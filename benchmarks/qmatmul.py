@@ -1,0 +1,217 @@
+"""DML_OPERATOR_QUANTIZED_LINEAR_MATRIX_MULTIPLY on the CUDA backend against the PyTorch pipelines that compute the
+same thing, measured in one run on one GPU.
+
+The case is ONNX's QLinearMatMul as models quantize it: A uint8 with a zero point (activations), B int8 symmetric
+with per-column scales (weights), the output uint8 with a zero point. Every method gets the same random inputs;
+the weights' one-off preparations (a column-major copy, column sums, a dequantized copy) are made before timing:
+
+- dmlops, B persisted: B OWNED_BY_DML, repacked K-major once (``persist``); dmlops, B row-major: B repacked inside
+  the call, as for a B bound at every execution.
+- torch._int_mm with B row-major, and with B column-major, each plus the requantization in float32 (shift A to
+  int8, subtract za'·Σ_k B, scale, round, add zo, clamp, cast; not bit-exact, which only makes it cheaper).
+- dequantize → float32 matmul → quantize; and a bare bf16 matmul of the same shape, the tensor-core ceiling of
+  the floating-point route.
+
+Floor: the larger of 2·M·N·K / 1979 TOPS (dense int8 peak of the H100 SXM) and the bytes (A, B and the output
+once each) over the copy bandwidth measured at the start of the run. Times are GPU times: medians of
+``triton.testing.do_bench_cudagraph`` (calls replayed from a CUDA graph, so that no method pays for launching
+from Python; L2 is not flushed between calls). "eager" is dmlops called from Python back to back, launch overhead
+included. Every dmlops result is checked bit for bit against the
+exact accumulator (a float64 product of integers) requantized in float64.
+
+    python benchmarks/qmatmul.py                 # the table of benchmarks/RESULTS.md
+    python benchmarks/qmatmul.py --configs       # candidate tile configurations at the large shapes
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+import triton
+
+from dmlops.backends.cuda import qmatmul
+
+PEAK_INT8_TOPS = 1979.0
+SQUARE = [1024, 2048, 4096, 8192, 16384]
+LLM = [(m, k, n) for m in (16, 64, 256, 1024, 4096) for k, n in ((4096, 11008), (11008, 4096))]
+
+
+def copy_bandwidth() -> float:
+    """Device-to-device copy of 1 GiB, bytes read plus written per second."""
+    x = torch.empty(2**30, dtype=torch.uint8, device="cuda")
+    y = torch.empty_like(x)
+    ms = triton.testing.do_bench(lambda: y.copy_(x))
+    return 2 * x.numel() / (ms * 1e-3)
+
+
+class Problem:
+    """Random inputs of one shape and every method's prepared operands."""
+
+    def __init__(self, m: int, k: int, n: int, generator: torch.Generator):
+        def randint(low, high, shape, dtype):
+            return torch.randint(low, high, shape, generator=generator, device="cuda", dtype=dtype)
+
+        self.m, self.k, self.n = m, k, n
+        self.a = randint(0, 256, (m, k), torch.uint8)
+        self.b = randint(-128, 128, (k, n), torch.int8)
+        self.a_zero = randint(100, 156, (1,), torch.uint8)
+        self.out_zero = randint(100, 156, (1,), torch.uint8)
+        self.a_scale = torch.full((1,), 0.02, device="cuda")
+        self.b_scale = torch.rand(n, generator=generator, device="cuda") * 0.02 + 0.01
+        # outputs spread over the uint8 range: |acc| is about 5500·sqrt(K)
+        self.out_scale = torch.full((1,), 0.02 * 0.02 * 5500 * k**0.5 / 100, device="cuda")
+        self.out = torch.empty((m, n), dtype=torch.uint8, device="cuda")
+        # weights prepared once, outside timing
+        self.b_persisted = qmatmul.persist_b(self.b)
+        self.b_column_major = self.b.t().contiguous().t()
+        self.b_column_sums = self.b.sum(0, dtype=torch.int32)
+        self.multiplier = (self.a_scale * self.b_scale / self.out_scale).float()
+        self.b_dequantized = self.b.float() * self.b_scale
+        self.a_bf16, self.b_bf16 = self.a.to(torch.bfloat16), self.b.to(torch.bfloat16)
+
+    def dmlops(self, b, config=None):
+        """The CUDA backend's entry, with the tensors as the operator passes them: 4-D, scales and zero points as
+        vectors (stride 0: per tensor)."""
+        def per_tensor(x):
+            return x.as_strided((self.m,), (0,))
+
+        def four_d(x):
+            return x.as_strided((1, 1) + x.shape, (0, 0) + x.stride())
+
+        qmatmul.quantized_linear_matmul(
+            four_d(self.a), per_tensor(self.a_scale), per_tensor(self.a_zero), four_d(b), self.b_scale, None,
+            per_tensor(self.out_scale), per_tensor(self.out_zero), four_d(self.out), config=config)
+        return self.out
+
+    def torch_int_mm(self, b):
+        a8 = self.a.view(torch.int8) ^ -128
+        acc = torch._int_mm(a8, b)
+        acc -= (self.a_zero.int() - 128) * self.b_column_sums
+        y = torch.mul(acc, self.multiplier)
+        return y.round_().add_(self.out_zero).clamp_(0, 255).to(torch.uint8)
+
+    def torch_float(self):
+        a = (self.a.float() - self.a_zero) * self.a_scale
+        y = a @ self.b_dequantized
+        return y.div_(self.out_scale).round_().add_(self.out_zero).clamp_(0, 255).to(torch.uint8)
+
+    def bf16(self):
+        return self.a_bf16 @ self.b_bf16
+
+    def exact(self):
+        """The operator's result: the exact accumulator (a float64 product of integers, exact below 2^53)
+        requantized in float64, operation by operation."""
+        acc = (self.a.double() - self.a_zero.double()) @ self.b.double()
+        multiplier = (self.a_scale.double() * self.b_scale.double()) / self.out_scale.double()
+        return torch.clamp(torch.round(acc * multiplier) + self.out_zero.double(), 0, 255).to(torch.uint8)
+
+
+def tops(problem: Problem, fn) -> float | None:
+    try:
+        ms = triton.testing.do_bench_cudagraph(fn, return_mode="median")
+    except RuntimeError as error:  # torch._int_mm refuses some shapes (M ≤ 16)
+        print(f"  {problem.m}x{problem.k}x{problem.n}: {str(error).splitlines()[0]}", file=sys.stderr)
+        return None
+    return 2 * problem.m * problem.n * problem.k / (ms * 1e-3) / 1e12
+
+
+def eager_microseconds(fn, calls: int = 50) -> float:
+    """Back-to-back calls from Python: GPU time or launch overhead, whichever is longer."""
+    fn()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(calls):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) * 1e3 / calls
+
+
+def floor_tops(m, k, n, bandwidth) -> float:
+    seconds = max(2 * m * n * k / (PEAK_INT8_TOPS * 1e12), (m * k + k * n + m * n) / bandwidth)
+    return 2 * m * n * k / seconds / 1e12
+
+
+def fmt(value) -> str:
+    return "n/a" if value is None else f"{value:.0f}"
+
+
+def table(shapes, bandwidth):
+    print(f"| M×K×N | floor TOPS | dmlops, B persisted | % of int8 peak | dmlops, B row-major | torch._int_mm B row-major "
+          f"+ requant | torch._int_mm B col-major + requant | dequant → fp32 matmul → quant | bf16 matmul | "
+          f"dmlops / best torch pipeline | dmlops eager, µs per call | exact |")
+    print("|" + "---|" * 12)
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    for m, k, n in shapes:
+        problem = Problem(m, k, n, generator)
+        exact = bool(torch.equal(problem.dmlops(problem.b_persisted), problem.exact())) and \
+            bool(torch.equal(problem.dmlops(problem.b), problem.exact()))
+        persisted = tops(problem, lambda: problem.dmlops(problem.b_persisted))
+        row_major = tops(problem, lambda: problem.dmlops(problem.b))
+        peers = {"row": tops(problem, lambda: problem.torch_int_mm(problem.b)),
+                 "column": tops(problem, lambda: problem.torch_int_mm(problem.b_column_major)),
+                 "float": tops(problem, problem.torch_float)}
+        bf16 = tops(problem, problem.bf16)
+        eager = eager_microseconds(lambda: problem.dmlops(problem.b_persisted))
+        best = max(value for value in peers.values() if value is not None)
+        print(f"| {m}×{k}×{n} | {floor_tops(m, k, n, bandwidth):.0f} | {persisted:.0f} | "
+              f"{100 * persisted / PEAK_INT8_TOPS:.0f} % | {row_major:.0f} | {fmt(peers['row'])} | "
+              f"{fmt(peers['column'])} | {fmt(peers['float'])} | {fmt(bf16)} | {persisted / best:.2f} "
+              f"({row_major / best:.2f} row-major) | {eager:.0f} | {'yes' if exact else 'NO'} |", flush=True)
+        del problem
+        torch.cuda.empty_cache()
+
+
+C = qmatmul.Config
+CANDIDATES = {  # by shape class: M ≤ 64 (decode-like) and the rest
+    "small_m": [C(64, 128, 128, num_warps=4, num_stages=4), C(64, 64, 256, num_warps=4, num_stages=4),
+                C(64, 32, 256, num_warps=4, num_stages=4), C(64, 64, 128, num_warps=4, num_stages=6)],
+    "large": [C(128, 256, 128, num_warps=8, num_stages=3), C(128, 256, 128, num_warps=8, num_stages=4),
+              C(256, 128, 128, num_warps=8, num_stages=3), C(128, 128, 256, num_warps=8, num_stages=3),
+              C(128, 256, 128, num_warps=8, num_stages=4, epilogue_n=64), C(128, 128, 128, num_warps=4, num_stages=3)],
+}
+
+
+def configs(shapes):
+    """TOPS of each candidate configuration, B persisted, A uint8 (flipped in the kernel) and int8."""
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    for m, k, n in shapes:
+        problem = Problem(m, k, n, generator)
+        expected = problem.exact()
+        signed = Problem(m, k, n, generator)
+        signed.a = signed.a.view(torch.int8)
+        for config in CANDIDATES["small_m" if m <= 64 else "large"]:
+            try:
+                unsigned_tops = tops(problem, lambda: problem.dmlops(problem.b_persisted, config))
+                exact = torch.equal(problem.dmlops(problem.b_persisted, config), expected)
+                signed_tops = tops(signed, lambda: signed.dmlops(signed.b_persisted, config))
+            except Exception as error:  # a configuration the compiler or the GPU refuses
+                print(f"{m}×{k}×{n} {config}: {type(error).__name__}: {str(error)[:200]}", flush=True)
+                continue
+            print(f"{m}×{k}×{n} {config}: uint8 A {unsigned_tops:.0f} TOPS ({'exact' if exact else 'NOT EXACT'}), "
+                  f"int8 A {signed_tops:.0f} TOPS", flush=True)
+        del problem, signed
+        torch.cuda.empty_cache()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--configs", action="store_true", help="time the candidate tile configurations")
+    parser.add_argument("--shapes", help="M,K,N;M,K,N… instead of the default list")
+    args = parser.parse_args()
+    shapes = [(n, n, n) for n in SQUARE] + LLM
+    if args.shapes:
+        shapes = [tuple(int(x) for x in shape.split(",")) for shape in args.shapes.split(";")]
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}")
+    if args.configs:
+        configs(shapes)
+        return
+    bandwidth = copy_bandwidth()
+    print(f"copy bandwidth {bandwidth / 1e12:.2f} TB/s (read + write); dense int8 peak {PEAK_INT8_TOPS:.0f} TOPS\n")
+    table(shapes, bandwidth)
+
+
+if __name__ == "__main__":
+    main()
