@@ -110,6 +110,29 @@ def test_matches_cpu_backend(case, torch_device):
     np.testing.assert_array_equal(got, expected)
 
 
+CONFIGS = {"large": qmatmul.LARGE, "medium": qmatmul.MEDIUM, "paired": qmatmul.PAIRED, "long_k": qmatmul.LONG_K,
+           **{f"narrow_{config.block_n}": config for config in qmatmul.NARROW}}
+
+
+@pytest.mark.parametrize("config", CONFIGS.values(), ids=CONFIGS.keys())
+def test_every_config(config, torch_device):
+    """Each tile configuration (the shape classes pick among them) on the same kernel code, called directly."""
+    rng = np.random.default_rng(7)
+    batches, m, n, k = 2, 150, 300, 270
+    a, b = random_data(rng, np.uint8, (batches, 1, m, k)), random_data(rng, np.int8, (1, 1, k, n))
+    a_scale, b_scale, out_scale = random_scales(rng, k, m, n, 1)
+    a_zero, b_zero, out_zero = random_data(rng, np.uint8, m), random_data(rng, np.int8, n), np.int8([5])
+    expected = dmlops.quantized_linear_matmul(a, a_scale, a_zero, b, b_scale, b_zero, out_scale, out_zero,
+                                              output_dtype=np.int8)
+    tensors = [torch.from_numpy(x).to(torch_device) for x in (a, a_scale, a_zero, b, b_scale, b_zero, out_scale)]
+    tensors[3] = tensors[3].expand(batches, 1, k, n)  # broadcast batch: stride 0
+    tensors[6] = tensors[6].expand(m)  # per tensor: a vector of M with stride 0
+    out_zero = torch.from_numpy(out_zero).to(torch_device).expand(m)
+    out, _ = poisoned_out(rng, (batches, 1, m, n), np.int8, torch_device)
+    qmatmul.quantized_linear_matmul(*tensors, out_zero, out, config=config)
+    np.testing.assert_array_equal(out.cpu().numpy(), expected)
+
+
 @pytest.mark.parametrize("out_type", TYPES)
 def test_ties_round_half_to_even(out_type, torch_device):
     """acc·0.5 lands on every half integer of the output range: each must round to the even neighbour."""

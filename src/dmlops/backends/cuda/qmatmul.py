@@ -57,21 +57,29 @@ class Config:
     group_m: int = 8
 
 
-# Hand-picked per shape class (see benchmarks/qmatmul.py --configs).
-SMALL_M = Config(64, 128, 128, num_warps=4, num_stages=4)  # decode-like: M ≤ 64, B streams through once
+# Hand-picked per shape class from benchmarks/qmatmul.py --configs on an H100 (benchmarks/RESULTS.md). int8 dots run
+# synchronously in Triton (it keeps only float32 accumulators in flight), and a tile's float64 epilogue leaves the
+# tensor cores idle, so a long K favours large tiles, a short K two tiles resident per SM whose epilogues and main
+# loops overlap, and few output rows narrow tiles, enough of them to occupy every SM.
+LARGE = Config(128, 256, 128, num_warps=8, num_stages=3, epilogue_n=64)
 MEDIUM = Config(128, 128, 128, num_warps=8, num_stages=4)
-LARGE = Config(128, 256, 128, num_warps=8, num_stages=3)
+PAIRED = Config(128, 128, 128, num_warps=4, num_stages=3)  # 96 KiB of shared memory: two per SM
+NARROW = [Config(64, 128, 128, num_warps=4, num_stages=4), Config(64, 64, 256, num_warps=4, num_stages=4),
+          Config(64, 32, 256, num_warps=4, num_stages=4)]
 LONG_K = Config(64, 64, 128, num_warps=4, num_stages=3)  # K > K_SLICE: the float64 accumulator lives in registers
 
 
-def choose_config(m: int, n: int, k: int, sm_count: int) -> Config:
+def choose_config(batches: int, m: int, n: int, k: int, sm_count: int) -> Config:
+    def tiles(config):
+        return batches * triton.cdiv(m, config.block_m) * triton.cdiv(n, config.block_n)
+
     if k > K_SLICE:
         return LONG_K
-    if m <= 64:
-        return SMALL_M
-    if m * n < 2 * sm_count * LARGE.block_m * LARGE.block_n:  # too few large tiles to fill the GPU twice
-        return MEDIUM
-    return LARGE
+    if k > 4096 and tiles(LARGE) >= 2 * sm_count:
+        return LARGE
+    if tiles(PAIRED) >= sm_count:
+        return MEDIUM if k > 4096 else PAIRED
+    return next((config for config in NARROW if tiles(config) >= sm_count), NARROW[-1])
 
 
 # -- kernels ---------------------------------------------------------------------------------------------------
@@ -383,7 +391,7 @@ def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, 
         *_vector(b_scale, device), *_zero_point(b_zero_point, device), 128 if b_unsigned else 0, a_scale,
         output_scale, terms, n, ROW_SCALES=row_scales, BLOCK=block)
 
-    config = config or choose_config(m, n, k, _sm_count(device))
+    config = config or choose_config(batches * channels, m, n, k, _sm_count(device))
     num_tiles = batches * channels * triton.cdiv(m, config.block_m) * triton.cdiv(n, config.block_n)
     low, high = (0, 255) if out.dtype == torch.uint8 else (-128, 127)
     _qmatmul_kernel[(_grid_size(num_tiles),)](
