@@ -289,7 +289,8 @@ def test_large(shape, axis, operation, dtype, reverse, exclusive):
 
 
 @gpu_only
-@pytest.mark.parametrize("shape, axis", [((1 << 26,), 0), ((65536, 512), 0), ((8, 1 << 22), 1)])
+@pytest.mark.parametrize("shape, axis", [((1 << 26,), 0), ((16384, 4096), 0), ((4096, 1024), 0), ((8, 1 << 22), 1),
+                                         ((32, 512, 2048), 1)])
 def test_deterministic(shape, axis):
     x = torch.randn(shape, device="cuda")
     first = torch.empty_like(x)

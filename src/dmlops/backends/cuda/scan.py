@@ -97,25 +97,25 @@ def _publish(pointers, value, generation, WIDE: tl.constexpr):
 
 
 @triton.jit
-def _stale(words, needed, generation):
-    return needed & ((words >> 32).to(tl.int32) != generation)
-
-
-@triton.jit
-def _wait_words(pointers, needed, generation):
-    """The words at pointers where needed, once they all carry this launch's generation."""
-    words = tl.load(pointers, mask=needed, other=0, volatile=True)
-    while tl.max(_stale(words, needed, generation).to(tl.int32)) > 0:
-        words = tl.load(pointers, mask=needed, other=0, volatile=True)
-    return words
+def _pending(pointers, needed, generation, WIDE: tl.constexpr):
+    """Whether some word at pointers (two per value when WIDE), where needed, is not yet of this launch."""
+    stale = needed & ((tl.load(pointers, mask=needed, other=0, volatile=True) >> 32).to(tl.int32) != generation)
+    if WIDE:
+        high = tl.load(pointers + 1, mask=needed, other=0, volatile=True)
+        stale = stale | (needed & ((high >> 32).to(tl.int32) != generation))
+    return tl.max(stale.to(tl.int32)) > 0
 
 
 @triton.jit
 def _collect(pointers, needed, generation, IDENTITY: tl.constexpr, ACCUMULATOR: tl.constexpr, WIDE: tl.constexpr):
-    """The values published at pointers where needed (waiting until they are), IDENTITY elsewhere."""
-    low = _wait_words(pointers, needed, generation)
+    """The values published at pointers where needed (once they all are), IDENTITY elsewhere."""
+    while _pending(pointers, needed, generation, WIDE):
+        pass
+    # The wait decides on one copy of each word, but threads holding copies of one word may have read it at
+    # different moments; read again, now that every word is final, so that all copies agree.
+    low = tl.load(pointers, mask=needed, other=0, volatile=True)
     if WIDE:
-        high = _wait_words(pointers + 1, needed, generation)
+        high = tl.load(pointers + 1, mask=needed, other=0, volatile=True)
         value = ((high << 32) | low.to(tl.uint32).to(tl.int64)).to(ACCUMULATOR, bitcast=True)
     else:
         value = low.to(tl.int32).to(ACCUMULATOR, bitcast=True)
@@ -123,36 +123,33 @@ def _collect(pointers, needed, generation, IDENTITY: tl.constexpr, ACCUMULATOR: 
 
 
 @triton.jit
-def _carry_in(total, totals, prefixes, chain, walk_tile, tiles_per_line, generation,
+def _carry_in(total, words, chain, walk_tile, tiles_per_line, generation,
               OPERATION: tl.constexpr, IDENTITY: tl.constexpr, ACCUMULATOR: tl.constexpr, WIDE: tl.constexpr,
               LANES: tl.constexpr, WINDOW: tl.constexpr):
-    """Publish this tile's total; return the combination of every earlier tile of its line, in a fixed order."""
+    """Publish this tile's word; return the combination of every earlier tile of its line, in a fixed order.
+
+    Each tile of a line has a slot of LANES values: its total, or, for the last tile of a group of WINDOW, the
+    line's inclusive prefix through that group. A tile combines the slots from the previous group's last up to
+    its own predecessor, in a tree whose shape depends on the tile's position alone.
+    """
     WORDS: tl.constexpr = 2 if WIDE else 1
     lane = tl.arange(0, LANES)
-    group = walk_tile // WINDOW
-    first = group * WINDOW
-    last_in_group = walk_tile == first + WINDOW - 1
-    line_tiles = chain.to(tl.int64) * tiles_per_line
-    if not last_in_group:  # the last total of a group reaches later tiles through the group's prefix only
-        _publish(totals + ((line_tiles + walk_tile) * LANES + lane) * WORDS, total, generation, WIDE)
-
-    member = first + tl.arange(0, WINDOW)
-    earlier = (member < walk_tile)[:, None] & (lane < LANES)[None, :]
-    member_words = totals + (((line_tiles + member)[:, None]) * LANES + lane[None, :]) * WORDS
-    carry = _reduce(_collect(member_words, earlier, generation, IDENTITY, ACCUMULATOR, WIDE), 0, OPERATION)
-    line_groups = chain.to(tl.int64) * tl.cdiv(tiles_per_line, WINDOW)
-    if group > 0:
-        prefix_words = prefixes + ((line_groups + group - 1) * LANES + lane) * WORDS
-        previous = _collect(prefix_words, lane < LANES, generation, IDENTITY, ACCUMULATOR, WIDE)
-        carry = _combine(previous, carry, OPERATION)
-    if last_in_group and walk_tile < tiles_per_line - 1:
-        prefix_words = prefixes + ((line_groups + group) * LANES + lane) * WORDS
-        _publish(prefix_words, _combine(carry, total, OPERATION), generation, WIDE)
+    line_slots = chain.to(tl.int64) * tiles_per_line
+    group_end = walk_tile // WINDOW * WINDOW + WINDOW - 1
+    own_words = words + ((line_slots + walk_tile) * LANES + lane) * WORDS
+    if walk_tile != group_end:
+        _publish(own_words, total, generation, WIDE)
+    slot = group_end - WINDOW + tl.arange(0, WINDOW)
+    needed = ((slot >= 0) & (slot < walk_tile))[:, None] & (lane < LANES)[None, :]
+    window_words = words + ((line_slots + slot)[:, None] * LANES + lane[None, :]) * WORDS
+    carry = _reduce(_collect(window_words, needed, generation, IDENTITY, ACCUMULATOR, WIDE), 0, OPERATION)
+    if walk_tile == group_end and walk_tile < tiles_per_line - 1:
+        _publish(own_words, _combine(carry, total, OPERATION), generation, WIDE)
     return carry
 
 
 @triton.jit
-def _scan_kernel(x, y, totals, prefixes, control,
+def _scan_kernel(x, y, words, control,
                  outer, length, inner, x_outer, x_step, x_inner, y_outer, y_step, y_inner,
                  tiles_per_line, chains, inner_blocks,
                  OPERATION: tl.constexpr, IDENTITY: tl.constexpr, ZERO: tl.constexpr, ACCUMULATOR: tl.constexpr,
@@ -217,17 +214,19 @@ def _scan_kernel(x, y, totals, prefixes, control,
     if HINT_ROWS:
         x_offsets = tl.multiple_of(x_offsets, [ALIGNMENT, ALIGNMENT])
     values = tl.load(x_rows + x_offsets, mask=present, other=IDENTITY)
-    result = _scan(values.to(ACCUMULATOR), AXIS, OPERATION, REVERSE)
     if WINDOW > 0:
         generation = tl.load(control, volatile=True)
+        if EXCLUSIVE:  # the element that the shifted scan leaves out, for the tile's total
+            lane_valid = row_valid if ALONG_ROWS else column_valid
+            final = tl.load(x_rows + (x_origin + last * x_step), mask=lane_valid, other=IDENTITY)
+    result = _scan(values.to(ACCUMULATOR), AXIS, OPERATION, REVERSE)
+    if WINDOW > 0:
         # The tile's total is its scan's last element in walk order (and, when exclusive, that element).
         total = tl.sum(tl.where(in_tile == last, result, ZERO), AXIS)
         if EXCLUSIVE:
-            lane_valid = row_valid if ALONG_ROWS else column_valid
-            final = tl.load(x_rows + (x_origin + last * x_step), mask=lane_valid, other=IDENTITY)
             total = _combine(total, tl.sum(final.to(ACCUMULATOR), AXIS), OPERATION)
-        carry = _carry_in(total, totals, prefixes, chain, walk_tile, tiles_per_line, generation, OPERATION,
-                          IDENTITY, ACCUMULATOR, WIDE, LANES, WINDOW)
+        carry = _carry_in(total, words, chain, walk_tile, tiles_per_line, generation, OPERATION, IDENTITY,
+                          ACCUMULATOR, WIDE, LANES, WINDOW)
         result = _combine(tl.expand_dims(carry, AXIS), result, OPERATION)
     if EXCLUSIVE:  # the first element of a line is exactly 0 (or 1), never -0.0
         line_start = (in_tile == first) & (walk_tile == 0)
@@ -327,8 +326,7 @@ def plan(problem: Lines, tile_elements: int, tiles_in_flight: int) -> Plan:
     if not along_rows:
         row_strides += problem.x_strides[1:2] + problem.y_strides[1:2]
     alignment = min([16] + [stride & -stride for stride in row_strides if stride])
-    elements = block_a * block_b
-    num_warps = 8 if elements >= 4096 else 4 if elements >= 1024 else 2 if elements >= 256 else 1
+    num_warps = min(16, max(1, block_a * block_b // 1024))  # 32 elements a thread
     return Plan(along_rows, (block_a, block_b), lanes, even_columns, tiles_per_line, chains, inner_blocks, window,
                 alignment, num_warps)
 
@@ -339,7 +337,7 @@ class _Scratch:
 
     def __init__(self, device, words: int):
         self.control = torch.zeros(2, dtype=torch.int32, device=device)
-        self.control[0] = 1
+        self.control[:1].fill_(1)  # no copy from the host: this may run inside a graph capture
         self.words = torch.zeros(words, dtype=torch.int64, device=device)
 
 
@@ -381,20 +379,16 @@ def cumulative(operation: str, x, out, axis: int, reverse: bool, exclusive: bool
     layout = plan(problem, tile_elements, tiles_in_flight)
     tiles = layout.tiles_per_line * layout.chains
     if layout.window:
-        words_per_value = 2 if wide else 1
-        total_words = tiles * layout.lanes * words_per_value
-        total_words += total_words % 2  # keeps the prefixes 16-byte aligned
-        groups = layout.chains * triton.cdiv(layout.tiles_per_line, layout.window)
-        scratch = _scratch_for(x.device, total_words + groups * layout.lanes * words_per_value)
-        totals, prefixes, control = scratch.words, scratch.words[total_words:], scratch.control
+        scratch = _scratch_for(x.device, tiles * layout.lanes * (2 if wide else 1))
+        words, control = scratch.words, scratch.control
     else:
-        totals = prefixes = control = out  # not read
+        words = control = out  # not read
     zero = -0.0 if accumulator.is_floating() else 0  # x + -0.0 is x for every x, -0.0 included
     identity = zero if operation == "sum" else 1
     device = torch.cuda.device(x.device) if x.device.type == "cuda" else contextlib.nullcontext()
     with device:
         _scan_kernel[(tiles,)](
-            x, out, totals, prefixes, control,
+            x, out, words, control,
             problem.outer, problem.length, problem.inner, *problem.x_strides, *problem.y_strides,
             layout.tiles_per_line, layout.chains, layout.inner_blocks,
             OPERATION=operation, IDENTITY=identity, ZERO=zero, ACCUMULATOR=accumulator, WIDE=wide,
