@@ -21,23 +21,12 @@ from dmlops.backends.cuda import qmatmul
 from dmlops.ops.quantized_matmul import requantize
 
 from conftest import ON_GPU
+from test_quantized_matmul import random_data
+from test_quantized_matmul import scales_for as random_scales
 
 TYPES = [np.int8, np.uint8]
 OUTPUT_TYPES = {np.int8: DataType.INT8, np.uint8: DataType.UINT8}
 MAX_SIZE = 300 if ON_GPU else 40
-
-
-def random_data(rng, dtype, shape):
-    info = np.iinfo(dtype)
-    return rng.integers(info.min, info.max + 1, shape, dtype=dtype)
-
-
-def random_scales(rng, k, count_a, count_b, count_out):
-    """Scales that spread the outputs over the 8-bit range, some saturating (|acc| is about 5500·sqrt(K))."""
-    a_scale = rng.uniform(0.005, 0.05, count_a).astype(np.float32)
-    b_scale = rng.uniform(0.005, 0.05, count_b).astype(np.float32)
-    spread = 0.0275**2 * 5500 * np.sqrt(k) / 100
-    return a_scale, b_scale, (spread * rng.uniform(0.3, 3, count_out)).astype(np.float32)
 
 
 def on_device(array, device, layout=None):
