@@ -53,8 +53,8 @@ class Config:
     block_k: int
     num_warps: int
     num_stages: int
-    epilogue_n: int = 32
-    group_m: int = 8
+    epilogue_n: int = 32  # columns requantized at a time
+    group_m: int = 8  # row tiles that walk the columns together
 
 
 # Hand-picked per shape class from benchmarks/qmatmul.py --configs on an H100 (benchmarks/RESULTS.md). int8 dots run
@@ -70,6 +70,7 @@ LONG_K = Config(64, 64, 128, num_warps=4, num_stages=3)  # K > K_SLICE: the floa
 
 
 def choose_config(batches: int, m: int, n: int, k: int, sm_count: int) -> Config:
+    """The configuration for a problem: by K, then by how many tiles of each size it makes."""
     def tiles(config):
         return batches * triton.cdiv(m, config.block_m) * triton.cdiv(n, config.block_n)
 
@@ -238,7 +239,7 @@ def _qmatmul_kernel(a_desc, b_desc, M, N, K, channels, a_rows_b, a_rows_c, b_row
 class Operand:
     """A or B as the kernel reads it: int8 bits in rows of K (``rows`` {row count, K}, row stride a multiple of 16
     bytes), batch b and channel c starting at row b·rows_b + c·rows_c; ``sums`` the per-row Σ_k of the int8
-    values (or None); ``flip`` whether the rows still hold uint8 bits the kernel must flip."""
+    values in float64 (or None); ``flip`` whether the rows still hold uint8 bits the kernel must flip."""
 
     rows: torch.Tensor
     rows_b: int
