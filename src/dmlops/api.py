@@ -24,6 +24,16 @@ def _device(backend: str) -> Device:
     return Device(backend)
 
 
+# Descs are frozen and hashable: calls that repeat a shape skip building and validating them again (a rejected
+# desc raises, and is not cached).
+_tensor_desc = functools.lru_cache(maxsize=1024)(TensorDesc)
+
+
+@functools.lru_cache(maxsize=256)
+def _compiled(backend: str, desc):
+    return _device(backend).compile_operator(desc)
+
+
 def _pick_backend(arrays, backend: str | None) -> str:
     """The named backend, else CUDA if any array lives on a CUDA device, else the CPU."""
     if backend is not None:
@@ -75,7 +85,7 @@ def _described(backend, array, where: str):
         array = backend.contiguous(array)
         strides = backend.element_strides(array)
     try:
-        return array, TensorDesc(data_type, tuple(array.shape), strides)
+        return array, _tensor_desc(data_type, tuple(array.shape), strides)
     except ValidationError as error:
         raise ValidationError(f"{where}: {error}") from None
 
@@ -99,10 +109,10 @@ def _cumulative(desc_type, x, axis, reverse, exclusive, out, backend):
     if out_strides is None:  # write through a packed array, then copy into the caller's view
         target, native_out = native_out, be.empty(tuple(native_out.shape), be.data_type(native_out), like=native_x)
         out_strides = be.element_strides(native_out)
-    out_desc = TensorDesc(be.data_type(native_out), tuple(native_out.shape), out_strides)
+    out_desc = _tensor_desc(be.data_type(native_out), tuple(native_out.shape), out_strides)
     direction = AxisDirection.DECREASING if reverse else AxisDirection.INCREASING
     desc = desc_type(x_desc, out_desc, axis, direction, bool(exclusive))
-    device.compile_operator(desc).run_views({"input_tensor": native_x, "output_tensor": native_out})
+    _compiled(device.backend_name, desc).run_views({"input_tensor": native_x, "output_tensor": native_out})
     if target is not None:
         be.assign(target, native_out)
     return out if out is not None else restore(native_out)
@@ -182,7 +192,7 @@ def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, 
     desc = QuantizedLinearMatrixMultiplyOperatorDesc(**{field: descs.get(field) for field in
                                                         QuantizedLinearMatrixMultiplyOperatorDesc.input_fields +
                                                         ("output_tensor",)})
-    device.compile_operator(desc).run_views(native)
+    _compiled(device.backend_name, desc).run_views(native)
     if target is not None:
         be.assign(target, native["output_tensor"])
     return out if out is not None else restore(native["output_tensor"])

@@ -47,10 +47,9 @@ class DataType(enum.IntEnum):
             dtype = np.dtype(dtype)
         except TypeError:
             raise ValidationError(f"{dtype!r} is not a NumPy dtype") from None
-        for data_type, name in _NUMPY.items():
-            if np.dtype(name) == dtype:
-                return data_type
-        raise ValidationError(f"NumPy dtype {dtype} has no DirectML data type")
+        if dtype not in _FROM_NUMPY:
+            raise ValidationError(f"NumPy dtype {dtype} has no DirectML data type")
+        return _FROM_NUMPY[dtype]
 
 
 _BITS = {
@@ -64,6 +63,7 @@ _NUMPY = {
     DataType.UINT16: "uint16", DataType.UINT8: "uint8", DataType.INT32: "int32", DataType.INT16: "int16",
     DataType.INT8: "int8", DataType.FLOAT64: "float64", DataType.UINT64: "uint64", DataType.INT64: "int64",
 }
+_FROM_NUMPY = {np.dtype(name): data_type for data_type, name in _NUMPY.items()}
 
 
 class TensorFlags(enum.IntFlag):
