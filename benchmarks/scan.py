@@ -6,11 +6,12 @@ The floor of a scan is one read and one write of the tensor: 2·n·itemsize byte
 measured here as a device-to-device copy of 1 GiB (bytes read plus bytes written). Every column is the fraction of
 that bandwidth reached, counting the same 2·n·itemsize bytes (FLOAT16 counts 2-byte elements). torch has no reverse
 or exclusive scan: it flips, scans, flips back and subtracts the input. Each dmlops variant is checked against a
-float64 reference and against its own second run (bit for bit) before it is timed. ``--sweep`` times dmlops'
-tilings (tile size × look-back reach) instead of the peers.
+float64 reference and against its own second run (bit for bit) before it is timed. ``--sweep`` also times dmlops'
+tunings (tile size, threads, look-back reach) on the shapes named.
 
-CUDA kernels are timed with CUDA events around each call after L2 is flushed (triton.testing.do_bench, median);
-JAX runs on its own streams and is timed with a host clock around a batch of calls.
+Timing is GPU time: a batch of calls is enqueued behind a GPU sleep, so that the host's launch overhead stays out,
+and timed with CUDA events (median of 5 batches); the calls cycle through enough buffers that the inputs are not in
+L2. JAX runs on its own streams and is timed with a host clock around a batch of calls instead.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import argparse
 import datetime
 import multiprocessing
 import os
+import statistics
 import subprocess
 import time
 
@@ -26,7 +28,6 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 import torch  # noqa: E402
 import triton  # noqa: E402
-from triton.testing import do_bench  # noqa: E402
 
 from dmlops.backends.cuda import scan  # noqa: E402
 
@@ -48,21 +49,47 @@ VARIANTS = [  # name, operation, dtype, reverse, exclusive
     ("product", "product", torch.float32, False, False),
     ("f16", "sum", torch.float16, False, False),
 ]
-SWEEP = [(tile, reach) for tile in (8192, 16384) for reach in (64, 256, 1024)]  # tile elements × tiles in flight
+SWEEP = [scan.Tuning(16384, 256, 16), scan.Tuning(16384, 256, 32), scan.Tuning(32768, 256, 16), scan.Tuning(),
+         scan.Tuning(65536, 256, 32), scan.Tuning(32768, 1024, 32)]
+L2_BYTES = 50 << 20
+HOST_SECONDS_PER_CALL = 100e-6  # a generous bound on the host's time to launch one call
 
 
 def fraction(seconds: float, nbytes: int, copy: float) -> float:
     return nbytes / seconds / copy
 
 
-def bench(fn) -> float:
-    return do_bench(fn, warmup=10, rep=60, return_mode="median") * 1e-3
+def buffer_sets(nbytes: int) -> int:
+    """How many sets of buffers keep a sequence of calls reading from DRAM rather than L2."""
+    return max(1, -(-4 * L2_BYTES // nbytes))
+
+
+def gpu_seconds(run, sets: int) -> float:
+    """GPU time of one call of run(i), i cycling over the buffer sets."""
+    for i in range(sets):
+        run(i)
+    torch.cuda.synchronize()
+    begin = time.perf_counter()
+    run(0)
+    torch.cuda.synchronize()
+    count = max(sets, min(400, int(2e-3 / (time.perf_counter() - begin)) + 1))  # about 2 ms a batch, or more
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(5):
+        torch.cuda._sleep(int(count * HOST_SECONDS_PER_CALL * 2e9))  # cycles: the GPU waits while the host enqueues
+        start.record()
+        for i in range(count):
+            run(i % sets)
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) * 1e-3 / count)
+    return statistics.median(times)
 
 
 def copy_bandwidth() -> float:
     source = torch.randn(1 << 28, device="cuda")
     target = torch.empty_like(source)
-    return 2 * source.nbytes / bench(lambda: target.copy_(source))
+    return 2 * source.nbytes / gpu_seconds(lambda i: target.copy_(source), 1)
 
 
 def inputs(shape, operation, dtype):
@@ -91,17 +118,17 @@ def reference(x, axis, operation, reverse, exclusive):
     return tally.flip(axis) if reverse else tally
 
 
-def verify(x, axis, operation, reverse, exclusive, **tuning) -> str:
+def verify(x, axis, operation, reverse, exclusive, tuning) -> str:
     out = torch.full_like(x, float("nan"))
-    scan.cumulative(operation, x, out, axis, reverse, exclusive, **tuning)
+    scan.cumulative(operation, x, out, axis, reverse, exclusive, tuning=tuning)
     again = torch.full_like(x, float("nan"))
-    scan.cumulative(operation, x, again, axis, reverse, exclusive, **tuning)
+    scan.cumulative(operation, x, again, axis, reverse, exclusive, tuning=tuning)
+    bits = torch.int16 if x.dtype == torch.float16 else torch.int32
+    if not torch.equal(out.view(bits), again.view(bits)):
+        return "NOT DETERMINISTIC"
     expected = reference(x, axis, operation, reverse, exclusive)
     scale = reference(x.abs(), axis, operation, reverse, exclusive) if operation == "sum" else expected.abs()
     error = ((out.double() - expected).abs() / (scale + 1e-30)).nan_to_num(float("inf")).max().item()
-    if not torch.equal(out.view(torch.int16 if x.dtype == torch.float16 else torch.int32),
-                       again.view(torch.int16 if x.dtype == torch.float16 else torch.int32)):
-        return "NOT DETERMINISTIC"
     return f"{error:.1e}"
 
 
@@ -109,46 +136,66 @@ def warm(task) -> None:
     """Compile one case into Triton's cache (run in worker processes, so that compiling goes in parallel)."""
     shape, axis, operation, dtype, reverse, exclusive, tuning = task
     x = inputs(shape, operation, dtype)
-    scan.cumulative(operation, x, torch.empty_like(x), axis, reverse, exclusive, **tuning)
+    scan.cumulative(operation, x, torch.empty_like(x), axis, reverse, exclusive, tuning=tuning)
     torch.cuda.synchronize()
 
 
-def warm_all(tasks, processes: int) -> None:
-    with multiprocessing.get_context("spawn").Pool(processes) as pool:
-        pool.map(warm, tasks, chunksize=1)
+def time_dmlops(label, shape, axis, tunings, copy, variants=VARIANTS, named=False) -> dict:
+    """Fractions of copy bandwidth for dmlops; named: columns named after the tunings too."""
+    row = {}
+    for variant, operation, dtype, reverse, exclusive in variants:
+        x = inputs(shape, operation, dtype)
+        sets = buffer_sets(2 * x.nbytes)
+        xs = [x] + [inputs(shape, operation, dtype) for _ in range(sets - 1)]
+        outs = [torch.empty_like(x) for _ in range(sets)]
+        for tuning in tunings:
+            name = variant if not named else \
+                f"{variant} {tuning.tile_bytes // 1024}K/{tuning.elements_per_thread}/{tuning.tiles_in_flight}"
+            check = verify(x, axis, operation, reverse, exclusive, tuning)
+            seconds = gpu_seconds(lambda i: scan.cumulative(operation, xs[i], outs[i], axis, reverse, exclusive,
+                                                            tuning=tuning), sets)
+            row[name] = fraction(seconds, 2 * x.nbytes, copy)
+            print(f"  {label}: {name} {row[name]:.2f} of copy ({seconds * 1e6:.0f} µs), error {check}", flush=True)
+        del x, xs, outs
+    return row
 
 
-def peers(shape, axis, copy):
-    """Fractions of copy bandwidth for torch, CuPy and JAX."""
+def time_peers(shape, axis, copy) -> dict:
     row = {}
     for name, operation, dtype, reverse, exclusive in VARIANTS:
         x = inputs(shape, operation, dtype)
-        row["torch " + name] = fraction(bench(lambda: torch_scan(x, axis, operation, reverse, exclusive)),
-                                        2 * x.nbytes, copy)
+        sets = buffer_sets(2 * x.nbytes)
+        xs = [x] + [inputs(shape, operation, dtype) for _ in range(sets - 1)]
+        seconds = gpu_seconds(lambda i: torch_scan(xs[i], axis, operation, reverse, exclusive), sets)
+        row["torch " + name] = fraction(seconds, 2 * x.nbytes, copy)
+        del x, xs
     x = inputs(shape, "sum", torch.float32)
+    sets = buffer_sets(2 * x.nbytes)
+    xs = [x] + [inputs(shape, "sum", torch.float32) for _ in range(sets - 1)]
     try:
         import cupy
 
-        xc = cupy.from_dlpack(x)
-        row["CuPy inclusive"] = fraction(bench(lambda: cupy.cumsum(xc, axis)), 2 * x.nbytes, copy)
-        del xc
+        xcs = [cupy.from_dlpack(v) for v in xs]
+        row["CuPy inclusive"] = fraction(gpu_seconds(lambda i: cupy.cumsum(xcs[i], axis), sets), 2 * x.nbytes, copy)
+        del xcs
         cupy.get_default_memory_pool().free_all_blocks()
     except ImportError:
         pass
     try:
         import jax
 
-        xj = jax.device_put(x.cpu().numpy())
+        xjs = [jax.device_put(v.cpu().numpy()) for v in xs]
         for name, reverse in (("JAX inclusive", False), ("JAX reverse", True)):
             fn = jax.jit(lambda v, reverse=reverse: jax.lax.cumsum(v, axis, reverse=reverse))
-            fn(xj).block_until_ready()
-            count = max(3, int(0.05 / max(1e-6, 2 * x.nbytes / copy)))
+            for v in xjs:
+                fn(v).block_until_ready()
+            count = max(3 * sets, int(0.05 / (2 * x.nbytes / copy)))
             start = time.perf_counter()
-            for _ in range(count):
-                result = fn(xj)
+            for i in range(count):
+                result = fn(xjs[i % sets])
             result.block_until_ready()
             row[name] = fraction((time.perf_counter() - start) / count, 2 * x.nbytes, copy)
-        del xj, result
+        del xjs, result
     except ImportError:
         pass
     return row
@@ -166,62 +213,63 @@ def versions() -> str:
     return ", ".join(found)
 
 
+def table(title, rows, copy):
+    columns = list(dict.fromkeys(key for _, _, row in rows for key in row))
+    print(f"\n{title}: fraction of copy bandwidth ({copy / 1e12:.2f} TB/s), 2·n·itemsize bytes; higher is better")
+    print("| shape | MiB (f32) | floor µs | " + " | ".join(columns) + " |")
+    print("|---" * (len(columns) + 3) + "|")
+    for label, shape, row in rows:
+        nbytes = 4 * torch.Size(shape).numel()
+        cells = ["" if c not in row else f"{row[c]:.2f}" for c in columns]
+        print(f"| {label} | {nbytes / 2**20:.0f} | {2 * nbytes / copy * 1e6:.0f} | " + " | ".join(cells) + " |")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sweep", action="store_true", help="time dmlops' tilings instead of the peers")
-    parser.add_argument("--only", nargs="*", help="shape names to run (prefixes)")
+    parser.add_argument("--sweep", nargs="*", help="also time dmlops' tunings on these shapes (name prefixes)")
+    parser.add_argument("--only", nargs="*", help="shapes to compare with the peers (name prefixes)")
     parser.add_argument("--processes", type=int, default=min(8, os.cpu_count()),
                         help="processes that compile (each holds one case's tensors)")
     args = parser.parse_args()
-    shapes = [s for s in SHAPES if not args.only or any(s[0].startswith(p) for p in args.only)]
-    tunings = [dict(tile_elements=t, tiles_in_flight=r) for t, r in SWEEP] if args.sweep else [{}]
-    variants = [VARIANTS[i] for i in (0, 1, 3)] if args.sweep else VARIANTS
 
+    def chosen(prefixes):
+        return [s for s in SHAPES if prefixes is None or any(s[0].startswith(p) for p in prefixes)]
+
+    shapes, swept = chosen(args.only), chosen(args.sweep) if args.sweep is not None else []
+    sweep_variants = [VARIANTS[i] for i in (0, 1, 3)]
     print(f"{torch.cuda.get_device_name()}, {datetime.datetime.now():%Y-%m-%d %H:%M}, {versions()}", flush=True)
     started = time.perf_counter()
-    warm_all([(shape, axis, op, dtype, rev, exc, tuning) for _, shape, axis in shapes
-              for _, op, dtype, rev, exc in variants for tuning in tunings], args.processes)
-    print(f"compiled in {time.perf_counter() - started:.0f} s", flush=True)
+    tasks = [(shape, axis, op, dtype, rev, exc, scan.Tuning()) for _, shape, axis in shapes
+             for _, op, dtype, rev, exc in VARIANTS]
+    tasks += [(shape, axis, op, dtype, rev, exc, tuning) for _, shape, axis in swept
+              for _, op, dtype, rev, exc in sweep_variants for tuning in SWEEP]
+    with multiprocessing.get_context("spawn").Pool(args.processes) as pool:
+        pool.map(warm, tasks, chunksize=1)
+    print(f"compiled {len(tasks)} cases in {time.perf_counter() - started:.0f} s", flush=True)
     copy = copy_bandwidth()
     print(f"copy bandwidth (read + write): {copy / 1e12:.2f} TB/s", flush=True)
 
     rows = []
     for label, shape, axis in shapes:
-        row = {}
-        for variant, operation, dtype, reverse, exclusive in variants:
-            x = inputs(shape, operation, dtype)
-            out = torch.empty_like(x)
-            for tuning in tunings:
-                name = variant + (f" {tuning['tile_elements']}/{tuning['tiles_in_flight']}" if tuning else "")
-                check = verify(x, axis, operation, reverse, exclusive, **tuning)
-                seconds = bench(lambda: scan.cumulative(operation, x, out, axis, reverse, exclusive, **tuning))
-                row[name] = fraction(seconds, 2 * x.nbytes, copy)
-                if variant == "inclusive" and not tuning:
-                    row["floor µs"] = 2 * x.nbytes / copy * 1e6
-                    row["dmlops µs"] = seconds * 1e6
-                print(f"  {label}: {name} {row[name]:.2f} of copy, error {check}", flush=True)
-            del x, out
-        if not args.sweep:
-            row.update(peers(shape, axis, copy))
+        row = time_dmlops(label, shape, axis, [scan.Tuning()], copy)
+        row.update(time_peers(shape, axis, copy))
         rows.append((label, shape, row))
         torch.cuda.empty_cache()
+    table("dmlops (default tuning) and peers", rows, copy)
+    print("\ndmlops over the best peer (same variant; torch for product and f16, JAX reverse for rev+excl)")
+    for label, _, row in rows:
+        best_inclusive = max(row.get(k, 0) for k in ("torch inclusive", "CuPy inclusive", "JAX inclusive"))
+        best_reverse = max(row.get(k, 0) for k in ("torch rev+excl", "JAX reverse"))
+        print(f"  {label}: inclusive ×{row['inclusive'] / best_inclusive:.1f}, rev+excl "
+              f"×{row['rev+excl'] / best_reverse:.1f}, product ×{row['product'] / row['torch product']:.1f}, "
+              f"f16 ×{row['f16'] / row['torch f16']:.1f}", flush=True)
 
-    columns = list(dict.fromkeys(key for _, _, row in rows for key in row))
-    print(f"\nFraction of copy bandwidth ({copy / 1e12:.2f} TB/s), 2·n·itemsize bytes; higher is better")
-    print("| shape | MiB (f32) | " + " | ".join(columns) + " |")
-    print("|---" * (len(columns) + 2) + "|")
-    for label, shape, row in rows:
-        mib = 4 * torch.Size(shape).numel() / 2**20
-        cells = ["" if c not in row else f"{row[c]:.0f}" if c.endswith("µs") else f"{row[c]:.2f}" for c in columns]
-        print(f"| {label} | {mib:.0f} | " + " | ".join(cells) + " |")
-    if not args.sweep:
-        print("\ndmlops over the best peer (same variant; torch for product and f16, JAX reverse for rev+excl)")
-        for label, _, row in rows:
-            best_inclusive = max(row.get(k, 0) for k in ("torch inclusive", "CuPy inclusive", "JAX inclusive"))
-            best_reverse = max(row.get(k, 0) for k in ("torch rev+excl", "JAX reverse"))
-            print(f"  {label}: inclusive ×{row['inclusive'] / best_inclusive:.1f}, rev+excl "
-                  f"×{row['rev+excl'] / best_reverse:.1f}, product ×{row['product'] / row['torch product']:.1f}, "
-                  f"f16 ×{row['f16'] / row['torch f16']:.1f}")
+    rows = []
+    for label, shape, axis in swept:
+        rows.append((label, shape, time_dmlops(label, shape, axis, SWEEP, copy, sweep_variants, named=True)))
+        torch.cuda.empty_cache()
+    if rows:
+        table("dmlops tunings (tile KiB / elements a thread / tiles in flight)", rows, copy)
 
 
 if __name__ == "__main__":

@@ -110,7 +110,7 @@ def offsets(shape, strides, offset) -> np.ndarray:
 
 
 def run_case(rng, operation, dtype, shape, axis, reverse, exclusive, x_kind="packed", out_kind="packed",
-             in_place=False, tile_elements=None, tiles_in_flight=scan.TILES_IN_FLIGHT):
+             in_place=False, tuning=scan.Tuning()):
     x_strides, x_offset = layout(rng, shape, x_kind)
     x_buffer = random_values(rng, operation, dtype, span(shape, x_strides, x_offset))
     if in_place:
@@ -124,21 +124,20 @@ def run_case(rng, operation, dtype, shape, axis, reverse, exclusive, x_kind="pac
     out = out_tensor.as_strided(tuple(shape), tuple(out_strides), out_offset)
     source = x.cpu().numpy().copy()
     before = out_tensor.cpu().numpy().copy()
-    scan.cumulative(operation, x, out, axis, reverse, exclusive, tile_elements=tile_elements,
-                    tiles_in_flight=tiles_in_flight)
+    scan.cumulative(operation, x, out, axis, reverse, exclusive, tuning=tuning)
     expected, tolerance = expected_and_tolerance(operation, source, axis, reverse, exclusive)
     check(out_tensor.cpu().numpy(), before, out, expected, tolerance, offsets(shape, out_strides, out_offset))
 
 
 # -- every data type, operation, direction and exclusivity, through each kind of tiling ------------------------
 
-# (shape, axis, tile_elements, tiles_in_flight): lines along rows over many tiles with several look-back groups;
-# many short lines per tile; down columns over many tiles; down columns, whole lines in one tile.
+# (shape, axis, tuning): lines along rows over many tiles with several look-back groups; many short lines per
+# tile; down columns over many tiles; down columns, whole lines in one tile. Tiles hold 4 to 32 elements.
 TILINGS = [
-    ((150,), 0, 16, 4),
-    ((13, 9), 1, 64, 256),
-    ((19, 3, 5), 0, 32, 4),
-    ((2, 6, 20), 1, 64, 256),
+    ((150,), 0, scan.Tuning(tile_bytes=64, tiles_in_flight=4)),
+    ((13, 9), 1, scan.Tuning(tile_bytes=256)),
+    ((19, 3, 5), 0, scan.Tuning(tile_bytes=128, tiles_in_flight=4)),
+    ((2, 6, 20), 1, scan.Tuning(tile_bytes=256)),
 ]
 
 
@@ -148,10 +147,8 @@ TILINGS = [
 @pytest.mark.parametrize("exclusive", [False, True], ids=["inclusive", "exclusive"])
 @pytest.mark.parametrize("tiling", range(len(TILINGS)))
 def test_every_variant(dtype, operation, reverse, exclusive, tiling):
-    shape, axis, tile_elements, tiles_in_flight = TILINGS[tiling]
-    rng = np.random.default_rng()
-    run_case(rng, operation, dtype, shape, axis, reverse, exclusive, tile_elements=tile_elements,
-             tiles_in_flight=tiles_in_flight)
+    shape, axis, tuning = TILINGS[tiling]
+    run_case(np.random.default_rng(), operation, dtype, shape, axis, reverse, exclusive, tuning=tuning)
 
 
 # -- strides, broadcasts, padding, permutations, in place: property tests -------------------------------------
@@ -169,7 +166,8 @@ def cases(draw):
         operation=draw(st.sampled_from(["sum", "product"])), dtype=draw(st.sampled_from(DTYPES)),
         shape=tuple(shape), axis=axis, reverse=draw(st.booleans()), exclusive=draw(st.booleans()),
         x_kind=x_kind, out_kind=draw(st.sampled_from(["packed", "padded", "permuted"])), in_place=in_place,
-        tile_elements=draw(st.sampled_from([16, 64, 1024])), tiles_in_flight=draw(st.sampled_from([1, 4, 16])),
+        tuning=scan.Tuning(tile_bytes=draw(st.sampled_from([64, 256, 4096])),
+                           tiles_in_flight=draw(st.sampled_from([1, 4, 16]))),
         seed=draw(st.integers(0, 2**32 - 1)))
 
 

@@ -33,8 +33,6 @@ import triton.language as tl
 from ...types import DataType
 from . import check_devices, data_type
 
-TILE_ELEMENTS = 8192  # elements scanned by one program (half as many for 64-bit types)
-TILES_IN_FLIGHT = 256  # tiles whose totals a round trip through L2 should settle, over all the lines
 MAX_WINDOW = 256
 MAX_WINDOW_WORDS = 2048  # words a program reads in one look-back
 MAX_GENERATION = tl.constexpr(2**31 - 1)
@@ -179,9 +177,11 @@ def _scan_kernel(x, y, words, control,
         y_rows = y + y_lines
         x_origin = start * x_step
         y_origin = start * y_step
-        in_tile = b[None, :]
+        along = b[None, :]  # index along the scan axis in the block
+        position = along  # its position in the tile: a decreasing scan scans the block in reverse
+        SCAN_REVERSE: tl.constexpr = REVERSE
         row_valid = line < outer
-        column_valid = in_tile < count
+        column_valid = along < count
     else:  # block rows run along the scan axis, block columns are inner indices of one outer index
         AXIS: tl.constexpr = 0
         LANES: tl.constexpr = BLOCK_B
@@ -191,26 +191,29 @@ def _scan_kernel(x, y, words, control,
         y_rows = y + column * y_inner
         x_origin = o * x_outer + start * x_step
         y_origin = o * y_outer + start * y_step
-        in_tile = a[:, None]
-        row_valid = in_tile < count
+        along = a[:, None]
+        position = along
+        SCAN_REVERSE: tl.constexpr = REVERSE
+        row_valid = along < count
         column_valid = column < inner
     if EVEN_COLUMNS:  # no mask along the rows, so that loads and stores along them can be vectors
         valid = tl.broadcast_to(row_valid, [BLOCK_A, BLOCK_B])
     else:
         valid = row_valid & column_valid
-    # In walk order, the tile's first and last elements.
-    first = count - 1 if REVERSE else 0
-    last = 0 if REVERSE else count - 1
+    # The tile's first and last elements in walk order: their index along the block, and the last's position.
+    first = count - 1 if SCAN_REVERSE else 0
+    last = 0 if SCAN_REVERSE else count - 1
+    last_position = 0 if REVERSE else count - 1
     # Down columns, the offsets of the block's rows are multiples of ALIGNMENT: loads and stores may be vectors.
     HINT_ROWS: tl.constexpr = not ALONG_ROWS and ALIGNMENT > 1 and BLOCK_A > 1
 
     if EXCLUSIVE:  # scan each element's predecessor in walk order within the tile
-        index = in_tile + 1 if REVERSE else in_tile - 1
-        present = valid & (in_tile != first)
+        source = position + 1 if REVERSE else position - 1
+        present = valid & (along != first)
     else:
-        index = in_tile
+        source = position
         present = valid
-    x_offsets = x_origin + index.to(tl.int64) * x_step
+    x_offsets = x_origin + source.to(tl.int64) * x_step
     if HINT_ROWS:
         x_offsets = tl.multiple_of(x_offsets, [ALIGNMENT, ALIGNMENT])
     values = tl.load(x_rows + x_offsets, mask=present, other=IDENTITY)
@@ -218,20 +221,20 @@ def _scan_kernel(x, y, words, control,
         generation = tl.load(control, volatile=True)
         if EXCLUSIVE:  # the element that the shifted scan leaves out, for the tile's total
             lane_valid = row_valid if ALONG_ROWS else column_valid
-            final = tl.load(x_rows + (x_origin + last * x_step), mask=lane_valid, other=IDENTITY)
-    result = _scan(values.to(ACCUMULATOR), AXIS, OPERATION, REVERSE)
+            final = tl.load(x_rows + (x_origin + last_position * x_step), mask=lane_valid, other=IDENTITY)
+    result = _scan(values.to(ACCUMULATOR), AXIS, OPERATION, SCAN_REVERSE)
     if WINDOW > 0:
         # The tile's total is its scan's last element in walk order (and, when exclusive, that element).
-        total = tl.sum(tl.where(in_tile == last, result, ZERO), AXIS)
+        total = tl.sum(tl.where(along == last, result, ZERO), AXIS)
         if EXCLUSIVE:
             total = _combine(total, tl.sum(final.to(ACCUMULATOR), AXIS), OPERATION)
         carry = _carry_in(total, words, chain, walk_tile, tiles_per_line, generation, OPERATION, IDENTITY,
                           ACCUMULATOR, WIDE, LANES, WINDOW)
         result = _combine(tl.expand_dims(carry, AXIS), result, OPERATION)
     if EXCLUSIVE:  # the first element of a line is exactly 0 (or 1), never -0.0
-        line_start = (in_tile == first) & (walk_tile == 0)
+        line_start = (along == first) & (walk_tile == 0)
         result = tl.where(line_start, 1 if OPERATION == "product" else 0, result)
-    y_offsets = y_origin + in_tile.to(tl.int64) * y_step
+    y_offsets = y_origin + position.to(tl.int64) * y_step
     if HINT_ROWS:
         y_offsets = tl.multiple_of(y_offsets, [ALIGNMENT, ALIGNMENT])
     tl.store(y_rows + y_offsets, result.to(y.dtype.element_ty), mask=valid)
@@ -244,6 +247,15 @@ def _scan_kernel(x, y, words, control,
 
 
 # -- launcher --------------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Tuning:
+    """How big the tiles are and how far the look-back reaches (tests make tiles tiny to cover many of them)."""
+
+    tile_bytes: int = 32768  # accumulator bytes scanned by one program
+    tiles_in_flight: int = 256  # tiles whose totals one round trip through L2 should settle, over all lines
+    elements_per_thread: int = 32
 
 
 @dataclasses.dataclass(frozen=True)
@@ -298,7 +310,7 @@ class Plan:
     num_warps: int
 
 
-def plan(problem: Lines, tile_elements: int, tiles_in_flight: int) -> Plan:
+def plan(problem: Lines, tile_elements: int, tuning: Tuning) -> Plan:
     along_rows = problem.inner == 1
     if along_rows:
         block_b = min(triton.next_power_of_2(problem.length), tile_elements)
@@ -319,14 +331,14 @@ def plan(problem: Lines, tile_elements: int, tiles_in_flight: int) -> Plan:
         even_columns = problem.inner % block_b == 0
     window = 0
     if tiles_per_line > 1:
-        window = min(triton.next_power_of_2(triton.cdiv(tiles_in_flight, chains)), MAX_WINDOW,
+        window = min(triton.next_power_of_2(triton.cdiv(tuning.tiles_in_flight, chains)), MAX_WINDOW,
                      max(1, MAX_WINDOW_WORDS // lanes), triton.next_power_of_2(tiles_per_line))
     # The strides between the block's rows (lines, or positions down the columns) are multiples of this.
     row_strides = problem.x_strides[:1] + problem.y_strides[:1]
     if not along_rows:
         row_strides += problem.x_strides[1:2] + problem.y_strides[1:2]
     alignment = min([16] + [stride & -stride for stride in row_strides if stride])
-    num_warps = min(16, max(1, block_a * block_b // 1024))  # 32 elements a thread
+    num_warps = min(16, max(1, block_a * block_b // (32 * tuning.elements_per_thread)))
     return Plan(along_rows, (block_a, block_b), lanes, even_columns, tiles_per_line, chains, inner_blocks, window,
                 alignment, num_warps)
 
@@ -357,10 +369,8 @@ def _scratch_for(device, words: int) -> _Scratch:
 
 
 def cumulative(operation: str, x, out, axis: int, reverse: bool, exclusive: bool, *,
-               tile_elements: int | None = None, tiles_in_flight: int = TILES_IN_FLIGHT) -> None:
+               tuning: Tuning = Tuning()) -> None:
     """out = the running sum or product of x along axis (see dmlops.ops.cumulative.reference).
-
-    tile_elements and tiles_in_flight tune the tiling (tests make them small to cover many tiles).
     """
     name = "DML_OPERATOR_CUMULATIVE_" + ("SUMMATION" if operation == "sum" else "PRODUCT")
     check_devices(name, input_tensor=x, output_tensor=out)
@@ -369,14 +379,11 @@ def cumulative(operation: str, x, out, axis: int, reverse: bool, exclusive: bool
     problem = lines(tuple(x.shape), axis, x.stride(), out.stride())
     if problem is None:  # strides beyond two coalesced dimensions: scan packed copies
         packed = torch.empty(tuple(x.shape), dtype=storage, device=out.device)
-        cumulative(operation, x.contiguous(), packed, axis, reverse, exclusive, tile_elements=tile_elements,
-                   tiles_in_flight=tiles_in_flight)
+        cumulative(operation, x.contiguous(), packed, axis, reverse, exclusive, tuning=tuning)
         out.copy_(packed)
         return
     wide = accumulator.primitive_bitwidth == 64
-    if tile_elements is None:
-        tile_elements = TILE_ELEMENTS // (2 if wide else 1)
-    layout = plan(problem, tile_elements, tiles_in_flight)
+    layout = plan(problem, max(1, tuning.tile_bytes // (accumulator.primitive_bitwidth // 8)), tuning)
     tiles = layout.tiles_per_line * layout.chains
     if layout.window:
         scratch = _scratch_for(x.device, tiles * layout.lanes * (2 if wide else 1))
