@@ -17,7 +17,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dmlops.backends import cpu_qmatmul, cpu_scan
+from dmlops import DataType
 from dmlops.ops import cumulative as cumulative_op
+from dmlops.ops import quantized_matmul as quantized_matmul_op
 
 import reference
 from checks import assert_cumulative_matches
@@ -128,6 +130,52 @@ def test_strides_broadcasts_and_padded_outputs(case):
     np.testing.assert_array_equal(buffer[outside], before[outside])
 
 
+# (shape, axis, pieces): P = 7 lines before the axis cut in 2, 3 and 5 (rows of Q = 3, and lines of Q = 1); P = 1 and
+# Q = 83 cut in 2, 3 and 5 (starts on multiples of COLUMN_ALIGNMENT, a short last piece); too few lines either way.
+PIECES = [((7, 5, 3), 1, 2), ((7, 5, 3), 1, 3), ((7, 41), 1, 5), ((1, 37, 83), 1, 2), ((37, 83), 0, 3),
+          ((37, 83), 0, 5), ((2, 30, 20), 1, 3)]
+
+
+@pytest.mark.parametrize("compiled", ENGINES)
+@pytest.mark.parametrize("shape, axis, pieces", PIECES)
+def test_pieces_on_cores(compiled, shape, axis, pieces):
+    rng = np.random.default_rng(pieces)
+    for (operation, reverse, exclusive), in_place in itertools.product(VARIANTS, [False, True]):
+        for dtype in (np.float16, np.int32):
+            x = random_values(rng, shape, dtype, operation)
+            out = x.copy() if in_place else poisoned(shape, dtype)
+            cpu_scan.cumulative(operation, out if in_place else x, out, axis, reverse, exclusive, compiled=compiled,
+                                pieces=pieces)
+            assert_cumulative_matches(out, operation, x, axis, reverse, exclusive)
+
+
+def test_large_tensors_are_cut_into_pieces(monkeypatch):
+    """By default a tensor of PARALLEL_ELEMENTS or more goes to the cores in PIECES_PER_CORE pieces per core."""
+    monkeypatch.setattr(cpu_scan, "PARALLEL_ELEMENTS", 50)
+    monkeypatch.setattr(cpu_scan, "CORES", 2)
+    cut = []
+    monkeypatch.setattr(cpu_scan, "run_on_cores", lambda calls: cut.append(len(calls)) or [c() for c in calls])
+    x = random_values(np.random.default_rng(13), (9, 11), np.float32)
+    for shape in [(9, 11), (3, 3)]:
+        out = poisoned(shape, np.float32)
+        cpu_scan.cumulative("sum", x[:shape[0], :shape[1]], out, 1, False, False)
+        assert_cumulative_matches(out, "sum", x[:shape[0], :shape[1]], 1, False, False)
+    assert cut == [8, 1]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 300), st.integers(1, 300), st.integers(1, 9))
+def test_pieces_cover_each_line_once(p_size, q_size, pieces):
+    cuts = cpu_scan.split((p_size, 5, q_size), pieces)
+    assert 1 <= len(cuts) <= pieces
+    covered = np.zeros((p_size, q_size), int)
+    for lines, columns in cuts:
+        covered[lines, columns] += 1
+        if columns != slice(None):
+            assert columns.start % cpu_scan.COLUMN_ALIGNMENT == 0 and columns.stop > columns.start
+    assert (covered == 1).all()
+
+
 @pytest.mark.parametrize("compiled", ENGINES)
 @pytest.mark.parametrize("shape, axis", [((6000,), 0), ((5000, 3), 0), ((2, 4100), 1)])
 def test_float16_long_axes_accumulate_in_float32(compiled, shape, axis):
@@ -157,9 +205,15 @@ def test_compiled_engine_gives_the_reference_bits(dtype):
         np.testing.assert_array_equal(out.view(f"u{out.itemsize}"), expected.view(f"u{out.itemsize}"))
 
 
-@pytest.mark.skipif(cpu_scan.numba is None, reason="no numba")
+COMPILED_HALF = pytest.mark.skipif(cpu_scan.numba is None or not cpu_scan.HALF_INSTRUCTIONS,
+                                   reason="no numba, or no FLOAT16 instructions")
+
+
+@COMPILED_HALF
 def test_compiled_float16_rounding_matches_numpy():
-    """Every float16, its float32 neighbours, the midpoints between float16 values, and random float32 bits."""
+    """Every float16, its float32 neighbours, the midpoints between float16 values, and random float32 bits. A
+    signalling NaN comes out quiet (the instruction's rule; NumPy keeps it signalling); it cannot come out of an
+    addition or a product, and an input copied as it is keeps its bits (test_compiled_float16_copies_the_first)."""
     halves = np.arange(1 << 16, dtype=np.uint16).view(np.float16)
     wide = halves.astype(np.float32)
     finite = halves[np.isfinite(halves)].astype(np.float64)
@@ -172,15 +226,46 @@ def test_compiled_float16_rounding_matches_numpy():
                 np.float32)])
     rounded = np.empty(values.shape, np.uint16)
     round_all(values, rounded)
+    signalling = np.isnan(values) & (values.view(np.uint32) & 0x400000 == 0)
     with np.errstate(over="ignore"):
-        np.testing.assert_array_equal(rounded, values.astype(np.float16).view(np.uint16))
+        expected = values.astype(np.float16)
+    np.testing.assert_array_equal(rounded[~signalling], expected.view(np.uint16)[~signalling])
+    assert np.isnan(rounded[signalling].view(np.float16)).all()
+
+
+@COMPILED_HALF
+def test_compiled_float16_widening_matches_numpy():
+    bits = np.arange(1 << 16, dtype=np.uint16)
+    wide = np.empty(bits.shape, np.float32)
+    widen_all(bits, wide)
+    expected = bits.view(np.float16).astype(np.float32)
+    signalling = np.isnan(expected) & (expected.view(np.uint32) & 0x400000 == 0)
+    np.testing.assert_array_equal(wide.view(np.uint32)[~signalling], expected.view(np.uint32)[~signalling])
+    assert np.isnan(wide[signalling]).all()
+
+
+@COMPILED_HALF
+@pytest.mark.parametrize("shape", [(5,), (5, 40)], ids=["a line", "rows"])
+def test_compiled_float16_copies_the_first(shape):
+    """The first element of an inclusive scan is the input's, bit for bit, a signalling NaN included."""
+    x = np.random.default_rng(12).standard_normal(shape).astype(np.float16)
+    x.view(np.uint16)[0] = x.view(np.uint16)[-1] = 0x7C01  # a signalling NaN at both ends of axis 0
+    for reverse in (False, True):
+        out = poisoned(shape, np.float16)
+        scan(True, "sum", x, out, 0, reverse, False)
+        np.testing.assert_array_equal(out.view(np.uint16)[-1 if reverse else 0], 0x7C01)
 
 
 if cpu_scan.numba is not None:
     @cpu_scan.numba.njit
     def round_all(values, rounded):
         for i in range(values.size):
-            rounded[i] = cpu_scan.half_bits(values[i])
+            rounded[i] = cpu_scan.float_to_half(values[i])
+
+    @cpu_scan.numba.njit
+    def widen_all(bits, wide):
+        for i in range(bits.size):
+            wide[i] = cpu_scan.half_to_float(bits[i])
 
 
 # -- quantized matmul ------------------------------------------------------------------------------------------
@@ -210,18 +295,19 @@ def quantized_case(rng, a_type, b_type, out_type, k, zero_points, per_element, b
 
 
 ZERO_POINTS = list(itertools.product([False, True], repeat=3))  # A, B, output
+REQUANTIZATIONS = [False] + ([True] if cpu_qmatmul.numba else [])  # compiled or not
 
 
 @pytest.mark.parametrize("k", [1, 2, 257, 258, 259, 1023, 1024, 1025, 2100])
 @settings(max_examples=12, deadline=None)
 @given(types=st.tuples(*[st.sampled_from(QMM_TYPES)] * 3), zero_points=st.sampled_from(ZERO_POINTS),
-       per_element=st.booleans(), seed=st.integers(0, 2**32 - 1))
-def test_quantized_matmul_across_k_chunks(k, types, zero_points, per_element, seed):
+       per_element=st.booleans(), compiled=st.sampled_from(REQUANTIZATIONS), seed=st.integers(0, 2**32 - 1))
+def test_quantized_matmul_across_k_chunks(k, types, zero_points, per_element, compiled, seed):
     """1024 is the chunk of full-range centred values (128 · 128 · 1024 = 2^24); 258 that of uncentred ones."""
     rng = np.random.default_rng(seed)
     arguments, expected = quantized_case(rng, *types, k, zero_points, per_element, batch=(2, 1))
     out = poisoned(expected.shape, types[2])
-    cpu_qmatmul.quantized_linear_matmul(*arguments, out)
+    cpu_qmatmul.quantized_linear_matmul(*arguments, out, compiled=compiled)
     np.testing.assert_array_equal(out, expected)
 
 
@@ -253,9 +339,10 @@ def test_narrow_values_take_one_long_chunk():
     assert len(np.unique(out)) > 10  # not all saturated
 
 
-def test_batches_through_zero_strides_into_a_padded_output():
+@pytest.mark.parametrize("compiled", ENGINES)
+def test_batches_through_zero_strides_into_a_padded_output(compiled):
     """B repeats over the batch (stride 0), A over the channel; out is a view of a larger poisoned buffer;
-    the requantization blocks end inside the rows (M = 70 > the rows of one block at N = 1000)."""
+    the NumPy path's requantization blocks end inside the rows (M = 70 > the rows of one block at N = 1000)."""
     rng = np.random.default_rng(11)
     m, k, n = 70, 300, 1000
     arguments, _ = quantized_case(rng, np.int8, np.uint8, np.uint8, k, (True, True, True), True, m=m, n=n)
@@ -265,7 +352,8 @@ def test_batches_through_zero_strides_into_a_padded_output():
     buffer = poisoned((2, 3, m + 2, n + 3), np.uint8)
     before = buffer.copy()
     out = buffer[:, :, 1:m + 1, :n]
-    cpu_qmatmul.quantized_linear_matmul(a, a_scale, zero_a, b, b_scale, zero_b, output_scale, zero_out, out)
+    cpu_qmatmul.quantized_linear_matmul(a, a_scale, zero_a, b, b_scale, zero_b, output_scale, zero_out, out,
+                                        compiled=compiled)
     expected = reference.quantized_matmul(a[:1, :1], a_scale[:, None], zero_a[:, None], b[:1, :1], b_scale, zero_b,
                                           output_scale[:, None], zero_out[:, None], np.uint8)
     np.testing.assert_array_equal(out, np.broadcast_to(expected, out.shape))
@@ -285,6 +373,54 @@ def test_ties_round_half_to_even(out_type):
     cpu_qmatmul.quantized_linear_matmul(a, half, None, b, one, None, np.ones(12, np.float32), zero, out)
     expected = np.array([-3, -2, -2, -2, -1, 0, 0, 0, 1, 2, 2, 2]) + (0 if zero is None else 10)
     np.testing.assert_array_equal(out[0, 0, :, 0], expected)
+
+
+@st.composite
+def requantizations(draw):
+    """Exact sums (float32 up to 2^4 or 2^24, float64 up to 2^50) with 0 to 2 corrections; scales per element or per
+    tensor over a wide range of magnitudes, or powers of two (whose multipliers make ties); a padded output."""
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    m, n = draw(st.integers(1, 40)), draw(st.integers(1, 40))
+    out_type = draw(st.sampled_from(QMM_TYPES))
+    limit = 1 << draw(st.sampled_from([4, 24, 50]))  # small sums (ties are frequent), float32's and float64's
+    product = rng.integers(-limit, limit, (m, n), endpoint=True).astype(np.float32 if limit <= 1 << 24 else np.float64)
+    corrections = [(rng.integers(-limit, limit, m).astype(np.float64),
+                    rng.integers(-3, 4, draw(st.sampled_from([1, n]))).astype(np.float64))
+                   for _ in range(draw(st.integers(0, 2)))]
+
+    powers = draw(st.booleans())
+
+    def scales(length, low, high):
+        """f · 2^e for e in [low, high) and f = 1 (powers) or in [1, 2); per element or per tensor."""
+        count = length if draw(st.booleans()) else 1
+        values = np.ldexp(1.0 if powers else rng.uniform(1, 2, count), rng.integers(low, high, count))
+        return np.broadcast_to(values.astype(np.float32), (length,))
+
+    # output scales that bring |acc| · multiplier near the output range: many values round, some saturate
+    exponent, bits = int(rng.integers(-40, 40)), limit.bit_length() - 6
+    a_scale, b_scale = scales(m, exponent - 3, exponent + 3), scales(n, -3, 3)
+    output_scale = scales(m, exponent + bits - 3, exponent + bits + 3)
+    zero_point = random_values(rng, m, out_type)
+    pad = draw(st.sampled_from([0, 3]))
+    return product, corrections, a_scale, b_scale, output_scale, zero_point, out_type, pad
+
+
+@pytest.mark.skipif(cpu_qmatmul.numba is None, reason="no numba")
+@settings(max_examples=150, deadline=None)
+@given(requantizations())
+def test_compiled_requantization_gives_the_operators_bits(case):
+    product, corrections, a_scale, b_scale, output_scale, zero_point, out_type, pad = case
+    m, n = product.shape
+    acc = product.astype(np.float64)
+    for row_term, column_term in corrections:
+        acc += row_term[:, None] * column_term
+    expected = quantized_matmul_op.requantize(acc, a_scale[:, None], b_scale, output_scale[:, None],
+                                              zero_point[:, None], DataType.from_numpy(np.dtype(out_type)))
+    for requantize_sums in (cpu_qmatmul.requantize_numpy, cpu_qmatmul.requantize_compiled):
+        buffer = poisoned((m, n + pad), out_type)
+        requantize_sums(product, corrections, a_scale, b_scale, output_scale, zero_point, buffer[:, :n])
+        np.testing.assert_array_equal(buffer[:, :n], expected)
+        np.testing.assert_array_equal(buffer[:, n:], 0x5A)
 
 
 @pytest.mark.parametrize("k", [1024, 1025, 2100])

@@ -11,57 +11,63 @@ zero points move into a rank-2 correction:
 A product |ã·b̃| is at most max|ã|·max|b̃| (16 384 at full range), so the GEMM takes K in chunks of
 2^24 // (max|ã|·max|b̃|) (1 024 at full range, more for narrower values). Chunk results and corrections add up in
 float64, which holds every integer below 2^53 exactly: |acc| ≤ K·255·255 < 2^53 for any K below 1.3e11, far beyond
-the 2^32 elements a tensor may hold. The exact sums are then requantized by the operator's own ``requantize``, in
-blocks of rows that stay in cache, so the bits are the reference's.
+the 2^32 elements a tensor may hold. The exact sums are then requantized with the operator's own arithmetic, so the
+bits are the reference's: by a compiled loop that reads each sum once (numba installed), or by the operator's
+``requantize`` in blocks of rows that stay in cache.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..ops.quantized_matmul import requantize
+from ..ops.quantized_matmul import OUTPUT_RANGE, requantize
 from ..types import DataType
+
+try:
+    import numba
+except ImportError:  # NumPy alone is enough; numba only makes it faster
+    numba = None
 
 # Integers of magnitude up to this are exact in float32.
 FLOAT32_EXACT = 1 << 24
-# Output elements per requantization block (float64: 256 KiB).
+# Output elements per requantization block of the NumPy path (float64: 256 KiB).
 BLOCK_ELEMENTS = 1 << 15
 
 
 def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point,
-                            out) -> None:
-    """a {B, C, M, K}, b {B, C, K, N}, out {B, C, M, N}; scales and zero points are vectors of M or N, or None."""
-    output_type = DataType.from_numpy(out.dtype)
-    m, n = out.shape[2:]
-    rows = max(1, BLOCK_ELEMENTS // n)
+                            out, compiled: bool | None = None) -> None:
+    """a {B, C, M, K}, b {B, C, K, N}, out {B, C, M, N}; scales and zero points are vectors of M or N, or None.
+
+    ``compiled`` picks the requantization (None: the compiled one where numba is installed).
+    """
+    requantize_sums = requantize_compiled if (numba is not None if compiled is None else compiled) else \
+        requantize_numpy
+    m, k = a.shape[2:]
+    n = b.shape[3]
+    # ã, b̃ and the GEMM's result, written afresh for each matrix of the batch
+    buffers = np.empty((m, k), np.float32), np.empty((k, n), np.float32), np.empty((m, n), np.float32)
+    zero_point = np.zeros(m, out.dtype) if output_zero_point is None else output_zero_point
     for index in np.ndindex(*out.shape[:2]):
-        product, corrections = integer_product(a[index], a_zero_point, b[index], b_zero_point)
-        for start in range(0, m, rows):
-            block = slice(start, start + rows)
-            acc = product[block]
-            if corrections:
-                acc = acc.astype(np.float64)
-                for row_term, column_term in corrections:
-                    acc += row_term[block, None] * column_term
-            out[index][block] = requantize(
-                acc, a_scale[block, None], b_scale, output_scale[block, None],
-                0 if output_zero_point is None else output_zero_point[block, None], output_type)
+        product, corrections = integer_product(a[index], a_zero_point, b[index], b_zero_point, buffers)
+        requantize_sums(product, corrections, a_scale, b_scale, output_scale, zero_point, out[index])
 
 
-def integer_product(a, a_zero_point, b, b_zero_point):
+def integer_product(a, a_zero_point, b, b_zero_point, buffers=(None, None, None)):
     """(product, corrections) for a {M, K} and b {K, N}: Σ_k (a − za)(b − zb) = product + Σ row ⊗ column over the
-    corrections, every term an integer held exactly in float32 or float64."""
-    a_centred, a_shift = centred(a, a_zero_point)
-    b_centred, b_shift = centred(b, b_zero_point)
+    corrections (at most two), every term an integer held exactly in float32 or float64. ``buffers`` (float32
+    {M, K}, {K, N}, {M, N}) receive ã, b̃ and the GEMM's result instead of new arrays."""
+    a_buffer, b_buffer, product_buffer = buffers
+    a_centred, a_shift = centre(a, a_zero_point, a_buffer)
+    b_centred, b_shift = centre(b, b_zero_point, b_buffer)
     k = a.shape[1]
-    largest_product = int(np.abs(a_centred).max()) * int(np.abs(b_centred).max())
+    largest_product = largest_magnitude(a) * largest_magnitude(b)
     chunk = k if largest_product == 0 else max(1, FLOAT32_EXACT // largest_product)
     if chunk >= k:
-        product = a_centred @ b_centred
+        product = np.matmul(a_centred, b_centred, out=product_buffer)
     else:
         product = np.zeros((a.shape[0], b.shape[1]), np.float64)
         for start in range(0, k, chunk):
-            product += a_centred[:, start:start + chunk] @ b_centred[start:start + chunk]
+            product += np.matmul(a_centred[:, start:start + chunk], b_centred[start:start + chunk], out=product_buffer)
     corrections = []
     if b_shift is not None:
         corrections.append((a_centred.sum(axis=1, dtype=np.float64), b_shift))
@@ -71,11 +77,75 @@ def integer_product(a, a_zero_point, b, b_zero_point):
     return product, corrections
 
 
-def centred(x, zero_point):
-    """(x − c as float32, c − zero point as float64, or None where that is 0), with c = 128 for UINT8, 0 for INT8.
-
-    The zero point is a vector along A's rows or B's columns; so is the shift, or it has one element.
-    """
-    centre = 128 if x.dtype == np.uint8 else 0
+def centre(x, zero_point, buffer):
+    """(x − c in buffer, as float32; c − zero point as float64, or None where that is 0), with c = 128 for UINT8,
+    0 for INT8. The zero point is a vector along A's rows or B's columns; so is the shift, or it has one element."""
+    centre = centre_of(x.dtype)
     shift = np.full(1, centre, np.float64) if zero_point is None else centre - zero_point.astype(np.float64)
-    return np.subtract(x, centre, dtype=np.float32), shift if shift.any() else None
+    return np.subtract(x, centre, out=buffer, dtype=np.float32), shift if shift.any() else None
+
+
+def centre_of(dtype) -> int:
+    return 128 if dtype == np.uint8 else 0
+
+
+def largest_magnitude(x) -> int:
+    """max |x − c|, read from the 8-bit values (a pass over bytes, not over their float32 copy)."""
+    centre = centre_of(x.dtype)
+    return max(centre - int(x.min()), int(x.max()) - centre)
+
+
+# -- requantization ---------------------------------------------------------------------------------------------
+
+
+def requantize_numpy(product, corrections, a_scale, b_scale, output_scale, zero_point, out) -> None:
+    """out = the operator's requantize of product + the corrections, in blocks of rows that stay in cache."""
+    output_type = DataType.from_numpy(out.dtype)
+    rows = max(1, BLOCK_ELEMENTS // out.shape[1])
+    for start in range(0, out.shape[0], rows):
+        block = slice(start, start + rows)
+        acc = product[block]
+        if corrections:
+            acc = acc.astype(np.float64)
+            for row_term, column_term in corrections:
+                acc += row_term[block, None] * column_term
+        out[block] = requantize(acc, a_scale[block, None], b_scale, output_scale[block, None],
+                                zero_point[block, None], output_type)
+
+
+def requantize_compiled(product, corrections, a_scale, b_scale, output_scale, zero_point, out) -> None:
+    """The same bits as requantize_numpy, in one compiled pass over the product."""
+    low, high = OUTPUT_RANGE[DataType.from_numpy(out.dtype)]
+    row_terms, column_terms = np.zeros((out.shape[0], 2)), np.zeros((2, out.shape[1]))
+    for i, (row_term, column_term) in enumerate(corrections):
+        row_terms[:, i], column_terms[i] = row_term, column_term
+    # contiguous vectors, so that one compiled loop serves every parameter form
+    scales = [np.ascontiguousarray(v, np.float32) for v in (a_scale, b_scale, output_scale)]
+    requantize_rows(product, row_terms, column_terms, *scales, np.ascontiguousarray(zero_point, np.float64),
+                    float(low), float(high), out)
+
+
+if numba is not None:
+    @numba.njit(nogil=True, cache=True)
+    def requantize_rows(product, row_terms, column_terms, a_scale, b_scale, output_scale, zero_point, low, high,
+                        out):
+        """requantize() of product + row_terms @ column_terms ({M, 2} @ {2, N}) element by element, in its order
+        of operations: the multiplier (sa·sb)/so in float64, recomputed only where the row's scales change; rint
+        rounds half to even."""
+        rows, columns = out.shape
+        multiplier = np.empty(columns)
+        sums = np.empty(columns)
+        for m in range(rows):
+            if m == 0 or a_scale[m] != a_scale[m - 1] or output_scale[m] != output_scale[m - 1]:
+                sa, so = np.float64(a_scale[m]), np.float64(output_scale[m])
+                for j in range(columns):
+                    multiplier[j] = (sa * np.float64(b_scale[j])) / so
+            row_sum, row_shift = row_terms[m, 0], row_terms[m, 1]
+            source = product[m]
+            for j in range(columns):
+                sums[j] = np.float64(source[j]) + (row_sum * column_terms[0, j] + row_shift * column_terms[1, j])
+            target, zero = out[m], zero_point[m]
+            for j in range(columns):
+                value = np.rint(sums[j] * multiplier[j]) + zero
+                value = value if value > low else low  # comparisons, not min/max, so that the loop is vectorised
+                target[j] = value if value < high else high

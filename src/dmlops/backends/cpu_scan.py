@@ -5,16 +5,24 @@ The tensor is seen as 3-D views (P, L, Q): P lines before the axis, the axis of 
 its end and exclusive writes the tally before adding: neither flips nor shifts a copy.
 
 Two engines scan such views. With numba installed (optional: ``pip install dmlops[fast]``), a compiled loop walks
-memory once, keeping the running values in registers; it adds in the order of the walk, as the reference does, so
-its float results are the reference's bits, and it reads FLOAT16 and rounds it back itself. Without numba, NumPy
-does it: whole rows at a time along an outer or short axis, ``ufunc.accumulate`` along long inner lines. FLOAT16
+memory once, keeping the running values in registers (one line at a time) or in a row that stays in L1 (rows of
+lines, a vector at a time); it adds in the order of the walk, as the reference does, so its float results are the
+reference's bits, and it converts FLOAT16 with the processor's own instructions. Without numba, NumPy does it:
+whole rows at a time along an outer or short axis, ``ufunc.accumulate`` along long inner lines. FLOAT16
 (accumulated in float32) and exclusive scans in place, whose outputs overwrite inputs still to be added, go
 through float32 / scratch blocks there, so that the whole tensor is never converted or copied at once.
+
+A large view is cut into independent pieces (lines before the axis, else lines after it) that threads scan at
+once: both engines release the GIL.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
+import os
+import platform
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -23,6 +31,8 @@ from ..types import DataType
 
 try:
     import numba
+    from llvmlite import ir
+    from numba.extending import intrinsic
 except ImportError:  # NumPy alone is enough; numba only makes it faster
     numba = None
 
@@ -31,24 +41,62 @@ BLOCK_ELEMENTS = 1 << 16
 # NumPy engine: an axis up to this long is walked a whole row at a time even when it is the innermost one, because
 # ufunc.accumulate pays a fixed cost per line.
 SHORT_AXIS = 64
+# A tensor this large is scanned in pieces on all cores (both engines release the GIL); below it, threads cost more
+# than they save. There are more pieces than cores, so that a core busy with other work takes fewer of them.
+PARALLEL_ELEMENTS = 1 << 20
+PIECES_PER_CORE = 4
+CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+# Pieces cut across Q start on a multiple of this many elements, so that no cache line of the output is written
+# from two cores.
+COLUMN_ALIGNMENT = 16
 
 UFUNCS = {"sum": np.add, "product": np.multiply}
 IDENTITIES = {"sum": 0, "product": 1}
 
 
 def cumulative(operation: str, x: np.ndarray, out: np.ndarray, axis: int, reverse: bool, exclusive: bool,
-               compiled: bool | None = None) -> None:
+               compiled: bool | None = None, pieces: int | None = None) -> None:
     """out = the running sum or product of x along axis; out may be x itself (in place).
 
-    ``compiled`` picks the engine; None: the compiled one where numba is installed.
+    ``compiled`` picks the engine (None: the compiled one where numba is installed and can run x's type);
+    ``pieces``, into how many independent scans each view is cut for the cores (None: by size).
     """
-    compiled = numba is not None if compiled is None else compiled
+    can_compile = numba is not None and (x.dtype != np.float16 or HALF_INSTRUCTIONS)
+    scan = scan_compiled if (can_compile if compiled is None else compiled and can_compile) else scan_numpy
     accumulation = ACCUMULATION_DTYPE.get(DataType.from_numpy(x.dtype), x.dtype)
+    if pieces is None:
+        pieces = PIECES_PER_CORE * CORES if CORES > 1 and x.size >= PARALLEL_ELEMENTS else 1
     for x3, out3 in views_3d(x, out, axis):
-        if compiled:
-            scan_compiled(operation, x3, out3, accumulation, reverse, exclusive)
-        else:
-            scan_numpy(operation, x3, out3, accumulation, reverse, exclusive)
+        run_on_cores([functools.partial(scan, operation, x3[lines], out3[lines], columns, accumulation, reverse,
+                                        exclusive) for lines, columns in split(x3.shape, pieces)])
+
+
+def split(shape, pieces: int):
+    """(lines of P, lines of Q) slices that cut a (P, L, Q) view into up to ``pieces`` independent scans: across P
+    where it has a line for each, else across Q."""
+    p_size, _, q_size = shape
+    whole = slice(None)
+    if pieces > 1 and p_size >= pieces:
+        return [(piece, whole) for piece in even_slices(p_size, pieces, 1)]
+    if pieces > 1 and q_size >= pieces * COLUMN_ALIGNMENT:
+        return [(whole, piece) for piece in even_slices(q_size, pieces, COLUMN_ALIGNMENT)]
+    return [(whole, whole)]
+
+
+def even_slices(size: int, pieces: int, alignment: int):
+    bounds = [round(size * i / pieces / alignment) * alignment for i in range(pieces)] + [size]
+    return [slice(start, stop) for start, stop in zip(bounds, bounds[1:])]
+
+
+def run_on_cores(calls) -> None:
+    """Run the calls on up to CORES threads, each taking the next call when it is done with one; errors are raised
+    here."""
+    if len(calls) == 1:
+        calls[0]()
+        return
+    with ThreadPoolExecutor(min(CORES, len(calls))) as pool:
+        for done in [pool.submit(call) for call in calls]:
+            done.result()
 
 
 # -- 3-D views ----------------------------------------------------------------------------------------------------
@@ -93,9 +141,11 @@ def merge(x: np.ndarray, out: np.ndarray, dims):
 # -- the NumPy engine ---------------------------------------------------------------------------------------------
 
 
-def scan_numpy(operation, x3, out3, accumulation, reverse, exclusive) -> None:
-    """Scan (P, L, Q) views with NumPy calls, through scratch blocks where the input must be converted (FLOAT16)
-    or kept (exclusive in place): blocks of lines, each walked along the axis in segments with a carry."""
+def scan_numpy(operation, x3, out3, columns, accumulation, reverse, exclusive) -> None:
+    """Scan the lines ``columns`` of Q of (P, L, Q) views with NumPy calls, through scratch blocks where the input
+    must be converted (FLOAT16) or kept (exclusive in place): blocks of lines, each walked along the axis in
+    segments with a carry."""
+    x3, out3 = x3[:, :, columns], out3[:, :, columns]
     p_size, length, q_size = x3.shape
     if accumulation == x3.dtype and not (exclusive and np.shares_memory(x3, out3)):
         scan_stretch(operation, x3, out3, np.empty((p_size, q_size), accumulation), True, reverse, exclusive)
@@ -166,13 +216,26 @@ def scan_lines_numpy(ufunc, identity, x, out, carry, fresh, exclusive) -> None:
 
 # -- the compiled engine ------------------------------------------------------------------------------------------
 #
-# One loop per layout: the running value of each line lives in a register (Q = 1) or in a row that stays in L1
-# (Q > 1). ``combine`` (add or multiply), ``load`` and ``store`` are compiled in: FLOAT16 is read as its bits through
-# a table of all 65 536 float32 values and written back rounded half to even, so it never leaves the loop. Each
-# element is read before its output is written, so out may be x itself, exclusive or not.
+# One loop per layout: the running value of each line lives in a register (Q = 1), or in a row that stays in L1 and
+# is updated a vector at a time (Q > 1). ``combine`` (add or multiply), ``load`` and ``store`` are compiled in.
+# FLOAT16 is read and written as its bits, converted by the processor's own instructions (F16C on x86), which round
+# half to even as NumPy does; the first element is copied as it is, so that even a signalling NaN keeps its bits.
+# Each element is read before its output is written, so out may be x itself, exclusive or not.
 
 if numba is not None:
     compiled = numba.njit(nogil=True, cache=True)
+
+    @intrinsic
+    def half_to_float(typing_context, bits):
+        def codegen(context, builder, signature, arguments):
+            return builder.fpext(builder.bitcast(arguments[0], ir.HalfType()), ir.FloatType())
+        return numba.float32(numba.uint16), codegen
+
+    @intrinsic
+    def float_to_half(typing_context, value):
+        def codegen(context, builder, signature, arguments):
+            return builder.bitcast(builder.fptrunc(arguments[0], ir.HalfType()), ir.IntType(16))
+        return numba.uint16(numba.float32), codegen
 
     @compiled
     def add(a, b):
@@ -183,12 +246,12 @@ if numba is not None:
         return a * b
 
     @compiled
-    def load_value(line, i, table):
+    def load_value(line, i):
         return line[i]
 
     @compiled
-    def load_half(line, i, table):
-        return table[line[i]]
+    def load_half(line, i):
+        return half_to_float(line[i])
 
     @compiled
     def store_value(line, i, value):
@@ -196,37 +259,24 @@ if numba is not None:
 
     @compiled
     def store_half(line, i, value):
-        line[i] = half_bits(value)
+        line[i] = float_to_half(value)
 
     @compiled
-    def half_bits(value):
-        """float32 → FLOAT16 bits, rounded half to even, NaN payloads kept as NumPy keeps them. Branch-free
-        (three candidates, one chosen), in int64 because numba widens mixed unsigned arithmetic to float."""
-        bits = np.int64(np.float32(value).view(np.uint32))
-        sign, magnitude = (bits >> 16) & 0x8000, bits & 0x7FFFFFFF
-        # normal: rebias the exponent and round the 13 dropped bits half to even (a carry may reach ∞, ≥ 65520)
-        normal = (magnitude - 0x38000000 + 0xFFF + ((magnitude >> 13) & 1)) >> 13
-        # below the smallest normal half: a float32 addition to 0.5 rounds to the subnormal step 2^-24
-        subnormal = np.int64(np.float32(np.uint32(magnitude).view(np.float32) + np.float32(0.5)).view(
-            np.uint32)) - 0x3F000000
-        # ∞ for |value| ≥ 65536, or NaN with the top of its payload (at least 1)
-        special = 0x7C00 + (max(1, (magnitude & 0x7FFFFF) >> 13) if magnitude > 0x7F800000 else 0)
-        half = subnormal if magnitude < 0x38800000 else (normal if magnitude < 0x47800000 else special)
-        return np.uint16(sign | half)
-
-    @compiled
-    def scan_lines_compiled(x, out, combine, load, store, table, identity, reverse, exclusive):
+    def scan_lines_compiled(x, out, combine, load, store, identity, reverse, exclusive):
         """Q = 1: each line walks the axis with its running value in a register."""
         length = x.shape[1]
         step = -1 if reverse else 1
         for p in range(x.shape[0]):
             source, target = x[p, :, 0], out[p, :, 0]
             i = length - 1 if reverse else 0
-            tally = load(source, i, table)  # the first element as it is: identity ⊕ x turns -0.0 into +0.0
-            store(target, i, identity if exclusive else tally)
+            tally = load(source, i)  # the first element as it is: identity ⊕ x turns -0.0 into +0.0
+            if exclusive:
+                store(target, i, identity)
+            else:
+                target[i] = source[i]
             for _ in range(length - 1):
                 i += step
-                value = load(source, i, table)
+                value = load(source, i)
                 if exclusive:
                     store(target, i, tally)
                     tally = combine(tally, value)
@@ -235,43 +285,59 @@ if numba is not None:
                     store(target, i, tally)
 
     @compiled
-    def scan_rows_compiled(x, out, combine, load, store, table, identity, reverse, exclusive, tally):
-        """Q > 1: the axis walks rows of Q lines, carrying a row of running values (``tally``, {Q})."""
-        length, q_size = x.shape[1], x.shape[2]
+    def scan_rows_compiled(x, out, combine, load, store, identity, reverse, exclusive, q_start, tally):
+        """Q > 1: the axis walks rows of Q lines (those from q_start on, as many as ``tally`` holds), carrying a row
+        of running values. Rows are contiguous slices, so the loops over them are vectorised."""
+        length, width = x.shape[1], tally.size
         step = -1 if reverse else 1
+        q_stop = q_start + width
         for p in range(x.shape[0]):
             i = length - 1 if reverse else 0
-            source, target = x[p, i], out[p, i]
-            for q in range(q_size):
-                tally[q] = load(source, q, table)
-                store(target, q, identity if exclusive else tally[q])
+            source, target = x[p, i, q_start:q_stop], out[p, i, q_start:q_stop]
+            for q in range(width):
+                tally[q] = load(source, q)
+                if exclusive:
+                    store(target, q, identity)
+                else:
+                    target[q] = source[q]
             for _ in range(length - 1):
                 i += step
-                source, target = x[p, i], out[p, i]
+                source, target = x[p, i, q_start:q_stop], out[p, i, q_start:q_stop]
                 if exclusive:
-                    for q in range(q_size):
-                        value = load(source, q, table)
-                        store(target, q, tally[q])
-                        tally[q] = combine(tally[q], value)
+                    for q in range(width):
+                        value, before = load(source, q), tally[q]
+                        store(target, q, before)
+                        tally[q] = combine(before, value)
                 else:
-                    for q in range(q_size):
-                        tally[q] = combine(tally[q], load(source, q, table))
-                        store(target, q, tally[q])
-
-    # FLOAT16 bits → float32, every value.
-    HALF_TABLE = np.arange(1 << 16, dtype=np.uint16).view(np.float16).astype(np.float32)
+                    for q in range(width):
+                        after = combine(tally[q], load(source, q))
+                        tally[q] = after
+                        store(target, q, after)
 
 
-def scan_compiled(operation, x3, out3, accumulation, reverse, exclusive) -> None:
-    """Scan (P, L, Q) views in one compiled pass; x3 may be out3 (in place)."""
+def scan_compiled(operation, x3, out3, columns, accumulation, reverse, exclusive) -> None:
+    """Scan the lines ``columns`` of Q of (P, L, Q) views in one compiled pass; x3 may be out3 (in place)."""
     combine = add if operation == "sum" else multiply
-    if x3.dtype == np.float16:  # numba has no float16: the loop reads and writes its bits
+    if x3.dtype == np.float16:  # numba has no float16: the loops read and write its bits
         x3, out3, load, store = x3.view(np.uint16), out3.view(np.uint16), load_half, store_half
     else:
         load, store = load_value, store_value
     identity = accumulation.type(IDENTITIES[operation])
     if x3.shape[2] == 1:
-        scan_lines_compiled(x3, out3, combine, load, store, HALF_TABLE, identity, reverse, exclusive)
+        scan_lines_compiled(x3, out3, combine, load, store, identity, reverse, exclusive)
     else:
-        scan_rows_compiled(x3, out3, combine, load, store, HALF_TABLE, identity, reverse, exclusive,
-                           np.empty(x3.shape[2], accumulation))
+        start, stop, _ = columns.indices(x3.shape[2])
+        scan_rows_compiled(x3, out3, combine, load, store, identity, reverse, exclusive, start,
+                           np.empty(stop - start, accumulation))
+
+
+def half_instructions() -> bool:
+    """Whether the processor numba compiles for converts FLOAT16 in instructions: F16C on x86, always on ARM64.
+    Elsewhere LLVM would call conversion routines that numba does not link, so FLOAT16 takes the NumPy engine."""
+    from numba.core import codegen, config
+
+    features = config.CPU_FEATURES if config.CPU_FEATURES is not None else codegen.get_host_cpu_features()
+    return "+f16c" in features.split(",") or platform.machine().lower() in ("aarch64", "arm64")
+
+
+HALF_INSTRUCTIONS = numba is not None and half_instructions()
