@@ -110,7 +110,7 @@ def offsets(shape, strides, offset) -> np.ndarray:
 
 
 def run_case(rng, operation, dtype, shape, axis, reverse, exclusive, x_kind="packed", out_kind="packed",
-             in_place=False, tuning=scan.Tuning()):
+             in_place=False, tuning=None):
     x_strides, x_offset = layout(rng, shape, x_kind)
     x_buffer = random_values(rng, operation, dtype, span(shape, x_strides, x_offset))
     if in_place:

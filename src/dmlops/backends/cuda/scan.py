@@ -1,24 +1,24 @@
 """Cumulative summation and product as single-pass Triton scans.
 
 Whatever its rank, a scan is a set of independent lines along the scan axis. The dimensions other than the axis
-coalesce, where the strides of both tensors allow, into at most two: an outer index and an inner index. A program
-scans a tile: when the scan axis is the innermost, a block of whole or partial lines (the scan runs along the
-block's rows); otherwise a block of positions along the axis × a run of inner indices (the scan runs down the
-block's columns, over contiguous rows). Every element is read once and written once, whatever the direction and
-exclusivity: a decreasing scan walks its tiles from the last and scans each tile in reverse; an exclusive scan
-scans the tile's elements shifted by one position (a second load of the same lines, served from cache).
+coalesce, where the strides of both tensors allow, into at most two: an outer index and an inner index (other
+strides go through packed copies). A program scans a tile: when the scan axis is the innermost, a block of whole
+or partial lines (the scan runs along the block's rows); otherwise a block of positions along the axis × a run of
+inner indices (the scan runs down the block's columns, over contiguous rows). Every element is read once and
+written once whatever the direction and exclusivity: a decreasing scan takes its tiles from the last and scans
+each in reverse; an exclusive scan loads each element's predecessor in walk order instead of the element.
 
-A line longer than one tile is cut into tiles that are chained by a decoupled look-back. Each tile publishes
-the total of its elements; the tiles of a line form groups of WINDOW; the last tile of each group publishes the
-inclusive prefix of its group. A tile's carry is the previous group's prefix combined with the totals of the
-earlier tiles of its own group, reduced in a fixed tree. That order depends only on the tile's position, never
-on which tile finished first, so float results are the same bits on every run; and a tile waits for at most
-WINDOW - 1 totals and one prefix, so a line advances WINDOW tiles per round trip through L2.
+A line longer than one tile is cut into tiles chained by a look-back. Every tile has a slot of scratch memory: it
+publishes there the total of its elements, except the last tile of each group of WINDOW, which publishes the
+line's inclusive prefix through its group. A tile's carry combines the slots from the previous group's last up to
+its own predecessor, in a tree whose shape depends on the tile's position alone, never on which tile finished
+first: float results are the same bits on every run. A tile waits for at most WINDOW slots, and a line's prefix
+advances WINDOW tiles per round trip through L2.
 
 The published words carry the launch's generation number in their high half and 32 bits of value in their low
-half (64-bit values take two words), so a reader sees a whole value or none without fences, and the scratch
-memory needs no clearing between launches: the last program of a launch advances the generation. Programs are
-launched in the order of the tiles they wait for, so a tile waits only for tiles that are running or done.
+half (64-bit values take two words), so a reader sees a whole value or none without fences, and the scratch memory
+needs no clearing between launches: the last program of a launch advances the generation. Programs are launched in
+the order of the tiles they wait for, so a tile waits only for tiles that are running or done.
 """
 
 from __future__ import annotations
@@ -258,6 +258,12 @@ class Tuning:
     elements_per_thread: int = 32
 
 
+# The defaults, from the tuning sweep of benchmarks/scan.py on an H100 (benchmarks/RESULTS.md): down columns,
+# smaller tiles keep more of them in flight on each multiprocessor; along rows, a few long lines reach further back.
+ALONG_ROWS = Tuning(tiles_in_flight=1024)
+DOWN_COLUMNS = Tuning(tile_bytes=16384)
+
+
 @dataclasses.dataclass(frozen=True)
 class Lines:
     """A scan as (outer, length, inner) with each tensor's element strides for those three indices."""
@@ -310,8 +316,10 @@ class Plan:
     num_warps: int
 
 
-def plan(problem: Lines, tile_elements: int, tuning: Tuning) -> Plan:
+def plan(problem: Lines, accumulator_bytes: int, tuning: Tuning | None) -> Plan:
     along_rows = problem.inner == 1
+    tuning = tuning or (ALONG_ROWS if along_rows else DOWN_COLUMNS)
+    tile_elements = max(1, tuning.tile_bytes // accumulator_bytes)
     if along_rows:
         block_b = min(triton.next_power_of_2(problem.length), tile_elements)
         block_a = min(tile_elements // block_b, triton.next_power_of_2(problem.outer))
@@ -369,8 +377,10 @@ def _scratch_for(device, words: int) -> _Scratch:
 
 
 def cumulative(operation: str, x, out, axis: int, reverse: bool, exclusive: bool, *,
-               tuning: Tuning = Tuning()) -> None:
+               tuning: Tuning | None = None) -> None:
     """out = the running sum or product of x along axis (see dmlops.ops.cumulative.reference).
+
+    tuning None takes the defaults for the tiling the shape gets (ALONG_ROWS or DOWN_COLUMNS).
     """
     name = "DML_OPERATOR_CUMULATIVE_" + ("SUMMATION" if operation == "sum" else "PRODUCT")
     check_devices(name, input_tensor=x, output_tensor=out)
@@ -383,7 +393,7 @@ def cumulative(operation: str, x, out, axis: int, reverse: bool, exclusive: bool
         out.copy_(packed)
         return
     wide = accumulator.primitive_bitwidth == 64
-    layout = plan(problem, max(1, tuning.tile_bytes // (accumulator.primitive_bitwidth // 8)), tuning)
+    layout = plan(problem, accumulator.primitive_bitwidth // 8, tuning)
     tiles = layout.tiles_per_line * layout.chains
     if layout.window:
         scratch = _scratch_for(x.device, tiles * layout.lanes * (2 if wide else 1))
