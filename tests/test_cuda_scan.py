@@ -151,6 +151,35 @@ def test_every_variant(dtype, operation, reverse, exclusive, tiling):
     run_case(np.random.default_rng(), operation, dtype, shape, axis, reverse, exclusive, tuning=tuning)
 
 
+def exact_values(rng, operation: str, dtype, shape, axis: int) -> np.ndarray:
+    """Floats whose every partial sum or product along axis, over any run of positions, is exact in dtype: steps of
+    a bounded integer walk (sums), or ±2 to those steps (products). Any order of combination gives the same bits,
+    so a value combined twice, taken from the wrong slot or left out shows as an exact mismatch."""
+    bound = 1000 if operation == "sum" else (6 if dtype == np.float16 else 20)
+    walk = rng.integers(-bound, bound, shape[:axis] + (shape[axis] + 1,) + shape[axis + 1:], endpoint=True)
+    steps = np.diff(walk, axis=axis).astype(np.float64)
+    if operation == "product":
+        steps = rng.choice([-1.0, 1.0], shape) * np.exp2(steps)
+    return steps.astype(dtype)
+
+
+# Every tiling above, and one line of 64 tiles through several look-back groups.
+EXACT_TILINGS = TILINGS + [((4096,), 0, scan.Tuning(tile_bytes=256, tiles_in_flight=4))]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("operation", ["sum", "product"])
+@pytest.mark.parametrize("reverse, exclusive", [(False, False), (True, False), (False, True), (True, True)])
+@pytest.mark.parametrize("tiling", range(len(EXACT_TILINGS)))
+def test_exact_floats(dtype, operation, reverse, exclusive, tiling):
+    shape, axis, tuning = EXACT_TILINGS[tiling]
+    values = exact_values(np.random.default_rng(), operation, dtype, shape, axis)
+    out = torch.full(shape, math.nan, dtype=torch.from_numpy(values).dtype, device=DEVICE)
+    scan.cumulative(operation, torch.from_numpy(values).to(DEVICE), out, axis, reverse, exclusive, tuning=tuning)
+    expected = reference(operation, values.astype(np.float64), axis, reverse, exclusive).astype(dtype)
+    np.testing.assert_array_equal(out.cpu().numpy(), expected)
+
+
 # -- strides, broadcasts, padding, permutations, in place: property tests -------------------------------------
 
 
