@@ -130,10 +130,9 @@ def test_strides_broadcasts_and_padded_outputs(case):
     np.testing.assert_array_equal(buffer[outside], before[outside])
 
 
-# (shape, axis, pieces): P = 7 lines before the axis cut in 2, 3 and 5 (rows of Q = 3, and lines of Q = 1); P = 1 and
-# Q = 83 cut in 2, 3 and 5 (starts on multiples of COLUMN_ALIGNMENT, a short last piece); too few lines either way.
-PIECES = [((7, 5, 3), 1, 2), ((7, 5, 3), 1, 3), ((7, 41), 1, 5), ((1, 37, 83), 1, 2), ((37, 83), 0, 3),
-          ((37, 83), 0, 5), ((2, 30, 20), 1, 3)]
+# (shape, axis, pieces): P = 7 lines before the axis cut in 2, 3 and 5 pieces, lines of Q > 1 (rows) or Q = 1; more
+# pieces than lines (P = 2); no lines to cut (P = 1).
+PIECES = [((7, 5, 3), 1, 2), ((7, 5, 3), 1, 3), ((7, 41), 1, 5), ((2, 30, 20), 1, 3), ((37, 83), 0, 3)]
 
 
 @pytest.mark.parametrize("compiled", ENGINES)
@@ -153,27 +152,37 @@ def test_large_tensors_are_cut_into_pieces(monkeypatch):
     """By default a tensor of PARALLEL_ELEMENTS or more goes to the cores in PIECES_PER_CORE pieces per core."""
     monkeypatch.setattr(cpu_scan, "PARALLEL_ELEMENTS", 50)
     monkeypatch.setattr(cpu_scan, "CORES", 2)
-    cut = []
-    monkeypatch.setattr(cpu_scan, "run_on_cores", lambda calls: cut.append(len(calls)) or [c() for c in calls])
+    counts = []
+
+    def run_on_cores(calls):
+        counts.append(len(calls))
+        for call in calls:
+            call()
+
+    monkeypatch.setattr(cpu_scan, "run_on_cores", run_on_cores)
     x = random_values(np.random.default_rng(13), (9, 11), np.float32)
-    for shape in [(9, 11), (3, 3)]:
-        out = poisoned(shape, np.float32)
-        cpu_scan.cumulative("sum", x[:shape[0], :shape[1]], out, 1, False, False)
-        assert_cumulative_matches(out, "sum", x[:shape[0], :shape[1]], 1, False, False)
-    assert cut == [8, 1]
+    for rows, columns in [(9, 11), (3, 3)]:
+        out = poisoned((rows, columns), np.float32)
+        cpu_scan.cumulative("sum", x[:rows, :columns], out, 1, False, False)
+        assert_cumulative_matches(out, "sum", x[:rows, :columns], 1, False, False)
+    assert counts == [8, 1]
 
 
-@settings(max_examples=200, deadline=None)
-@given(st.integers(1, 300), st.integers(1, 300), st.integers(1, 9))
-def test_pieces_cover_each_line_once(p_size, q_size, pieces):
-    cuts = cpu_scan.split((p_size, 5, q_size), pieces)
-    assert 1 <= len(cuts) <= pieces
-    covered = np.zeros((p_size, q_size), int)
-    for lines, columns in cuts:
-        covered[lines, columns] += 1
-        if columns != slice(None):
-            assert columns.start % cpu_scan.COLUMN_ALIGNMENT == 0 and columns.stop > columns.start
-    assert (covered == 1).all()
+def test_errors_on_other_threads_are_raised():
+    def fail():
+        raise ValueError("from a piece")
+
+    with pytest.raises(ValueError, match="from a piece"):
+        cpu_scan.run_on_cores([lambda: None, fail, lambda: None])
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 300), st.integers(1, 9))
+def test_pieces_cover_each_line_once(size, pieces):
+    slices = cpu_scan.even_slices(size, pieces)
+    assert len(slices) == min(size, pieces)
+    assert [s.start for s in slices] + [size] == [0] + [s.stop for s in slices]
+    assert all(s.stop > s.start for s in slices)
 
 
 @pytest.mark.parametrize("compiled", ENGINES)

@@ -46,9 +46,6 @@ SHORT_AXIS = 64
 PARALLEL_ELEMENTS = 1 << 20
 PIECES_PER_CORE = 4
 CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-# Pieces cut across Q start on a multiple of this many elements, so that no cache line of the output is written
-# from two cores.
-COLUMN_ALIGNMENT = 16
 
 UFUNCS = {"sum": np.add, "product": np.multiply}
 IDENTITIES = {"sum": 0, "product": 1}
@@ -59,7 +56,8 @@ def cumulative(operation: str, x: np.ndarray, out: np.ndarray, axis: int, revers
     """out = the running sum or product of x along axis; out may be x itself (in place).
 
     ``compiled`` picks the engine (None: the compiled one where numba is installed and can run x's type);
-    ``pieces``, into how many independent scans each view is cut for the cores (None: by size).
+    ``pieces``, into how many independent scans (of lines before the axis) each view is cut for the cores (None:
+    by size).
     """
     can_compile = numba is not None and (x.dtype != np.float16 or HALF_INSTRUCTIONS)
     scan = scan_compiled if (can_compile if compiled is None else compiled and can_compile) else scan_numpy
@@ -67,25 +65,14 @@ def cumulative(operation: str, x: np.ndarray, out: np.ndarray, axis: int, revers
     if pieces is None:
         pieces = PIECES_PER_CORE * CORES if CORES > 1 and x.size >= PARALLEL_ELEMENTS else 1
     for x3, out3 in views_3d(x, out, axis):
-        run_on_cores([functools.partial(scan, operation, x3[lines], out3[lines], columns, accumulation, reverse,
-                                        exclusive) for lines, columns in split(x3.shape, pieces)])
+        run_on_cores([functools.partial(scan, operation, x3[lines], out3[lines], accumulation, reverse, exclusive)
+                      for lines in even_slices(x3.shape[0], pieces)])
 
 
-def split(shape, pieces: int):
-    """(lines of P, lines of Q) slices that cut a (P, L, Q) view into up to ``pieces`` independent scans: across P
-    where it has a line for each, else across Q."""
-    p_size, _, q_size = shape
-    whole = slice(None)
-    if pieces > 1 and p_size >= pieces:
-        return [(piece, whole) for piece in even_slices(p_size, pieces, 1)]
-    if pieces > 1 and q_size >= pieces * COLUMN_ALIGNMENT:
-        return [(whole, piece) for piece in even_slices(q_size, pieces, COLUMN_ALIGNMENT)]
-    return [(whole, whole)]
-
-
-def even_slices(size: int, pieces: int, alignment: int):
-    bounds = [round(size * i / pieces / alignment) * alignment for i in range(pieces)] + [size]
-    return [slice(start, stop) for start, stop in zip(bounds, bounds[1:])]
+def even_slices(size: int, pieces: int):
+    """Up to ``pieces`` slices of about the same length that cover range(size), none empty."""
+    pieces = max(1, min(size, pieces))
+    return [slice(size * i // pieces, size * (i + 1) // pieces) for i in range(pieces)]
 
 
 def run_on_cores(calls) -> None:
@@ -141,11 +128,9 @@ def merge(x: np.ndarray, out: np.ndarray, dims):
 # -- the NumPy engine ---------------------------------------------------------------------------------------------
 
 
-def scan_numpy(operation, x3, out3, columns, accumulation, reverse, exclusive) -> None:
-    """Scan the lines ``columns`` of Q of (P, L, Q) views with NumPy calls, through scratch blocks where the input
-    must be converted (FLOAT16) or kept (exclusive in place): blocks of lines, each walked along the axis in
-    segments with a carry."""
-    x3, out3 = x3[:, :, columns], out3[:, :, columns]
+def scan_numpy(operation, x3, out3, accumulation, reverse, exclusive) -> None:
+    """Scan (P, L, Q) views with NumPy calls, through scratch blocks where the input must be converted (FLOAT16)
+    or kept (exclusive in place): blocks of lines, each walked along the axis in segments with a carry."""
     p_size, length, q_size = x3.shape
     if accumulation == x3.dtype and not (exclusive and np.shares_memory(x3, out3)):
         scan_stretch(operation, x3, out3, np.empty((p_size, q_size), accumulation), True, reverse, exclusive)
@@ -285,15 +270,15 @@ if numba is not None:
                     store(target, i, tally)
 
     @compiled
-    def scan_rows_compiled(x, out, combine, load, store, identity, reverse, exclusive, q_start, tally):
-        """Q > 1: the axis walks rows of Q lines (those from q_start on, as many as ``tally`` holds), carrying a row
-        of running values. Rows are contiguous slices, so the loops over them are vectorised."""
-        length, width = x.shape[1], tally.size
+    def scan_rows_compiled(x, out, combine, load, store, identity, reverse, exclusive, tally):
+        """Q > 1: the axis walks rows of Q lines, carrying a row of running values ({Q}). The loops over a row are
+        vectorised where it is contiguous; reverse walks it from its end, so that memory is read and written in one
+        direction (a walk that goes back by rows but forwards within them is a third slower)."""
+        length, width = x.shape[1], x.shape[2]
         step = -1 if reverse else 1
-        q_stop = q_start + width
         for p in range(x.shape[0]):
             i = length - 1 if reverse else 0
-            source, target = x[p, i, q_start:q_stop], out[p, i, q_start:q_stop]
+            source, target = x[p, i], out[p, i]
             for q in range(width):
                 tally[q] = load(source, q)
                 if exclusive:
@@ -302,21 +287,21 @@ if numba is not None:
                     target[q] = source[q]
             for _ in range(length - 1):
                 i += step
-                source, target = x[p, i, q_start:q_stop], out[p, i, q_start:q_stop]
-                if exclusive:
-                    for q in range(width):
+                source, target = x[p, i], out[p, i]
+                for j in range(width):
+                    q = np.uint64(width - 1 - j) if reverse else np.uint64(j)  # unsigned: no check for q < 0
+                    if exclusive:
                         value, before = load(source, q), tally[q]
                         store(target, q, before)
                         tally[q] = combine(before, value)
-                else:
-                    for q in range(width):
+                    else:
                         after = combine(tally[q], load(source, q))
                         tally[q] = after
                         store(target, q, after)
 
 
-def scan_compiled(operation, x3, out3, columns, accumulation, reverse, exclusive) -> None:
-    """Scan the lines ``columns`` of Q of (P, L, Q) views in one compiled pass; x3 may be out3 (in place)."""
+def scan_compiled(operation, x3, out3, accumulation, reverse, exclusive) -> None:
+    """Scan (P, L, Q) views in one compiled pass; x3 may be out3 (in place)."""
     combine = add if operation == "sum" else multiply
     if x3.dtype == np.float16:  # numba has no float16: the loops read and write its bits
         x3, out3, load, store = x3.view(np.uint16), out3.view(np.uint16), load_half, store_half
@@ -326,9 +311,8 @@ def scan_compiled(operation, x3, out3, columns, accumulation, reverse, exclusive
     if x3.shape[2] == 1:
         scan_lines_compiled(x3, out3, combine, load, store, identity, reverse, exclusive)
     else:
-        start, stop, _ = columns.indices(x3.shape[2])
-        scan_rows_compiled(x3, out3, combine, load, store, identity, reverse, exclusive, start,
-                           np.empty(stop - start, accumulation))
+        scan_rows_compiled(x3, out3, combine, load, store, identity, reverse, exclusive,
+                           np.empty(x3.shape[2], accumulation))
 
 
 def half_instructions() -> bool:
