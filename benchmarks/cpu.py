@@ -1,13 +1,17 @@
 """CPU backend speed against its peers, measured in one run: ONNX Runtime's CumSum and QLinearMatMul, and NumPy.
 
-    python benchmarks/cpu.py [--repeats 5]
+    python benchmarks/cpu.py [--repeats 7]
 
-Scans count 2·n·itemsize bytes (read once, written once) and are compared with the floor, this machine's copy
-bandwidth (``np.copyto`` of 256 MiB). NumPy has no reverse or exclusive scan: it flips, scans, flips back and
-subtracts the input (exclusive sums). The quantized matmul counts 2·M·N·K operations and is compared with the
-floor for an exact float product, float32 BLAS (sgemm) of the same size. NumPy's integer matmul never uses BLAS;
-it is timed on 64 rows and reported as a rate. dmlops runs with its compiled engine where numba is installed, and
-with its NumPy-only engine (no numba) beside it.
+Every contender of a row is timed once per round, round after round, and the table gives the median of its rounds:
+on a machine shared with other jobs, a burst of load then falls on all of them alike, and one lucky or unlucky
+call does not decide a row. Scans count 2·n·itemsize bytes (read once, written once) and are compared with the
+floor, this machine's copy bandwidth (``np.copyto`` of 256 MiB). NumPy has no reverse or exclusive scan: it flips,
+scans, flips back and subtracts the input (exclusive sums). dmlops runs as installed (its compiled engine where
+numba is installed, large scans on all cores), on one core, and with its NumPy-only engine.
+
+The quantized matmul counts 2·M·N·K operations and is compared with the floor for an exact float product, float32
+BLAS (sgemm) of the same size. dmlops runs as installed (the requantization compiled where numba is installed) and
+with NumPy's requantization. NumPy's integer matmul never uses BLAS; it is timed on 64 rows and reported as a rate.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import onnxruntime
 from onnx import TensorProto, helper
 
 import dmlops
-from dmlops.backends import cpu_scan
+from dmlops.backends import cpu_qmatmul, cpu_scan
 
 SCAN_SHAPES = [((1 << 26,), 0, "1-D 2^26"), ((1024, 65536), 1, "1024 × 65536, last axis"),
                ((65536, 1024), 0, "65536 × 1024, axis 0"), ((1 << 22, 8), 1, "4M × 8, last axis")]
@@ -32,14 +36,18 @@ ONNX_TYPES = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float16): Ten
               np.dtype(np.uint8): TensorProto.UINT8, np.dtype(np.int8): TensorProto.INT8}
 
 
-def best_time(run, repeats: int) -> float:
-    run()  # warm up: compilation, allocation, first touch
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
+def median_times(runs: dict, repeats: int) -> dict:
+    """name → median seconds of ``repeats`` rounds, each round timing every run once (after one warm-up call each:
+    compilation, allocation, first touch)."""
+    times = {name: [] for name in runs}
+    for run in runs.values():
         run()
-        times.append(time.perf_counter() - start)
-    return min(times)
+    for _ in range(repeats):
+        for name, run in runs.items():
+            start = time.perf_counter()
+            run()
+            times[name].append(time.perf_counter() - start)
+    return {name: float(np.median(values)) for name, values in times.items()}
 
 
 def onnx_session(node, inputs, output, initializers=()):
@@ -59,7 +67,7 @@ def onnx_session(node, inputs, output, initializers=()):
 def copy_bandwidth(repeats: int) -> float:
     source = np.random.default_rng(0).standard_normal(1 << 26, dtype=np.float32)
     target = np.empty_like(source)
-    return 2 * source.nbytes / best_time(lambda: np.copyto(target, source), repeats) / 1e9
+    return 2 * source.nbytes / median_times({"copy": lambda: np.copyto(target, source)}, repeats)["copy"] / 1e9
 
 
 def numpy_scan(x, axis, reverse, exclusive):
@@ -75,7 +83,6 @@ def numpy_scan(x, axis, reverse, exclusive):
 
 def scan_rows(repeats: int, copy: float):
     rng = np.random.default_rng(1)
-    rows = []
     for shape, axis, label in SCAN_SHAPES:
         for dtype in (np.float32, np.float16):
             x = rng.standard_normal(shape, dtype=np.float32).astype(dtype)
@@ -86,34 +93,26 @@ def scan_rows(repeats: int, copy: float):
                     helper.make_node("CumSum", ["x", "axis"], ["y"], reverse=int(reverse), exclusive=int(exclusive)),
                     [("x", dtype, shape)], ("y", dtype, shape),
                     [helper.make_tensor("axis", TensorProto.INT64, [], [axis])])
-                rates = {
+
+                def dmlops_scan(**engine):
+                    return lambda: cpu_scan.cumulative("sum", x, out, axis, reverse, exclusive, **engine)
+
+                times = median_times({
                     "dmlops": lambda: dmlops.cumulative_sum(x, axis, reverse=reverse, exclusive=exclusive, out=out),
-                    "dmlops NumPy-only": lambda: cpu_scan.cumulative("sum", x, out, axis, reverse, exclusive,
-                                                                     compiled=False),
+                    "dmlops 1 core": dmlops_scan(pieces=1),
+                    "dmlops NumPy-only": dmlops_scan(compiled=False),
                     "ONNX Runtime": lambda: session.run(None, {"x": x}),
                     "NumPy": lambda: numpy_scan(x, axis, reverse, exclusive),
-                }
-                rates = {name: gigabytes / best_time(run, repeats) for name, run in rates.items()}
+                }, repeats)
+                rates = {name: gigabytes / seconds for name, seconds in times.items()}
+                dml, ort = rates["dmlops"], rates["ONNX Runtime"]
                 variant = "reverse + exclusive" if reverse else "plain"
-                rows.append((label, np.dtype(dtype).name, variant, rates))
-                print_scan_row(rows[-1], copy)
-    return rows
-
-
-def print_scan_row(row, copy):
-    label, dtype, variant, rates = row
-    dml, ort = rates["dmlops"], rates["ONNX Runtime"]
-    print(f"| {label} | {dtype} | {variant} | {dml:.2f} | {rates['dmlops NumPy-only']:.2f} | {ort:.2f} | "
-          f"{rates['NumPy']:.2f} | {dml / ort:.2f} | {dml / copy:.2f} |", flush=True)
+                print(f"| {label} | {np.dtype(dtype).name} | {variant} | {dml:.2f} | {rates['dmlops 1 core']:.2f} | "
+                      f"{rates['dmlops NumPy-only']:.2f} | {ort:.2f} | {rates['NumPy']:.2f} | {dml / ort:.2f} | "
+                      f"{dml / copy:.2f} |", flush=True)
 
 
 # -- quantized matmul ------------------------------------------------------------------------------------------
-
-
-def sgemm_rate(n: int, repeats: int) -> float:
-    rng = np.random.default_rng(2)
-    a, b = rng.standard_normal((n, n), dtype=np.float32), rng.standard_normal((n, n), dtype=np.float32)
-    return 2 * n**3 / best_time(lambda: a @ b, repeats) / 1e9
 
 
 def matmul_rows(repeats: int):
@@ -137,37 +136,49 @@ def matmul_rows(repeats: int):
              helper.make_tensor("y_zero", TensorProto.UINT8, [], [out_zero])])
         out = np.empty((n, n), np.uint8)
 
-        def run_dmlops():
-            dmlops.quantized_linear_matmul(a, a_scale, a_zero, b, b_scale, b_zero, out_scale, out_zero, out=out)
+        def run_backend(compiled):
+            """The backend's call as the array API makes it: 4-D tensors, vectors of M or N."""
+            vector = np.broadcast_to
+            return lambda: cpu_qmatmul.quantized_linear_matmul(
+                a[None, None], vector(a_scale, (n,)), vector(a_zero, (n,)), b[None, None], b_scale, b_zero,
+                vector(out_scale, (n,)), vector(out_zero, (n,)), out[None, None], compiled=compiled)
 
-        operations = 2 * n**3 / 1e9
+        sgemm_a = rng.standard_normal((n, n), dtype=np.float32)
+        sgemm_b = rng.standard_normal((n, n), dtype=np.float32)
         a_rows, b_wide = a[:64].astype(np.int32), b.astype(np.int32)
-        rates = {"dmlops": operations / best_time(run_dmlops, repeats),
-                 "ONNX Runtime": operations / best_time(lambda: session.run(None, {"a": a, "b": b}), repeats),
-                 "NumPy int32 matmul": operations * 64 / n / best_time(lambda: a_rows @ b_wide, 1)}
-        floor = sgemm_rate(n, repeats)
+        times = median_times({
+            "dmlops": lambda: dmlops.quantized_linear_matmul(a, a_scale, a_zero, b, b_scale, b_zero, out_scale,
+                                                             out_zero, out=out),
+            "dmlops NumPy requantization": run_backend(False),
+            "ONNX Runtime": lambda: session.run(None, {"a": a, "b": b}),
+            "sgemm": lambda: sgemm_a @ sgemm_b,
+        }, repeats)
+        operations = 2 * n**3 / 1e9
+        rates = {name: operations / seconds for name, seconds in times.items()}
+        numpy_rate = operations * 64 / n / median_times({"NumPy": lambda: a_rows @ b_wide}, 1)["NumPy"]
+        dmlops.quantized_linear_matmul(a, a_scale, a_zero, b, b_scale, b_zero, out_scale, out_zero, out=out)
         difference = np.abs(out.astype(np.int16) - session.run(None, {"a": a, "b": b})[0]).max()
-        print(f"| {n} | {rates['dmlops']:.1f} | {rates['ONNX Runtime']:.1f} | {rates['NumPy int32 matmul']:.2f} | "
-              f"{floor:.1f} | {rates['dmlops'] / rates['ONNX Runtime']:.2f} | {rates['dmlops'] / floor:.2f} | "
-              f"{difference} |", flush=True)
+        dml, ort, floor = rates["dmlops"], rates["ONNX Runtime"], rates["sgemm"]
+        print(f"| {n} | {dml:.1f} | {rates['dmlops NumPy requantization']:.1f} | {ort:.1f} | {numpy_rate:.2f} | "
+              f"{floor:.1f} | {dml / ort:.2f} | {dml / floor:.2f} | {difference} |", flush=True)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=7)
     repeats = parser.parse_args().repeats
     print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores; numpy {np.__version__}, "
           f"onnxruntime {onnxruntime.__version__}, onnx {onnx.__version__}, "
-          f"numba {cpu_scan.numba.__version__ if cpu_scan.numba else 'absent'}; best of {repeats}")
+          f"numba {cpu_scan.numba.__version__ if cpu_scan.numba else 'absent'}; median of {repeats} rounds")
     copy = copy_bandwidth(repeats)
     print(f"\nFloor: copy bandwidth {copy:.2f} GB/s (bytes read + written)\n")
-    print("| scan (cumulative sum) | type | variant | dmlops GB/s | dmlops NumPy-only | ONNX Runtime | NumPy | "
-          "dmlops / ORT | dmlops / copy |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| scan (cumulative sum) | type | variant | dmlops GB/s | dmlops 1 core | dmlops NumPy-only | ONNX Runtime | "
+          "NumPy | dmlops / ORT | dmlops / copy |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     scan_rows(repeats, copy)
-    print("\n| quantized matmul n×n×n | dmlops GOPS | ONNX Runtime | NumPy int32 matmul | floor: sgemm GFLOP/s | "
-          "dmlops / ORT | dmlops / sgemm | max |dmlops − ORT| |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("\n| quantized matmul n×n×n | dmlops GOPS | dmlops NumPy requantization | ONNX Runtime | NumPy int32 matmul | "
+          "floor: sgemm GFLOP/s | dmlops / ORT | dmlops / sgemm | max |dmlops − ORT| |")
+    print("|---|---|---|---|---|---|---|---|---|")
     matmul_rows(repeats)
 
 

@@ -80,9 +80,9 @@ def integer_product(a, a_zero_point, b, b_zero_point, buffers=(None, None, None)
 def centre(x, zero_point, buffer):
     """(x − c in buffer, as float32; c − zero point as float64, or None where that is 0), with c = 128 for UINT8,
     0 for INT8. The zero point is a vector along A's rows or B's columns; so is the shift, or it has one element."""
-    centre = centre_of(x.dtype)
-    shift = np.full(1, centre, np.float64) if zero_point is None else centre - zero_point.astype(np.float64)
-    return np.subtract(x, centre, out=buffer, dtype=np.float32), shift if shift.any() else None
+    c = centre_of(x.dtype)
+    shift = np.full(1, c, np.float64) if zero_point is None else c - zero_point.astype(np.float64)
+    return np.subtract(x, c, out=buffer, dtype=np.float32), shift if shift.any() else None
 
 
 def centre_of(dtype) -> int:
@@ -91,8 +91,8 @@ def centre_of(dtype) -> int:
 
 def largest_magnitude(x) -> int:
     """max |x − c|, read from the 8-bit values (a pass over bytes, not over their float32 copy)."""
-    centre = centre_of(x.dtype)
-    return max(centre - int(x.min()), int(x.max()) - centre)
+    c = centre_of(x.dtype)
+    return max(c - int(x.min()), int(x.max()) - c)
 
 
 # -- requantization ---------------------------------------------------------------------------------------------
