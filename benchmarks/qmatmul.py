@@ -20,13 +20,19 @@ included. Every dmlops result is checked bit for bit against the
 exact accumulator (a float64 product of integers) requantized in float64.
 
     python benchmarks/qmatmul.py                 # the table of benchmarks/RESULTS.md
-    python benchmarks/qmatmul.py --configs       # candidate tile configurations at the large shapes
+    python benchmarks/qmatmul.py --configs --jobs 12   # candidate tile configurations (compiled by 12 processes)
+    python benchmarks/qmatmul.py --overhead      # where the host time of an eager call goes
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import functools
+import multiprocessing
+import pstats
 import sys
+import time
 
 import torch
 import triton
@@ -47,14 +53,16 @@ def copy_bandwidth() -> float:
 
 
 class Problem:
-    """Random inputs of one shape and every method's prepared operands."""
+    """Random inputs of one shape and every method's prepared operands (A int8 rather than uint8 if ``signed_a``)."""
 
-    def __init__(self, m: int, k: int, n: int, generator: torch.Generator):
+    def __init__(self, m: int, k: int, n: int, generator: torch.Generator, signed_a: bool = False):
         def randint(low, high, shape, dtype):
             return torch.randint(low, high, shape, generator=generator, device="cuda", dtype=dtype)
 
         self.m, self.k, self.n = m, k, n
         self.a = randint(0, 256, (m, k), torch.uint8)
+        if signed_a:
+            self.a = self.a.view(torch.int8)
         self.b = randint(-128, 128, (k, n), torch.int8)
         self.a_zero = randint(100, 156, (1,), torch.uint8)
         self.out_zero = randint(100, 156, (1,), torch.uint8)
@@ -63,13 +71,29 @@ class Problem:
         # outputs spread over the uint8 range: |acc| is about 5500·sqrt(K)
         self.out_scale = torch.full((1,), 0.02 * 0.02 * 5500 * k**0.5 / 100, device="cuda")
         self.out = torch.empty((m, n), dtype=torch.uint8, device="cuda")
-        # weights prepared once, outside timing
-        self.b_persisted = qmatmul.persist_b(self.b)
-        self.b_column_major = self.b.t().contiguous().t()
-        self.b_column_sums = self.b.sum(0, dtype=torch.int32)
-        self.multiplier = (self.a_scale * self.b_scale / self.out_scale).float()
-        self.b_dequantized = self.b.float() * self.b_scale
-        self.a_bf16, self.b_bf16 = self.a.to(torch.bfloat16), self.b.to(torch.bfloat16)
+        self.b_persisted = qmatmul.persist_b(self.b)  # weights prepared once, outside timing
+
+    # the peers' weights, prepared once, outside timing
+
+    @functools.cached_property
+    def b_column_major(self):
+        return self.b.t().contiguous().t()
+
+    @functools.cached_property
+    def b_column_sums(self):
+        return self.b.sum(0, dtype=torch.int32)
+
+    @functools.cached_property
+    def multiplier(self):
+        return (self.a_scale * self.b_scale / self.out_scale).float()
+
+    @functools.cached_property
+    def b_dequantized(self):
+        return self.b.float() * self.b_scale
+
+    @functools.cached_property
+    def bf16_operands(self):
+        return self.a.to(torch.bfloat16), self.b.to(torch.bfloat16)
 
     def dmlops(self, b, config=None):
         """The CUDA backend's entry, with the tensors as the operator passes them: 4-D, scales and zero points as
@@ -98,12 +122,13 @@ class Problem:
         return y.div_(self.out_scale).round_().add_(self.out_zero).clamp_(0, 255).to(torch.uint8)
 
     def bf16(self):
-        return self.a_bf16 @ self.b_bf16
+        a, b = self.bf16_operands
+        return a @ b
 
     def exact(self):
         """The operator's result: the exact accumulator (a float64 product of integers, exact below 2^53)
         requantized in float64, operation by operation."""
-        acc = (self.a.double() - self.a_zero.double()) @ self.b.double()
+        acc = (self.a.double() - self.a_zero.double()) @ self.b.double()  # exact: integers below 2^53
         multiplier = (self.a_scale.double() * self.b_scale.double()) / self.out_scale.double()
         return torch.clamp(torch.round(acc * multiplier) + self.out_zero.double(), 0, 255).to(torch.uint8)
 
@@ -165,24 +190,58 @@ def table(shapes, bandwidth):
 
 
 C = qmatmul.Config
-CANDIDATES = {  # by shape class: M ≤ 64 (decode-like) and the rest
+CANDIDATES = {  # by shape class: M ≤ 64 (decode-like) and the rest; programs_per_sm > 0: persistent programs
     "small_m": [C(64, 128, 128, num_warps=4, num_stages=4), C(64, 64, 256, num_warps=4, num_stages=4),
-                C(64, 32, 256, num_warps=4, num_stages=4), C(64, 64, 128, num_warps=4, num_stages=6)],
-    "large": [C(128, 256, 128, num_warps=8, num_stages=3), C(128, 256, 128, num_warps=8, num_stages=4),
-              C(256, 128, 128, num_warps=8, num_stages=3), C(128, 128, 256, num_warps=8, num_stages=3),
-              C(128, 256, 128, num_warps=8, num_stages=4, epilogue_n=64), C(128, 128, 128, num_warps=4, num_stages=3)],
+                C(64, 32, 256, num_warps=4, num_stages=4),
+                C(64, 32, 256, num_warps=4, num_stages=4, programs_per_sm=3)],
+    "large": [C(128, 256, 128, num_warps=8, num_stages=3, epilogue_n=64),
+              C(128, 256, 128, num_warps=8, num_stages=3, epilogue_n=64, programs_per_sm=1),
+              C(128, 256, 128, num_warps=8, num_stages=4, epilogue_n=64),
+              C(256, 128, 128, num_warps=8, num_stages=3, epilogue_n=64),
+              C(128, 128, 128, num_warps=8, num_stages=4),
+              C(128, 128, 128, num_warps=4, num_stages=3),
+              C(128, 128, 128, num_warps=4, num_stages=3, programs_per_sm=2)],
 }
 
 
-def configs(shapes):
-    """TOPS of each candidate configuration, B persisted, A uint8 (flipped in the kernel) and int8."""
+def shape_class(shape) -> str:
+    return "small_m" if shape[0] <= 64 else "large"
+
+
+def compile_cases(shapes):
+    """One shape of each class, with every candidate of the class and both types of A: the kernels it compiles
+    serve the other shapes of the class too (the same specialization: dimensions multiples of 16)."""
+    first = {shape_class(shape): shape for shape in reversed(shapes)}
+    return [(shape, config, signed_a) for name, shape in first.items() for config in CANDIDATES[name]
+            for signed_a in (False, True)]
+
+
+def compile_case(case) -> str | None:
+    """Runs one candidate once (in a worker process), which leaves its kernels in Triton's disk cache."""
+    (m, k, n), config, signed_a = case
+    try:
+        problem = Problem(m, k, n, torch.Generator(device="cuda").manual_seed(0), signed_a)
+        problem.dmlops(problem.b_persisted, config)
+        torch.cuda.synchronize()
+    except Exception as error:  # a configuration the compiler or the GPU refuses
+        return f"{m}×{k}×{n} {config}: {type(error).__name__}: {str(error)[:200]}"
+    return None
+
+
+def configs(shapes, jobs: int):
+    """TOPS of each candidate configuration, B persisted, A uint8 (flipped in the kernel) and int8. The candidates
+    are compiled by ``jobs`` worker processes first, so that the timing process finds them in Triton's cache."""
+    if jobs > 1:
+        with multiprocessing.get_context("spawn").Pool(jobs) as pool:
+            for error in pool.imap_unordered(compile_case, compile_cases(shapes)):
+                if error:
+                    print(error, flush=True)
     generator = torch.Generator(device="cuda").manual_seed(0)
     for m, k, n in shapes:
         problem = Problem(m, k, n, generator)
         expected = problem.exact()
-        signed = Problem(m, k, n, generator)
-        signed.a = signed.a.view(torch.int8)
-        for config in CANDIDATES["small_m" if m <= 64 else "large"]:
+        signed = Problem(m, k, n, generator, signed_a=True)
+        for config in CANDIDATES[shape_class((m, k, n))]:
             try:
                 unsigned_tops = tops(problem, lambda: problem.dmlops(problem.b_persisted, config))
                 exact = torch.equal(problem.dmlops(problem.b_persisted, config), expected)
@@ -196,9 +255,29 @@ def configs(shapes):
         torch.cuda.empty_cache()
 
 
+def overhead(shape, calls: int = 200):
+    """Host time of an eager call, B persisted, and the functions it spends it in (cProfile)."""
+    problem = Problem(*shape, torch.Generator(device="cuda").manual_seed(0))
+    call = functools.partial(problem.dmlops, problem.b_persisted)
+    for _ in range(10):
+        call()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        call()
+    host = time.perf_counter() - start
+    torch.cuda.synchronize()
+    print(f"{shape}: {host / calls * 1e6:.0f} µs of host time per call ({eager_microseconds(call):.0f} µs eager)")
+    profile = cProfile.Profile()
+    profile.runcall(lambda: [call() for _ in range(calls)])
+    pstats.Stats(profile).sort_stats("tottime").print_stats(25)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--configs", action="store_true", help="time the candidate tile configurations")
+    parser.add_argument("--jobs", type=int, default=1, help="processes compiling the candidates first (--configs)")
+    parser.add_argument("--overhead", action="store_true", help="profile the host time of eager calls")
     parser.add_argument("--shapes", help="M,K,N;M,K,N… instead of the default list")
     args = parser.parse_args()
     shapes = [(n, n, n) for n in SQUARE] + LLM
@@ -206,7 +285,11 @@ def main():
         shapes = [tuple(int(x) for x in shape.split(",")) for shape in args.shapes.split(";")]
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}")
     if args.configs:
-        configs(shapes)
+        configs(shapes, args.jobs)
+        return
+    if args.overhead:
+        for shape in shapes:
+            overhead(shape)
         return
     bandwidth = copy_bandwidth()
     print(f"copy bandwidth {bandwidth / 1e12:.2f} TB/s (read + write); dense int8 peak {PEAK_INT8_TOPS:.0f} TOPS\n")

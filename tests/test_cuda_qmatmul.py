@@ -104,8 +104,11 @@ CONFIGS = {"large": qmatmul.LARGE, "medium": qmatmul.MEDIUM, "paired": qmatmul.P
 
 
 @pytest.mark.parametrize("config", CONFIGS.values(), ids=CONFIGS.keys())
-def test_every_config(config, torch_device):
-    """Each tile configuration (the shape classes pick among them) on the same kernel code, called directly."""
+def test_every_config(config, torch_device, monkeypatch):
+    """Each tile configuration (the shape classes pick among them) on the same kernel code, called directly;
+    persistent ones as on a GPU of one SM, so that each program walks several tiles, across both batches."""
+    if config.programs_per_sm:
+        monkeypatch.setattr(qmatmul, "_sm_count", lambda device: 1)
     rng = np.random.default_rng(7)
     batches, m, n, k = 2, 150, 300, 270
     a, b = random_data(rng, np.uint8, (batches, 1, m, k)), random_data(rng, np.int8, (1, 1, k, n))
