@@ -248,11 +248,11 @@ if numba is not None:
 
     @compiled
     def scan_lines_compiled(x, out, combine, load, store, identity, reverse, exclusive):
-        """Q = 1: each line walks the axis with its running value in a register."""
+        """Q = 1 (x, out {P, L}): each line walks the axis with its running value in a register."""
         length = x.shape[1]
         step = -1 if reverse else 1
         for p in range(x.shape[0]):
-            source, target = x[p, :, 0], out[p, :, 0]
+            source, target = x[p], out[p]
             i = length - 1 if reverse else 0
             tally = load(source, i)  # the first element as it is: identity ⊕ x turns -0.0 into +0.0
             if exclusive:
@@ -308,8 +308,8 @@ def scan_compiled(operation, x3, out3, accumulation, reverse, exclusive) -> None
     else:
         load, store = load_value, store_value
     identity = accumulation.type(IDENTITIES[operation])
-    if x3.shape[2] == 1:
-        scan_lines_compiled(x3, out3, combine, load, store, identity, reverse, exclusive)
+    if x3.shape[2] == 1:  # 2-D, so that contiguous lines compile as such
+        scan_lines_compiled(x3[:, :, 0], out3[:, :, 0], combine, load, store, identity, reverse, exclusive)
     else:
         scan_rows_compiled(x3, out3, combine, load, store, identity, reverse, exclusive,
                            np.empty(x3.shape[2], accumulation))
