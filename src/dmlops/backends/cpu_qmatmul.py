@@ -44,30 +44,36 @@ def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, 
         requantize_numpy
     m, k = a.shape[2:]
     n = b.shape[3]
-    # ã, b̃ and the GEMM's result, written afresh for each matrix of the batch
-    buffers = np.empty((m, k), np.float32), np.empty((k, n), np.float32), np.empty((m, n), np.float32)
+    # ã, b̃, the GEMM's result and, where K takes more than one GEMM, the float64 sum of their results: written
+    # afresh for each matrix of the batch (whose chunks are no shorter than those of the whole tensors)
+    sums = (m, n) if exact_chunk(a, b) < k else (0, 0)
+    buffers = in_one_block([((m, k), np.float32), ((k, n), np.float32), ((m, n), np.float32), (sums, np.float64)])
     zero_point = np.zeros(m, out.dtype) if output_zero_point is None else output_zero_point
     for index in np.ndindex(*out.shape[:2]):
         product, corrections = integer_product(a[index], a_zero_point, b[index], b_zero_point, buffers)
         requantize_sums(product, corrections, a_scale, b_scale, output_scale, zero_point, out[index])
 
 
-def integer_product(a, a_zero_point, b, b_zero_point, buffers=(None, None, None)):
+def integer_product(a, a_zero_point, b, b_zero_point, buffers=(None, None, None, None)):
     """(product, corrections) for a {M, K} and b {K, N}: Σ_k (a − za)(b − zb) = product + Σ row ⊗ column over the
     corrections (at most two), every term an integer held exactly in float32 or float64. ``buffers`` (float32
-    {M, K}, {K, N}, {M, N}) receive ã, b̃ and the GEMM's result instead of new arrays."""
-    a_buffer, b_buffer, product_buffer = buffers
+    {M, K}, {K, N}, {M, N}, then float64 {M, N} where K takes more than one GEMM) receive ã, b̃, the GEMM's result
+    and the sum of the GEMMs instead of new arrays."""
+    a_buffer, b_buffer, product_buffer, sum_buffer = buffers
     a_centred, a_shift = centre(a, a_zero_point, a_buffer)
     b_centred, b_shift = centre(b, b_zero_point, b_buffer)
     k = a.shape[1]
-    largest_product = largest_magnitude(a) * largest_magnitude(b)
-    chunk = k if largest_product == 0 else max(1, FLOAT32_EXACT // largest_product)
+    chunk = exact_chunk(a, b)
     if chunk >= k:
         product = np.matmul(a_centred, b_centred, out=product_buffer)
     else:
-        product = np.zeros((a.shape[0], b.shape[1]), np.float64)
+        product = np.empty((a.shape[0], b.shape[1]), np.float64) if sum_buffer is None else sum_buffer
         for start in range(0, k, chunk):
-            product += np.matmul(a_centred[:, start:start + chunk], b_centred[start:start + chunk], out=product_buffer)
+            part = np.matmul(a_centred[:, start:start + chunk], b_centred[start:start + chunk], out=product_buffer)
+            if start == 0:
+                product[...] = part
+            else:
+                product += part
     corrections = []
     if b_shift is not None:
         corrections.append((a_centred.sum(axis=1, dtype=np.float64), b_shift))
@@ -75,6 +81,19 @@ def integer_product(a, a_zero_point, b, b_zero_point, buffers=(None, None, None)
         b_sums = b_centred.sum(axis=0, dtype=np.float64)
         corrections.append((np.broadcast_to(a_shift, a.shape[:1]), b_sums if b_shift is None else b_sums + k * b_shift))
     return product, corrections
+
+
+def in_one_block(layouts):
+    """Empty arrays of the given (shape, dtype), each 64-byte aligned, in one allocation. Made in one piece, the
+    scratch memory of a call goes back to the allocator in one piece, which hands it out again to the next call:
+    separate arrays of a few MiB go back to the system instead, and the next call's first touch of fresh pages
+    costs as much as a 512³ GEMM."""
+    sizes = [int(np.prod(shape)) * np.dtype(dtype).itemsize for shape, dtype in layouts]
+    starts = np.cumsum([0] + [-(-size // 64) * 64 for size in sizes])
+    memory = np.empty(starts[-1] + 64, np.uint8)
+    base = -memory.ctypes.data % 64
+    return [memory[base + start:base + start + size].view(dtype).reshape(shape)
+            for start, size, (shape, dtype) in zip(starts, sizes, layouts)]
 
 
 def centre(x, zero_point, buffer):
@@ -87,6 +106,12 @@ def centre(x, zero_point, buffer):
 
 def centre_of(dtype) -> int:
     return 128 if dtype == np.uint8 else 0
+
+
+def exact_chunk(a, b) -> int:
+    """How much of K one float32 GEMM of ã and b̃ takes, its partial sums staying exact: 2^24 // max|ã|·max|b̃|."""
+    largest_product = largest_magnitude(a) * largest_magnitude(b)
+    return a.shape[-1] if largest_product == 0 else max(1, FLOAT32_EXACT // largest_product)
 
 
 def largest_magnitude(x) -> int:
