@@ -371,6 +371,16 @@ def test_batches_through_zero_strides_into_a_padded_output(compiled):
     np.testing.assert_array_equal(buffer[outside], before[outside])
 
 
+def test_scratch_arrays_share_one_block_without_overlapping():
+    layouts = [((3, 5), np.float32), ((0, 0), np.float64), ((7,), np.float64), ((2, 3), np.float32)]
+    arrays = cpu_qmatmul.in_one_block(layouts)
+    assert [(x.shape, x.dtype) for x in arrays] == [(shape, np.dtype(dtype)) for shape, dtype in layouts]
+    assert all(x.flags.c_contiguous and x.flags.writeable for x in arrays)
+    assert all(x.ctypes.data % 64 == 0 for x in arrays if x.size)
+    for x, y in itertools.combinations(arrays, 2):
+        assert not np.shares_memory(x, y)
+
+
 @pytest.mark.parametrize("out_type", QMM_TYPES, ids=lambda t: np.dtype(t).name)
 def test_ties_round_half_to_even(out_type):
     """sa · sb / so = 0.5: every odd accumulator is a tie."""
