@@ -18,11 +18,6 @@ The kernel computes what ``dmlops.ops.quantized_matmul.reference`` means, in the
   gives what clamping after gives; then y + 1.5·2^52 rounds y half to even, and its low 32 bits are that integer.
   The compiler may fuse a multiply and an add into one FMA only where the multiply's result is added directly: that
   happens in the zero-point corrections alone, whose every value is an exact integer, never to a rounded product.
-  The epilogue is counted in instructions (it runs while the tensor cores of its SM wait): the int32 accumulator
-  becomes float64 through its bits (2^52 + 2^31 + acc, an integer XOR and a subtraction folded into the zero-point
-  correction) rather than a conversion instruction, which runs at a quarter of the float64 rate; the clamp is two
-  selects rather than minimum / maximum, whose NaN handling costs several instructions more; corrections whose
-  zero points are known to be 0 are left out.
 """
 
 from __future__ import annotations
@@ -152,43 +147,28 @@ def _dot_slice(a_desc, b_desc, a_row, b_row, k_start, k_end,
 
 @triton.jit
 def _requantize_store(acc, n_start, rows, N, K, b_sums_ptr, stride_b_sums, terms_ptr, stride_on,
-                      ROW_SCALES: tl.constexpr, A_CORRECTION: tl.constexpr, B_CORRECTION: tl.constexpr,
-                      BLOCK_N: tl.constexpr, EPILOGUE_N: tl.constexpr):
+                      ROW_SCALES: tl.constexpr, BLOCK_N: tl.constexpr, EPILOGUE_N: tl.constexpr):
     """Requantize and store the columns [n_start, n_start + BLOCK_N) of a tile, EPILOGUE_N at a time (halving
-    until then); ``rows`` holds the tile's per-row terms, ``terms_ptr`` the per-column ones. A_CORRECTION: za' may
-    be non-zero; B_CORRECTION: zb' may be."""
+    until then); ``rows`` holds the tile's per-row terms, ``terms_ptr`` the per-column ones."""
     if BLOCK_N > EPILOGUE_N:
         left, right = acc.reshape(acc.shape[0], 2, BLOCK_N // 2).permute(0, 2, 1).split()
         _requantize_store(left, n_start, rows, N, K, b_sums_ptr, stride_b_sums, terms_ptr, stride_on, ROW_SCALES,
-                          A_CORRECTION, B_CORRECTION, BLOCK_N // 2, EPILOGUE_N)
+                          BLOCK_N // 2, EPILOGUE_N)
         _requantize_store(right, n_start + BLOCK_N // 2, rows, N, K, b_sums_ptr, stride_b_sums, terms_ptr, stride_on,
-                          ROW_SCALES, A_CORRECTION, B_CORRECTION, BLOCK_N // 2, EPILOGUE_N)
+                          ROW_SCALES, BLOCK_N // 2, EPILOGUE_N)
     else:
         za, a_sums, a_scale, out_scale, zo, low, high, out_rows, mask_m = rows
         offs_n = (n_start + tl.arange(0, BLOCK_N)).to(tl.int64)
         mask_n = offs_n < N
-        if acc.dtype == tl.float64:
-            y, offset = acc, 0.0
-        else:  # the float64 with the bits of 2^52 + 2^31 + acc: cheaper than a conversion instruction
-            bits = (acc ^ -2147483648).to(tl.uint32, bitcast=True).to(tl.int64) | 0x4330000000000000
-            y, offset = bits.to(tl.float64, bitcast=True), 4503601774854144.0
-        # Σ(A' − za')(B' − zb') = Σ A'B' − za'·(Σ B' − K·zb') − zb'·Σ A', every term an integer below 2^53
-        if B_CORRECTION:
-            zb = tl.load(terms_ptr + N + offs_n, mask=mask_n, other=0.0)
-        if A_CORRECTION:
-            b_sums = tl.load(b_sums_ptr + offs_n * stride_b_sums, mask=mask_n, other=0.0)
-            if B_CORRECTION:
-                b_sums -= K * zb
-            offset = offset + za[:, None] * b_sums[None, :]
-        y = y - offset
-        if B_CORRECTION:
-            y -= a_sums[:, None] * zb[None, :]
         multiplier = tl.load(terms_ptr + offs_n, mask=mask_n, other=1.0)
+        zb = tl.load(terms_ptr + N + offs_n, mask=mask_n, other=0.0)
+        b_sums = tl.load(b_sums_ptr + offs_n * stride_b_sums, mask=mask_n, other=0.0)
+        # Σ(A' − za')(B' − zb') = Σ A'B' − za'·(Σ B' − K·zb') − zb'·Σ A', every term an integer below 2^53
+        y = acc.to(tl.float64) - za[:, None] * (b_sums - K * zb)[None, :] - a_sums[:, None] * zb[None, :]
         if ROW_SCALES:
             multiplier = (a_scale[:, None] * multiplier[None, :]) / out_scale[:, None]
         y = y * multiplier
-        y = tl.where(y < low[:, None], low[:, None], y)  # cheaper than minimum / maximum, which handle NaN
-        y = tl.where(y > high[:, None], high[:, None], y)
+        y = tl.minimum(tl.maximum(y, low[:, None]), high[:, None])
         rounded = (y + 6755399441055744.0).to(tl.int64, bitcast=True).to(tl.int32)  # + 1.5·2^52: half to even
         tl.store(out_rows[:, None] + offs_n[None, :] * stride_on, (rounded + zo[:, None]).to(tl.int8),
                  mask=mask_m[:, None] & mask_n[None, :])
@@ -206,6 +186,47 @@ def _tile_start(tile, tiles_m, tiles_n, GROUP_M: tl.constexpr):
     return batch, first_m + within % group_m, within % (GROUP_M * tiles_n) // group_m
 
 
+@triton.jit
+def _qmatmul_tile(tile, operands, A_FLIP: tl.constexpr, ROW_SCALES: tl.constexpr, LONG_K: tl.constexpr,
+                  K_SLICE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                  GROUP_M: tl.constexpr, EPILOGUE_N: tl.constexpr):
+    """out[b, c] = requantize(Σ_k (A − za)(B − zb)) for one BLOCK_M × BLOCK_N tile; ``operands`` are the kernel's."""
+    (a_desc, b_desc, M, N, K, channels, a_rows_b, a_rows_c, b_rows_b, b_rows_c, a_sums_ptr, stride_a_sums,
+     b_sums_ptr, stride_b_sums, terms_ptr, a_scale_ptr, stride_sa, out_scale_ptr, stride_so, a_zero_ptr, stride_za,
+     za_mask, a_shift, out_zero_ptr, stride_zo, zo_mask, low, high, out_ptr, stride_ob, stride_oc, stride_om,
+     stride_on) = operands
+    batch, tile_m, tile_n = _tile_start(tile, tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
+    b, c = batch // channels, batch % channels
+    a_row = b * a_rows_b + c * a_rows_c + tile_m * BLOCK_M
+    b_first_row = b * b_rows_b + c * b_rows_c  # B's row n of this batch and channel is b_first_row + n
+    b_row = b_first_row + tile_n * BLOCK_N
+
+    if LONG_K:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float64)
+        for k_start in range(0, K, K_SLICE):
+            acc += _dot_slice(a_desc, b_desc, a_row, b_row, k_start, min(k_start + K_SLICE, K),
+                              A_FLIP, BLOCK_M, BLOCK_N, BLOCK_K).to(tl.float64)
+    else:
+        acc = _dot_slice(a_desc, b_desc, a_row, b_row, 0, K, A_FLIP, BLOCK_M, BLOCK_N, BLOCK_K)
+
+    offs_m = (tile_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)  # 64-bit: strides may be large
+    mask_m = offs_m < M
+    za = (tl.load(a_zero_ptr + offs_m * stride_za, mask=mask_m, other=0).to(tl.int32) & za_mask) - a_shift
+    zo = tl.load(out_zero_ptr + offs_m * stride_zo, mask=mask_m, other=0).to(tl.int32) & zo_mask
+    a_sums = tl.load(a_sums_ptr + (a_row + tl.arange(0, BLOCK_M)) * stride_a_sums, mask=mask_m, other=0.0)
+    if ROW_SCALES:
+        a_scale = tl.load(a_scale_ptr + offs_m * stride_sa, mask=mask_m, other=1.0).to(tl.float64)
+        out_scale = tl.load(out_scale_ptr + offs_m * stride_so, mask=mask_m, other=1.0).to(tl.float64)
+    else:  # the column terms hold the whole multiplier
+        a_scale = 1.0
+        out_scale = 1.0
+    # Clamping to the integers [lo − zo, hi − zo] before rounding equals clamping after adding zo.
+    rows = (za.to(tl.float64), a_sums, a_scale, out_scale, zo, (low - zo).to(tl.float64), (high - zo).to(tl.float64),
+            out_ptr + b.to(tl.int64) * stride_ob + c.to(tl.int64) * stride_oc + offs_m * stride_om, mask_m)
+    _requantize_store(acc, tile_n * BLOCK_N, rows, N, K, b_sums_ptr + b_first_row * stride_b_sums, stride_b_sums,
+                      terms_ptr, stride_on, ROW_SCALES, BLOCK_N, EPILOGUE_N)
+
+
 @triton.jit(do_not_specialize=[
     "M", "K", "channels", "num_tiles", "a_rows_b", "a_rows_c", "b_rows_b", "b_rows_c", "stride_a_sums",
     "stride_b_sums", "stride_sa", "stride_so", "stride_za", "stride_zo", "za_mask", "zo_mask", "a_shift", "low",
@@ -214,54 +235,30 @@ def _qmatmul_kernel(a_desc, b_desc, M, N, K, channels, num_tiles, a_rows_b, a_ro
                     a_sums_ptr, stride_a_sums, b_sums_ptr, stride_b_sums, terms_ptr,
                     a_scale_ptr, stride_sa, out_scale_ptr, stride_so, a_zero_ptr, stride_za, za_mask, a_shift,
                     out_zero_ptr, stride_zo, zo_mask, low, high, out_ptr, stride_ob, stride_oc, stride_om, stride_on,
-                    A_FLIP: tl.constexpr, ROW_SCALES: tl.constexpr, A_CORRECTION: tl.constexpr,
-                    B_CORRECTION: tl.constexpr, LONG_K: tl.constexpr, K_SLICE: tl.constexpr,
+                    A_FLIP: tl.constexpr, ROW_SCALES: tl.constexpr, LONG_K: tl.constexpr, K_SLICE: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                    EPILOGUE_N: tl.constexpr):
-    """out[b, c] = requantize(Σ_k (A − za)(B − zb)), one BLOCK_M × BLOCK_N tile after another.
+                    EPILOGUE_N: tl.constexpr, PERSISTENT: tl.constexpr):
+    """The tiles of out[b, c] = requantize(Σ_k (A − za)(B − zb)): one per program, or (PERSISTENT) tiles
+    program_id, program_id + programs, … per program, so that two programs resident on an SM take their next
+    tiles without waiting for a block to be scheduled.
 
     A is a 2-D descriptor of rows of K (int8 bits), B of K-major rows of N (int8); batch b, channel c start at row
     b·rows_b + c·rows_c of each, and the row sums of A' and B' (float64) are indexed by the same rows. Zero points
     are int8 bits: ``& mask`` (0xFF for uint8, −1 for int8, 0 when absent) gives their value, from which the
     operand's shift (128 for uint8) is taken. The float64 epilogue runs on EPILOGUE_N columns at a time, which
-    bounds its registers. A program walks the tiles program_id, program_id + programs, …: one tile when there are
-    as many programs as tiles; with fewer (persistent), no program waits to be scheduled behind another.
+    bounds its registers.
     """
-    tiles_m = tl.cdiv(M, BLOCK_M)
-    tiles_n = tl.cdiv(N, BLOCK_N)
-    for tile in range(tl.program_id(0), num_tiles, tl.num_programs(0)):
-        batch, tile_m, tile_n = _tile_start(tile, tiles_m, tiles_n, GROUP_M)
-        b, c = batch // channels, batch % channels
-        a_row = b * a_rows_b + c * a_rows_c + tile_m * BLOCK_M
-        b_first_row = b * b_rows_b + c * b_rows_c  # B's row n of this batch and channel is b_first_row + n
-        b_row = b_first_row + tile_n * BLOCK_N
-
-        if LONG_K:
-            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float64)
-            for k_start in range(0, K, K_SLICE):
-                acc += _dot_slice(a_desc, b_desc, a_row, b_row, k_start, min(k_start + K_SLICE, K),
-                                  A_FLIP, BLOCK_M, BLOCK_N, BLOCK_K).to(tl.float64)
-        else:
-            acc = _dot_slice(a_desc, b_desc, a_row, b_row, 0, K, A_FLIP, BLOCK_M, BLOCK_N, BLOCK_K)
-
-        offs_m = (tile_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)  # 64-bit: strides may be large
-        mask_m = offs_m < M
-        za = (tl.load(a_zero_ptr + offs_m * stride_za, mask=mask_m, other=0).to(tl.int32) & za_mask) - a_shift
-        zo = tl.load(out_zero_ptr + offs_m * stride_zo, mask=mask_m, other=0).to(tl.int32) & zo_mask
-        a_sums = tl.load(a_sums_ptr + (a_row + tl.arange(0, BLOCK_M)) * stride_a_sums, mask=mask_m, other=0.0)
-        if ROW_SCALES:
-            a_scale = tl.load(a_scale_ptr + offs_m * stride_sa, mask=mask_m, other=1.0).to(tl.float64)
-            out_scale = tl.load(out_scale_ptr + offs_m * stride_so, mask=mask_m, other=1.0).to(tl.float64)
-        else:  # the column terms hold the whole multiplier
-            a_scale = 1.0
-            out_scale = 1.0
-        # Clamping to the integers [lo − zo, hi − zo] before rounding equals clamping after adding zo.
-        rows = (za.to(tl.float64), a_sums, a_scale, out_scale, zo, (low - zo).to(tl.float64),
-                (high - zo).to(tl.float64),
-                out_ptr + b.to(tl.int64) * stride_ob + c.to(tl.int64) * stride_oc + offs_m * stride_om, mask_m)
-        _requantize_store(acc, tile_n * BLOCK_N, rows, N, K, b_sums_ptr + b_first_row * stride_b_sums,
-                          stride_b_sums, terms_ptr, stride_on, ROW_SCALES, A_CORRECTION, B_CORRECTION, BLOCK_N,
+    operands = (a_desc, b_desc, M, N, K, channels, a_rows_b, a_rows_c, b_rows_b, b_rows_c, a_sums_ptr, stride_a_sums,
+                b_sums_ptr, stride_b_sums, terms_ptr, a_scale_ptr, stride_sa, out_scale_ptr, stride_so, a_zero_ptr,
+                stride_za, za_mask, a_shift, out_zero_ptr, stride_zo, zo_mask, low, high, out_ptr, stride_ob,
+                stride_oc, stride_om, stride_on)
+    if PERSISTENT:
+        for tile in range(tl.program_id(0), num_tiles, tl.num_programs(0)):
+            _qmatmul_tile(tile, operands, A_FLIP, ROW_SCALES, LONG_K, K_SLICE, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M,
                           EPILOGUE_N)
+    else:  # one tile, with no loop around it: the loop costs registers that a second resident block needs
+        _qmatmul_tile(tl.program_id(0), operands, A_FLIP, ROW_SCALES, LONG_K, K_SLICE, BLOCK_M, BLOCK_N, BLOCK_K,
+                      GROUP_M, EPILOGUE_N)
 
 
 # -- operands --------------------------------------------------------------------------------------------------
@@ -412,11 +409,10 @@ def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, 
     batches, channels, m, k = a.shape
     n = b.shape[-1]
     a_unsigned, b_unsigned = a.dtype == torch.uint8, b.dtype == torch.uint8
-    # za' may be non-zero (then the column sums of B' are needed), zb' may be (then the row sums of A')
-    a_correction, b_correction = a_zero_point is not None or a_unsigned, b_zero_point is not None or b_unsigned
+    # Column sums of B' are needed when za' can be non-zero, row sums of A' when zb' can be.
     b_operand = _PERSISTED_B.get(_b_operand_key(b)) or \
-        _prepare(b.transpose(-1, -2), can_flip=False, pack=False, sum_rows=a_correction)
-    a_operand = _prepare(a, can_flip=True, pack=False, sum_rows=b_correction)
+        _prepare(b.transpose(-1, -2), can_flip=False, pack=False, sum_rows=a_zero_point is not None or a_unsigned)
+    a_operand = _prepare(a, can_flip=True, pack=False, sum_rows=b_zero_point is not None or b_unsigned)
 
     row_scales = m > 1 and (a_scale.stride(0) != 0 or output_scale.stride(0) != 0)
     terms = torch.empty((2, n), dtype=torch.float64, device=device)
@@ -437,7 +433,7 @@ def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, 
         *_vector(a_scale, device), *_vector(output_scale, device), *_zero_point(a_zero_point, device),
         128 if a_unsigned else 0, *_zero_point(output_zero_point, device), low, high,
         out.view(torch.int8), *out.stride(),
-        A_FLIP=a_operand.flip, ROW_SCALES=row_scales, A_CORRECTION=a_correction, B_CORRECTION=b_correction,
-        LONG_K=k > K_SLICE, K_SLICE=K_SLICE,
+        A_FLIP=a_operand.flip, ROW_SCALES=row_scales, LONG_K=k > K_SLICE, K_SLICE=K_SLICE,
         BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, GROUP_M=config.group_m,
-        EPILOGUE_N=config.epilogue_n, num_warps=config.num_warps, num_stages=config.num_stages)
+        EPILOGUE_N=config.epilogue_n, PERSISTENT=programs < num_tiles, num_warps=config.num_warps,
+        num_stages=config.num_stages)
