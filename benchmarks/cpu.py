@@ -4,7 +4,8 @@
 
 Every contender of a row is timed once per round, round after round, and the table gives the median of its rounds:
 on a machine shared with other jobs, a burst of load then falls on all of them alike, and one lucky or unlucky
-call does not decide a row. Scans count 2·n·itemsize bytes (read once, written once) and are compared with the
+call does not decide a row. Each timed call starts after the thread pools of the call before have gone quiet, and a
+short call (under 0.1 s) right after an untimed one of its own, with its pool awake. Scans count 2·n·itemsize bytes (read once, written once) and are compared with the
 floor, this machine's copy bandwidth (``np.copyto`` of 256 MiB). NumPy has no reverse or exclusive scan: it flips,
 scans, flips back and subtracts the input (exclusive sums). dmlops runs as installed (its compiled engine where
 numba is installed, large scans on all cores), on one core, and with its NumPy-only engine.
@@ -36,14 +37,28 @@ ONNX_TYPES = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float16): Ten
               np.dtype(np.uint8): TensorProto.UINT8, np.dtype(np.int8): TensorProto.INT8}
 
 
+# Seconds to wait before each timed call: the thread pools of ONNX Runtime and of BLAS keep spinning for a while
+# after a call returns, and would take the cores from whatever is timed next.
+SETTLE = 0.05
+# A call shorter than this is made twice in a row and the second one is timed, so that it finds its own thread pool
+# awake, as in a loop of calls.
+SHORT_CALL = 0.1
+
+
 def median_times(runs: dict, repeats: int) -> dict:
     """name → median seconds of ``repeats`` rounds, each round timing every run once (after one warm-up call each:
     compilation, allocation, first touch)."""
-    times = {name: [] for name in runs}
-    for run in runs.values():
+    short = {}
+    for name, run in runs.items():
+        start = time.perf_counter()
         run()
+        short[name] = time.perf_counter() - start < SHORT_CALL
+    times = {name: [] for name in runs}
     for _ in range(repeats):
         for name, run in runs.items():
+            time.sleep(SETTLE)
+            if short[name]:
+                run()
             start = time.perf_counter()
             run()
             times[name].append(time.perf_counter() - start)
