@@ -7,7 +7,8 @@ measured here as a device-to-device copy of 1 GiB (bytes read plus bytes written
 that bandwidth reached, counting the same 2·n·itemsize bytes (FLOAT16 counts 2-byte elements). torch has no reverse
 or exclusive scan: it flips, scans, flips back and subtracts the input. Each dmlops variant is checked against a
 float64 reference and against its own second run (bit for bit) before it is timed. ``--sweep`` also times dmlops'
-tunings (tile size, threads, look-back reach) on the shapes named.
+tunings (tile size, threads, look-back reach; two passes for small tensors or the look-back alone) on the shapes
+named.
 
 Timing is GPU time: a batch of calls is enqueued behind a GPU sleep, so that the host's launch overhead stays out,
 and timed with CUDA events (median of 5 batches); the calls cycle through enough buffers that the inputs are not in
@@ -17,6 +18,7 @@ L2. JAX runs on its own streams and is timed with a host clock around a batch of
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import multiprocessing
 import os
@@ -49,10 +51,11 @@ VARIANTS = [  # name, operation, dtype, reverse, exclusive
     ("product", "product", torch.float32, False, False),
     ("f16", "sum", torch.float16, False, False),
 ]
-SWEEP = [scan.Tuning(32768, 1024, 32), scan.Tuning(65536, 1024, 128), scan.Tuning(16384, 256, 32),
-         scan.Tuning(16384, 256, 64)]
+# The shipped tunings, and each with the look-back alone (no two-pass scans of small tensors).
+SWEEP = [tuning for default in (scan.ALONG_ROWS, scan.DOWN_COLUMNS)
+         for tuning in (default, dataclasses.replace(default, two_pass_bytes=0))]
 L2_BYTES = 50 << 20
-HOST_SECONDS_PER_CALL = 100e-6  # a generous bound on the host's time to launch one call
+HOST_SECONDS_PER_CALL = 100e-6  # the least time the GPU waits a call while the host enqueues
 
 
 def fraction(seconds: float, nbytes: int, copy: float) -> float:
@@ -66,24 +69,33 @@ def buffer_sets(nbytes: int) -> int:
 
 def gpu_seconds(run, sets: int) -> float:
     """GPU time of one call of run(i), i cycling over the buffer sets."""
+    return timed(run, sets)[0]
+
+
+def timed(run, sets: int) -> tuple[float, float]:
+    """GPU time and host time (launching) of one call of run(i), i cycling over the buffer sets."""
     for i in range(sets):
         run(i)
     torch.cuda.synchronize()
     begin = time.perf_counter()
     run(0)
+    host = time.perf_counter() - begin  # launching one call (the GPU was idle)
     torch.cuda.synchronize()
     count = max(sets, min(400, int(2e-3 / (time.perf_counter() - begin)) + 1))  # about 2 ms a batch, or more
+    allowance = max(HOST_SECONDS_PER_CALL, 2 * host)  # so that the GPU never waits for the host
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
+    times, host_times = [], []
     for _ in range(5):
-        torch.cuda._sleep(int(count * HOST_SECONDS_PER_CALL * 2e9))  # cycles: the GPU waits while the host enqueues
+        torch.cuda._sleep(int(count * allowance * 2e9))  # cycles: the GPU waits while the host enqueues
         start.record()
+        begin = time.perf_counter()
         for i in range(count):
             run(i % sets)
+        host_times.append((time.perf_counter() - begin) / count)
         end.record()
         torch.cuda.synchronize()
         times.append(start.elapsed_time(end) * 1e-3 / count)
-    return statistics.median(times)
+    return statistics.median(times), statistics.median(host_times)
 
 
 def copy_bandwidth() -> float:
@@ -149,13 +161,15 @@ def time_dmlops(label, shape, axis, tunings, copy, variants=VARIANTS, named=Fals
         xs = [x] + [inputs(shape, operation, dtype) for _ in range(sets - 1)]
         outs = [torch.empty_like(x) for _ in range(sets)]
         for tuning in tunings:
-            name = variant if not named else \
+            name = variant if not named else (
                 f"{variant} {tuning.tile_bytes // 1024}K/{tuning.elements_per_thread}/{tuning.tiles_in_flight}"
+                + ("" if tuning.two_pass_bytes else " one-pass"))
             check = verify(x, axis, operation, reverse, exclusive, tuning)
-            seconds = gpu_seconds(lambda i: scan.cumulative(operation, xs[i], outs[i], axis, reverse, exclusive,
+            seconds, host = timed(lambda i: scan.cumulative(operation, xs[i], outs[i], axis, reverse, exclusive,
                                                             tuning=tuning), sets)
             row[name] = fraction(seconds, 2 * x.nbytes, copy)
-            print(f"  {label}: {name} {row[name]:.2f} of copy ({seconds * 1e6:.0f} µs), error {check}", flush=True)
+            print(f"  {label}: {name} {row[name]:.2f} of copy ({seconds * 1e6:.0f} µs; host {host * 1e6:.0f} µs "
+                  f"a call), error {check}", flush=True)
         del x, xs, outs
     return row
 
@@ -269,7 +283,8 @@ def main():
         rows.append((label, shape, time_dmlops(label, shape, axis, SWEEP, copy, sweep_variants, named=True)))
         torch.cuda.empty_cache()
     if rows:
-        table("dmlops tunings (tile KiB / elements a thread / tiles in flight)", rows, copy)
+        table("dmlops tunings (tile KiB / elements a thread / tiles in flight; one-pass: no two-pass scans)", rows,
+              copy)
 
 
 if __name__ == "__main__":

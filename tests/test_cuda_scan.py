@@ -7,6 +7,7 @@ compiler, plus large shapes, determinism and graph capture.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 
@@ -132,13 +133,15 @@ def run_case(rng, operation, dtype, shape, axis, reverse, exclusive, x_kind="pac
 # -- every data type, operation, direction and exclusivity, through each kind of tiling ------------------------
 
 # (shape, axis, tuning): lines along rows over many tiles with several look-back groups; many short lines per
-# tile; down columns over many tiles; down columns, whole lines in one tile. Tiles hold 4 to 32 elements.
+# tile; down columns over many tiles; down columns, whole lines in one tile. Tiles hold 4 to 32 elements. Each runs
+# in one pass (the look-back) and in two (tile totals, then scans from carries).
 TILINGS = [
     ((150,), 0, scan.Tuning(tile_bytes=64, tiles_in_flight=4)),
     ((13, 9), 1, scan.Tuning(tile_bytes=256)),
     ((19, 3, 5), 0, scan.Tuning(tile_bytes=128, tiles_in_flight=4)),
     ((2, 6, 20), 1, scan.Tuning(tile_bytes=256)),
 ]
+PASSES = [0, 1 << 30]  # two_pass_bytes: never, always where tiles span several positions
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
@@ -146,8 +149,10 @@ TILINGS = [
 @pytest.mark.parametrize("reverse", [False, True], ids=["increasing", "decreasing"])
 @pytest.mark.parametrize("exclusive", [False, True], ids=["inclusive", "exclusive"])
 @pytest.mark.parametrize("tiling", range(len(TILINGS)))
-def test_every_variant(dtype, operation, reverse, exclusive, tiling):
+@pytest.mark.parametrize("passes", PASSES, ids=["one-pass", "two-pass"])
+def test_every_variant(dtype, operation, reverse, exclusive, tiling, passes):
     shape, axis, tuning = TILINGS[tiling]
+    tuning = dataclasses.replace(tuning, two_pass_bytes=passes)
     run_case(np.random.default_rng(), operation, dtype, shape, axis, reverse, exclusive, tuning=tuning)
 
 
@@ -171,8 +176,10 @@ EXACT_TILINGS = TILINGS + [((4096,), 0, scan.Tuning(tile_bytes=256, tiles_in_fli
 @pytest.mark.parametrize("operation", ["sum", "product"])
 @pytest.mark.parametrize("reverse, exclusive", [(False, False), (True, False), (False, True), (True, True)])
 @pytest.mark.parametrize("tiling", range(len(EXACT_TILINGS)))
-def test_exact_floats(dtype, operation, reverse, exclusive, tiling):
+@pytest.mark.parametrize("passes", PASSES, ids=["one-pass", "two-pass"])
+def test_exact_floats(dtype, operation, reverse, exclusive, tiling, passes):
     shape, axis, tuning = EXACT_TILINGS[tiling]
+    tuning = dataclasses.replace(tuning, two_pass_bytes=passes)
     values = exact_values(np.random.default_rng(), operation, dtype, shape, axis)
     out = torch.full(shape, math.nan, dtype=torch.from_numpy(values).dtype, device=DEVICE)
     scan.cumulative(operation, torch.from_numpy(values).to(DEVICE), out, axis, reverse, exclusive, tuning=tuning)
@@ -196,7 +203,8 @@ def cases(draw):
         shape=tuple(shape), axis=axis, reverse=draw(st.booleans()), exclusive=draw(st.booleans()),
         x_kind=x_kind, out_kind=draw(st.sampled_from(["packed", "padded", "permuted"])), in_place=in_place,
         tuning=scan.Tuning(tile_bytes=draw(st.sampled_from([64, 256, 4096])),
-                           tiles_in_flight=draw(st.sampled_from([1, 4, 16]))),
+                           tiles_in_flight=draw(st.sampled_from([1, 4, 16])),
+                           two_pass_bytes=draw(st.sampled_from(PASSES))),
         seed=draw(st.integers(0, 2**32 - 1)))
 
 
@@ -316,8 +324,8 @@ def test_large(shape, axis, operation, dtype, reverse, exclusive):
 
 
 @gpu_only
-@pytest.mark.parametrize("shape, axis", [((1 << 26,), 0), ((16384, 4096), 0), ((4096, 1024), 0), ((8, 1 << 22), 1),
-                                         ((32, 512, 2048), 1)])
+@pytest.mark.parametrize("shape, axis", [((1 << 26,), 0), ((1 << 22,), 0), ((16384, 4096), 0), ((4096, 1024), 0),
+                                         ((8, 1 << 22), 1), ((32, 512, 2048), 1)])
 def test_deterministic(shape, axis):
     x = torch.randn(shape, device="cuda")
     first = torch.empty_like(x)
