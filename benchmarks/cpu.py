@@ -38,8 +38,8 @@ ONNX_TYPES = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float16): Ten
 
 
 # Seconds to wait before each timed call: the thread pools of ONNX Runtime and of BLAS keep spinning for a while
-# after a call returns, and would take the cores from whatever is timed next.
-SETTLE = 0.05
+# after a call returns (OpenBLAS's for about 0.1 s), and would take the cores from whatever is timed next.
+SETTLE = 0.2
 # A call shorter than this is made twice in a row and the second one is timed, so that it finds its own thread pool
 # awake, as in a loop of calls.
 SHORT_CALL = 0.1
