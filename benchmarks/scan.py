@@ -7,18 +7,17 @@ measured here as a device-to-device copy of 1 GiB (bytes read plus bytes written
 that bandwidth reached, counting the same 2·n·itemsize bytes (FLOAT16 counts 2-byte elements). torch has no reverse
 or exclusive scan: it flips, scans, flips back and subtracts the input. Each dmlops variant is checked against a
 float64 reference and against its own second run (bit for bit) before it is timed. ``--sweep`` also times dmlops'
-tunings (tile size, threads, look-back reach; two passes for small tensors or the look-back alone) on the shapes
-named.
+tunings (tile size, threads, look-back reach) on the shapes named.
 
-Timing is GPU time: a batch of calls is enqueued behind a GPU sleep, so that the host's launch overhead stays out,
-and timed with CUDA events (median of 5 batches); the calls cycle through enough buffers that the inputs are not in
-L2. JAX runs on its own streams and is timed with a host clock around a batch of calls instead.
+Timing is GPU time: a batch of calls is enqueued behind a GPU sleep long enough for the host to enqueue them all, so
+that the host's launch overhead stays out (it is printed beside), and timed with CUDA events (median of 5 batches);
+the calls cycle through enough buffers that the inputs are not in L2. JAX runs on its own streams and is timed with a
+host clock around a batch of calls instead.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime
 import multiprocessing
 import os
@@ -51,9 +50,8 @@ VARIANTS = [  # name, operation, dtype, reverse, exclusive
     ("product", "product", torch.float32, False, False),
     ("f16", "sum", torch.float16, False, False),
 ]
-# The shipped tunings, and each with the look-back alone (no two-pass scans of small tensors).
-SWEEP = [tuning for default in (scan.ALONG_ROWS, scan.DOWN_COLUMNS)
-         for tuning in (default, dataclasses.replace(default, two_pass_bytes=0))]
+SWEEP = [scan.Tuning(32768, 1024, 32), scan.Tuning(65536, 1024, 128), scan.Tuning(16384, 256, 32),
+         scan.Tuning(16384, 256, 64)]
 L2_BYTES = 50 << 20
 HOST_SECONDS_PER_CALL = 100e-6  # the least time the GPU waits a call while the host enqueues
 
@@ -161,9 +159,8 @@ def time_dmlops(label, shape, axis, tunings, copy, variants=VARIANTS, named=Fals
         xs = [x] + [inputs(shape, operation, dtype) for _ in range(sets - 1)]
         outs = [torch.empty_like(x) for _ in range(sets)]
         for tuning in tunings:
-            name = variant if not named else (
+            name = variant if not named else \
                 f"{variant} {tuning.tile_bytes // 1024}K/{tuning.elements_per_thread}/{tuning.tiles_in_flight}"
-                + ("" if tuning.two_pass_bytes else " one-pass"))
             check = verify(x, axis, operation, reverse, exclusive, tuning)
             seconds, host = timed(lambda i: scan.cumulative(operation, xs[i], outs[i], axis, reverse, exclusive,
                                                             tuning=tuning), sets)
@@ -283,8 +280,7 @@ def main():
         rows.append((label, shape, time_dmlops(label, shape, axis, SWEEP, copy, sweep_variants, named=True)))
         torch.cuda.empty_cache()
     if rows:
-        table("dmlops tunings (tile KiB / elements a thread / tiles in flight; one-pass: no two-pass scans)", rows,
-              copy)
+        table("dmlops tunings (tile KiB / elements a thread / tiles in flight)", rows, copy)
 
 
 if __name__ == "__main__":

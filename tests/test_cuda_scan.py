@@ -7,7 +7,6 @@ compiler, plus large shapes, determinism and graph capture.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 
@@ -133,15 +132,13 @@ def run_case(rng, operation, dtype, shape, axis, reverse, exclusive, x_kind="pac
 # -- every data type, operation, direction and exclusivity, through each kind of tiling ------------------------
 
 # (shape, axis, tuning): lines along rows over many tiles with several look-back groups; many short lines per
-# tile; down columns over many tiles; down columns, whole lines in one tile. Tiles hold 4 to 32 elements. Each runs
-# in one pass (the look-back) and in two (tile totals, then scans from carries).
+# tile; down columns over many tiles; down columns, whole lines in one tile. Tiles hold 4 to 32 elements.
 TILINGS = [
     ((150,), 0, scan.Tuning(tile_bytes=64, tiles_in_flight=4)),
     ((13, 9), 1, scan.Tuning(tile_bytes=256)),
     ((19, 3, 5), 0, scan.Tuning(tile_bytes=128, tiles_in_flight=4)),
     ((2, 6, 20), 1, scan.Tuning(tile_bytes=256)),
 ]
-PASSES = [0, 1 << 30]  # two_pass_bytes: never, always where tiles span several positions
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
@@ -149,10 +146,8 @@ PASSES = [0, 1 << 30]  # two_pass_bytes: never, always where tiles span several 
 @pytest.mark.parametrize("reverse", [False, True], ids=["increasing", "decreasing"])
 @pytest.mark.parametrize("exclusive", [False, True], ids=["inclusive", "exclusive"])
 @pytest.mark.parametrize("tiling", range(len(TILINGS)))
-@pytest.mark.parametrize("passes", PASSES, ids=["one-pass", "two-pass"])
-def test_every_variant(dtype, operation, reverse, exclusive, tiling, passes):
+def test_every_variant(dtype, operation, reverse, exclusive, tiling):
     shape, axis, tuning = TILINGS[tiling]
-    tuning = dataclasses.replace(tuning, two_pass_bytes=passes)
     run_case(np.random.default_rng(), operation, dtype, shape, axis, reverse, exclusive, tuning=tuning)
 
 
@@ -176,10 +171,8 @@ EXACT_TILINGS = TILINGS + [((4096,), 0, scan.Tuning(tile_bytes=256, tiles_in_fli
 @pytest.mark.parametrize("operation", ["sum", "product"])
 @pytest.mark.parametrize("reverse, exclusive", [(False, False), (True, False), (False, True), (True, True)])
 @pytest.mark.parametrize("tiling", range(len(EXACT_TILINGS)))
-@pytest.mark.parametrize("passes", PASSES, ids=["one-pass", "two-pass"])
-def test_exact_floats(dtype, operation, reverse, exclusive, tiling, passes):
+def test_exact_floats(dtype, operation, reverse, exclusive, tiling):
     shape, axis, tuning = EXACT_TILINGS[tiling]
-    tuning = dataclasses.replace(tuning, two_pass_bytes=passes)
     values = exact_values(np.random.default_rng(), operation, dtype, shape, axis)
     out = torch.full(shape, math.nan, dtype=torch.from_numpy(values).dtype, device=DEVICE)
     scan.cumulative(operation, torch.from_numpy(values).to(DEVICE), out, axis, reverse, exclusive, tuning=tuning)
@@ -203,8 +196,7 @@ def cases(draw):
         shape=tuple(shape), axis=axis, reverse=draw(st.booleans()), exclusive=draw(st.booleans()),
         x_kind=x_kind, out_kind=draw(st.sampled_from(["packed", "padded", "permuted"])), in_place=in_place,
         tuning=scan.Tuning(tile_bytes=draw(st.sampled_from([64, 256, 4096])),
-                           tiles_in_flight=draw(st.sampled_from([1, 4, 16])),
-                           two_pass_bytes=draw(st.sampled_from(PASSES))),
+                           tiles_in_flight=draw(st.sampled_from([1, 4, 16]))),
         seed=draw(st.integers(0, 2**32 - 1)))
 
 
@@ -227,6 +219,15 @@ def test_lines_coalesce():
         2, 5, 12, (60, 1, 5), (150, 1, 8))
     # The last axis, with a transposed input: the lines are rows whatever the input's order.
     assert scan.lines((6, 7), 1, (1, 6), (7, 1)) == scan.Lines(6, 7, 1, (1, 6, 0), (7, 1, 0))
+
+
+def test_default_tuning():
+    # Down columns, small tensors take the rows' tuning; from just over 16 MiB of accumulators, the columns'.
+    small = scan.lines((4096, 1024), 0, (1024, 1), (1024, 1))
+    large = scan.lines((4097, 1024), 0, (1024, 1), (1024, 1))
+    assert scan.default_tuning(small, 4) == scan.ALONG_ROWS
+    assert scan.default_tuning(large, 4) == scan.DOWN_COLUMNS
+    assert scan.default_tuning(scan.lines((1 << 28,), 0, (1,), (1,)), 4) == scan.ALONG_ROWS
 
 
 # -- the operator and array APIs with backend="cuda" ---------------------------------------------------------

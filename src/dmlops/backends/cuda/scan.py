@@ -19,11 +19,6 @@ The published words carry the launch's generation number in their high half and 
 half (64-bit values take two words), so a reader sees a whole value or none without fences, and the scratch memory
 needs no clearing between launches: the last program of a launch advances the generation. Programs are launched in
 the order of the tiles they wait for, so a tile waits only for tiles that are running or done.
-
-A tensor small enough to stay in L2 has too few tiles in flight to hide the look-back's round trips, and is
-scanned in two passes instead: a launch writes every tile's total, the totals of each line are scanned (exclusive,
-a much smaller scan), and a second launch scans each tile from its line's carry. The input is read twice, the
-second time mostly from L2; the carries are the same bits on every run, as nothing waits.
 """
 
 from __future__ import annotations
@@ -158,9 +153,7 @@ def _scan_kernel(x, y, words, control,
                  OPERATION: tl.constexpr, IDENTITY: tl.constexpr, ZERO: tl.constexpr, ACCUMULATOR: tl.constexpr,
                  WIDE: tl.constexpr, REVERSE: tl.constexpr, EXCLUSIVE: tl.constexpr, ALONG_ROWS: tl.constexpr,
                  BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr, EVEN_COLUMNS: tl.constexpr, WINDOW: tl.constexpr,
-                 ALIGNMENT: tl.constexpr, STAGE: tl.constexpr):
-    # STAGE "scan": the whole scan, with the look-back when WINDOW > 0. "totals": each tile's total into words,
-    # in slots (line, walk position, lane). "carried": the scan, each tile starting from its slot of words.
+                 ALIGNMENT: tl.constexpr):
     # Tiles of one line are WINDOW-chained in walk order; programs take tiles walk position by walk position,
     # all lines side by side, so that every tile a program waits for was launched before it.
     pid = tl.program_id(0)
@@ -230,36 +223,27 @@ def _scan_kernel(x, y, words, control,
             lane_valid = row_valid if ALONG_ROWS else column_valid
             final = tl.load(x_rows + (x_origin + last_position * x_step), mask=lane_valid, other=IDENTITY)
     result = _scan(values.to(ACCUMULATOR), AXIS, OPERATION, SCAN_REVERSE)
-    # The tile's total is its scan's last element in walk order (and, when exclusive, that element): a
-    # combination of runs of neighbours, as in a sequential scan.
-    total = tl.sum(tl.where(along == last, result, ZERO), AXIS)
-    lane = tl.arange(0, LANES)
-    slots = (chain.to(tl.int64) * tiles_per_line + walk_tile) * LANES + lane  # the two-pass stages' words
-    if STAGE == "totals":
-        tl.store(words + slots, total)
-    else:
-        if WINDOW > 0:
-            if EXCLUSIVE:
-                total = _combine(total, tl.sum(final.to(ACCUMULATOR), AXIS), OPERATION)
-            carry = _carry_in(total, words, chain, walk_tile, tiles_per_line, generation, OPERATION, IDENTITY,
-                              ACCUMULATOR, WIDE, LANES, WINDOW)
-            result = _combine(tl.expand_dims(carry, AXIS), result, OPERATION)
-        if STAGE == "carried":  # the first tile keeps IDENTITY: -0.0 + -0.0 stays -0.0
-            carry = tl.load(words + slots, mask=(lane < LANES) & (walk_tile > 0), other=IDENTITY)
-            result = _combine(tl.expand_dims(carry, AXIS), result, OPERATION)
-        if EXCLUSIVE:  # the first element of a line is exactly 0 (or 1), never -0.0
-            line_start = (along == first) & (walk_tile == 0)
-            result = tl.where(line_start, 1 if OPERATION == "product" else 0, result)
-        y_offsets = y_origin + position.to(tl.int64) * y_step
-        if HINT_ROWS:
-            y_offsets = tl.multiple_of(y_offsets, [ALIGNMENT, ALIGNMENT])
-        tl.store(y_rows + y_offsets, result.to(y.dtype.element_ty), mask=valid)
+    if WINDOW > 0:
+        # The tile's total is its scan's last element in walk order (and, when exclusive, that element).
+        total = tl.sum(tl.where(along == last, result, ZERO), AXIS)
+        if EXCLUSIVE:
+            total = _combine(total, tl.sum(final.to(ACCUMULATOR), AXIS), OPERATION)
+        carry = _carry_in(total, words, chain, walk_tile, tiles_per_line, generation, OPERATION, IDENTITY,
+                          ACCUMULATOR, WIDE, LANES, WINDOW)
+        result = _combine(tl.expand_dims(carry, AXIS), result, OPERATION)
+    if EXCLUSIVE:  # the first element of a line is exactly 0 (or 1), never -0.0
+        line_start = (along == first) & (walk_tile == 0)
+        result = tl.where(line_start, 1 if OPERATION == "product" else 0, result)
+    y_offsets = y_origin + position.to(tl.int64) * y_step
+    if HINT_ROWS:
+        y_offsets = tl.multiple_of(y_offsets, [ALIGNMENT, ALIGNMENT])
+    tl.store(y_rows + y_offsets, result.to(y.dtype.element_ty), mask=valid)
 
-        if WINDOW > 0:  # the last program to finish moves the scratch memory on to the next generation
-            finished = tl.atomic_add(control + 1, 1, sem="acq_rel")
-            if finished == tl.num_programs(0) - 1:
-                tl.store(control + 1, 0)
-                tl.store(control, tl.where(generation == MAX_GENERATION, 1, generation + 1))
+    if WINDOW > 0:  # the last program to finish moves the scratch memory on to the next generation
+        finished = tl.atomic_add(control + 1, 1, sem="acq_rel")
+        if finished == tl.num_programs(0) - 1:
+            tl.store(control + 1, 0)
+            tl.store(control, tl.where(generation == MAX_GENERATION, 1, generation + 1))
 
 
 # -- launcher --------------------------------------------------------------------------------------------------
@@ -272,13 +256,14 @@ class Tuning:
     tile_bytes: int = 32768  # accumulator bytes scanned by one program
     tiles_in_flight: int = 256  # tiles whose totals one round trip through L2 should settle, over all lines
     elements_per_thread: int = 32
-    two_pass_bytes: int = 24 << 20  # tensors of up to this many accumulator bytes (half an H100's L2): two passes
 
 
-# The defaults, from the tuning sweep of benchmarks/scan.py on an H100 (benchmarks/RESULTS.md): down columns,
+# The defaults, from the tuning sweeps of benchmarks/scan.py on an H100 (benchmarks/RESULTS.md): down columns,
 # smaller tiles keep more of them in flight on each multiprocessor; along rows, a few long lines reach further back.
+# Columns of a small tensor (16 MiB and less) are too few tiles for that: they do better with the rows' tuning.
 ALONG_ROWS = Tuning(tiles_in_flight=1024)
 DOWN_COLUMNS = Tuning(tile_bytes=16384)
+SMALL_BYTES = 16 << 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -329,13 +314,18 @@ class Plan:
     chains: int
     inner_blocks: int
     window: int
-    two_pass: bool  # tile totals first, then the scans from carries, instead of the look-back
     alignment: int
     num_warps: int
 
 
-def plan(problem: Lines, accumulator_bytes: int, tuning: Tuning) -> Plan:
+def default_tuning(problem: Lines, accumulator_bytes: int) -> Tuning:
+    small = problem.outer * problem.length * problem.inner * accumulator_bytes <= SMALL_BYTES
+    return ALONG_ROWS if problem.inner == 1 or small else DOWN_COLUMNS
+
+
+def plan(problem: Lines, accumulator_bytes: int, tuning: Tuning | None) -> Plan:
     along_rows = problem.inner == 1
+    tuning = tuning or default_tuning(problem, accumulator_bytes)
     tile_elements = max(1, tuning.tile_bytes // accumulator_bytes)
     if along_rows:
         block_b = min(triton.next_power_of_2(problem.length), tile_elements)
@@ -354,11 +344,8 @@ def plan(problem: Lines, accumulator_bytes: int, tuning: Tuning) -> Plan:
         chains = problem.outer * inner_blocks
         lanes = block_b
         even_columns = problem.inner % block_b == 0
-    # Two passes need tiles that span several positions, so that the scan of the totals is smaller.
-    two_pass = (tiles_per_line > 1 and problem.length > tiles_per_line
-                and problem.outer * problem.length * problem.inner * accumulator_bytes <= tuning.two_pass_bytes)
     window = 0
-    if tiles_per_line > 1 and not two_pass:
+    if tiles_per_line > 1:
         window = min(triton.next_power_of_2(triton.cdiv(tuning.tiles_in_flight, chains)), MAX_WINDOW,
                      max(1, MAX_WINDOW_WORDS // lanes), triton.next_power_of_2(tiles_per_line))
     # The strides between the block's rows (lines, or positions down the columns) are multiples of this.
@@ -368,7 +355,7 @@ def plan(problem: Lines, accumulator_bytes: int, tuning: Tuning) -> Plan:
     alignment = min([16] + [stride & -stride for stride in row_strides if stride])
     num_warps = min(16, max(1, block_a * block_b // (32 * tuning.elements_per_thread)))
     return Plan(along_rows, (block_a, block_b), lanes, even_columns, tiles_per_line, chains, inner_blocks, window,
-                two_pass, alignment, num_warps)
+                alignment, num_warps)
 
 
 class _Scratch:
@@ -400,7 +387,7 @@ def cumulative(operation: str, x, out, axis: int, reverse: bool, exclusive: bool
                tuning: Tuning | None = None) -> None:
     """out = the running sum or product of x along axis (see dmlops.ops.cumulative.reference).
 
-    tuning None takes the defaults for the tiling the shape gets (ALONG_ROWS or DOWN_COLUMNS).
+    tuning None takes the defaults for the tiling and size the shape has (default_tuning).
     """
     name = "DML_OPERATOR_CUMULATIVE_" + ("SUMMATION" if operation == "sum" else "PRODUCT")
     check_devices(name, input_tensor=x, output_tensor=out)
@@ -413,13 +400,17 @@ def cumulative(operation: str, x, out, axis: int, reverse: bool, exclusive: bool
         out.copy_(packed)
         return
     wide = accumulator.primitive_bitwidth == 64
-    tuning = tuning or (ALONG_ROWS if problem.inner == 1 else DOWN_COLUMNS)
     layout = plan(problem, accumulator.primitive_bitwidth // 8, tuning)
     tiles = layout.tiles_per_line * layout.chains
+    if layout.window:
+        scratch = _scratch_for(x.device, tiles * layout.lanes * (2 if wide else 1))
+        words, control = scratch.words, scratch.control
+    else:
+        words = control = out  # not read
     zero = -0.0 if accumulator.is_floating() else 0  # x + -0.0 is x for every x, -0.0 included
     identity = zero if operation == "sum" else 1
-
-    def launch(stage, words, control, exclusive):
+    device = torch.cuda.device(x.device) if x.device.type == "cuda" else contextlib.nullcontext()
+    with device:
         _scan_kernel[(tiles,)](
             x, out, words, control,
             problem.outer, problem.length, problem.inner, *problem.x_strides, *problem.y_strides,
@@ -427,21 +418,4 @@ def cumulative(operation: str, x, out, axis: int, reverse: bool, exclusive: bool
             OPERATION=operation, IDENTITY=identity, ZERO=zero, ACCUMULATOR=accumulator, WIDE=wide,
             REVERSE=bool(reverse), EXCLUSIVE=bool(exclusive), ALONG_ROWS=layout.along_rows,
             BLOCK_A=layout.block[0], BLOCK_B=layout.block[1], EVEN_COLUMNS=layout.even_columns,
-            WINDOW=layout.window, ALIGNMENT=layout.alignment, STAGE=stage,
-            num_warps=layout.num_warps)
-
-    device = torch.cuda.device(x.device) if x.device.type == "cuda" else contextlib.nullcontext()
-    with device:
-        if layout.two_pass:
-            totals = torch.empty((layout.chains, layout.tiles_per_line, layout.lanes),
-                                 dtype=torch.float32 if accumulator.is_floating() else storage, device=x.device)
-            launch("totals", totals, totals, False)
-            # Each tile's carry: the exclusive scan of its line's totals in walk order, in one pass (it is small).
-            one_pass = dataclasses.replace(tuning, two_pass_bytes=0)
-            cumulative(operation, totals, totals, 1, False, True, tuning=one_pass)
-            launch("carried", totals, totals, exclusive)
-        elif layout.window:
-            scratch = _scratch_for(x.device, tiles * layout.lanes * (2 if wide else 1))
-            launch("scan", scratch.words, scratch.control, exclusive)
-        else:
-            launch("scan", out, out, exclusive)  # words and control are not read
+            WINDOW=layout.window, ALIGNMENT=layout.alignment, num_warps=layout.num_warps)
