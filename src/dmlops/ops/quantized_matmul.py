@@ -161,8 +161,9 @@ def run(desc: QuantizedLinearMatrixMultiplyOperatorDesc, backend, views: dict) -
                                     if view is not None})
     tensors = {field: None if views.get(field) is None else backend.restride(views[field], *layouts[field])
                for field in desc.input_fields + desc.output_fields}
-    for field in ("a_scale_tensor", "b_scale_tensor", "output_scale_tensor"):
-        check_scale(field, backend.to_numpy(tensors[field]))
+    scale_fields = ("a_scale_tensor", "b_scale_tensor", "output_scale_tensor")
+    for field, values in zip(scale_fields, backend.to_numpy([tensors[field] for field in scale_fields])):
+        check_scale(field, values)
     backend.quantized_linear_matmul(
         tensors["a_tensor"], tensors["a_scale_tensor"], tensors["a_zero_point_tensor"],
         tensors["b_tensor"], tensors["b_scale_tensor"], tensors["b_zero_point_tensor"],

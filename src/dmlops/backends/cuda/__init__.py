@@ -76,8 +76,11 @@ def restride(array, sizes, strides):
     return array.as_strided(tuple(sizes), tuple(strides), array.storage_offset())
 
 
-def to_numpy(array) -> np.ndarray:
-    return array.detach().cpu().numpy()
+def to_numpy(arrays) -> list[np.ndarray]:
+    """Host copies of a few small arrays of one dtype, in one transfer (each transfer waits for the GPU)."""
+    arrays = list(arrays)
+    flat = torch.cat([array.detach().reshape(-1) for array in arrays]).cpu().numpy()
+    return np.split(flat, np.cumsum([array.numel() for array in arrays])[:-1])
 
 
 def _extent(array):
@@ -148,7 +151,10 @@ def empty(sizes, data_type: DataType, like=None):
 def asarray(value, data_type: DataType, like=None):
     if isinstance(value, torch.Tensor):
         return value.to(device=like.device, dtype=TORCH_DTYPES[data_type])
-    return torch.as_tensor(np.asarray(value, dtype=data_type.numpy_dtype), device=like.device)
+    values = np.asarray(value, dtype=data_type.numpy_dtype)
+    if values.ndim == 0:  # a fill on the device: no host-to-device copy to wait for
+        return torch.full((), values.item(), dtype=TORCH_DTYPES[data_type], device=like.device)
+    return torch.as_tensor(values, device=like.device)
 
 
 def contiguous(array):
