@@ -149,7 +149,7 @@ def test_pieces_on_cores(compiled, shape, axis, pieces):
 
 
 def test_large_tensors_are_cut_into_pieces(monkeypatch):
-    """By default a tensor of PARALLEL_ELEMENTS or more goes to the cores in PIECES_PER_CORE pieces per core."""
+    """By default a view of PARALLEL_ELEMENTS or more goes to the cores in PIECES_PER_CORE pieces per core."""
     monkeypatch.setattr(cpu_scan, "PARALLEL_ELEMENTS", 50)
     monkeypatch.setattr(cpu_scan, "CORES", 2)
     counts = []

@@ -41,7 +41,7 @@ BLOCK_ELEMENTS = 1 << 16
 # NumPy engine: an axis up to this long is walked a whole row at a time even when it is the innermost one, because
 # ufunc.accumulate pays a fixed cost per line.
 SHORT_AXIS = 64
-# A tensor this large is scanned in pieces on all cores (both engines release the GIL); below it, threads cost more
+# A view this large is scanned in pieces on all cores (both engines release the GIL); below it, threads cost more
 # than they save. There are more pieces than cores, so that a core busy with other work takes fewer of them.
 PARALLEL_ELEMENTS = 1 << 20
 PIECES_PER_CORE = 4
@@ -57,16 +57,17 @@ def cumulative(operation: str, x: np.ndarray, out: np.ndarray, axis: int, revers
 
     ``compiled`` picks the engine (None: the compiled one where numba is installed and can run x's type);
     ``pieces``, into how many independent scans (of lines before the axis) each view is cut for the cores (None:
-    by size).
+    by the view's size).
     """
     can_compile = numba is not None and (x.dtype != np.float16 or HALF_INSTRUCTIONS)
     scan = scan_compiled if (can_compile if compiled is None else compiled and can_compile) else scan_numpy
     accumulation = ACCUMULATION_DTYPE.get(DataType.from_numpy(x.dtype), x.dtype)
-    if pieces is None:
-        pieces = PIECES_PER_CORE * CORES if CORES > 1 and x.size >= PARALLEL_ELEMENTS else 1
     for x3, out3 in views_3d(x, out, axis):
+        count = pieces
+        if count is None:
+            count = PIECES_PER_CORE * CORES if CORES > 1 and x3.size >= PARALLEL_ELEMENTS else 1
         run_on_cores([functools.partial(scan, operation, x3[lines], out3[lines], accumulation, reverse, exclusive)
-                      for lines in even_slices(x3.shape[0], pieces)])
+                      for lines in even_slices(x3.shape[0], count)])
 
 
 def even_slices(size: int, pieces: int):
