@@ -77,13 +77,27 @@ def _adopt_output(device: Device, out, what: str):
     return native
 
 
-def _described(backend, array, where: str):
-    """(array, TensorDesc) for an array, copied only where DirectML strides cannot describe it."""
-    data_type = backend.data_type(array)
+def _strided(backend, array):
+    """(array, element strides), the array copied only where DirectML strides cannot describe it."""
     strides = backend.element_strides(array)
     if strides is None:
         array = backend.contiguous(array)
         strides = backend.element_strides(array)
+    return array, strides
+
+
+def _output_through(backend, out, like):
+    """(array the kernels write, caller's view to copy it into or None): a view DirectML strides cannot describe
+    is written through a packed array."""
+    if backend.element_strides(out) is not None:
+        return out, None
+    return backend.empty(tuple(out.shape), backend.data_type(out), like=like), out
+
+
+def _described(backend, array, where: str):
+    """(array, TensorDesc) for an array, copied only where DirectML strides cannot describe it."""
+    data_type = backend.data_type(array)
+    array, strides = _strided(backend, array)
     try:
         return array, _tensor_desc(data_type, tuple(array.shape), strides)
     except ValidationError as error:
@@ -104,12 +118,8 @@ def _cumulative(desc_type, x, axis, reverse, exclusive, out, backend):
         native_out = be.empty(x_desc.sizes, x_desc.data_type, like=native_x)
     else:
         native_out = _adopt_output(device, out, f"{name}.output_tensor")
-    out_strides = be.element_strides(native_out)
-    target = None
-    if out_strides is None:  # write through a packed array, then copy into the caller's view
-        target, native_out = native_out, be.empty(tuple(native_out.shape), be.data_type(native_out), like=native_x)
-        out_strides = be.element_strides(native_out)
-    out_desc = _tensor_desc(be.data_type(native_out), tuple(native_out.shape), out_strides)
+    native_out, target = _output_through(be, native_out, like=native_x)
+    native_out, out_desc = _described(be, native_out, f"{name}.output_tensor")
     direction = AxisDirection.DECREASING if reverse else AxisDirection.INCREASING
     desc = desc_type(x_desc, out_desc, axis, direction, bool(exclusive))
     _compiled(device.backend_name, desc).run_views({"input_tensor": native_x, "output_tensor": native_out})
@@ -180,10 +190,7 @@ def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, 
         if out_type != output_type:
             raise ValidationError(f"{QMM_NAME}.output_tensor: out is {out_type.name} but the output type "
                                   f"(output_dtype, else the output zero point's) is {output_type.name}")
-    target = None
-    if be.element_strides(native["output_tensor"]) is None:
-        target = native["output_tensor"]
-        native["output_tensor"] = be.empty(tuple(target.shape), be.data_type(target), like=target)
+    native["output_tensor"], target = _output_through(be, native["output_tensor"], like=native["a_tensor"])
 
     descs = {}
     for field, array in native.items():
@@ -200,10 +207,7 @@ def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, 
 
 def _broadcast(be, array, batch):
     """A view of A or B with the broadcast batch dimensions (zero strides where it repeats)."""
-    strides = be.element_strides(array)
-    if strides is None:
-        array = be.contiguous(array)
-        strides = be.element_strides(array)
+    array, strides = _strided(be, array)
     *own_batch, rows, columns = array.shape
     pad = len(batch) - len(own_batch)
     own_batch, batch_strides = [1] * pad + own_batch, [0] * pad + list(strides[:-2])
@@ -245,9 +249,7 @@ def _parameter(be, value, data_type: DataType, length: int, free_axis: int, rank
             array = be.asarray(array, DataType.FLOAT32, like=like)  # DirectML scales are FLOAT32
     if len(array.shape) > 1:
         return array.reshape((1,) * (rank - len(array.shape)) + tuple(array.shape))
-    vector = array.reshape((-1,))
-    if be.element_strides(vector) is None:
-        vector = be.contiguous(vector)
+    vector, (stride,) = _strided(be, array.reshape((-1,)))
     count = vector.shape[0]
     if count == 1:
         sizes = (1,) * rank
@@ -255,5 +257,4 @@ def _parameter(be, value, data_type: DataType, length: int, free_axis: int, rank
         sizes = (1,) * (rank - 2) + ((length, 1) if free_axis == -2 else (1, length))
     else:
         raise ValidationError(f"{where}: a vector of {count} values; expected 1 or {length}")
-    stride = be.element_strides(vector)[0]
     return be.restride(vector, sizes, tuple(0 if size == 1 else stride for size in sizes))
