@@ -3,7 +3,8 @@ backend on the same inputs: every type combination, scale form, zero-point prese
 and in-place operands, ties and saturation, and K long enough to overflow int32.
 
 Without a GPU the kernels run under Triton's interpreter on small shapes; DMLOPS_TEST_GPU=1 runs the same tests on
-the GPU with the real compiler, plus the large shapes at the end of this file.
+the GPU with the real compiler, plus the large shapes at the end of this file. The Gluon kernel for Hopper
+(qmatmul_hopper) does not run under the interpreter: its tests need a GPU of compute capability 9.0.
 """
 
 import gc
@@ -11,7 +12,7 @@ import gc
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import dmlops
@@ -84,9 +85,8 @@ def cases(draw):
             draw(st.integers(0, 2**32 - 1)))
 
 
-@settings(max_examples=40 if ON_GPU else 30, deadline=None)
-@given(case=cases())
-def test_matches_cpu_backend(case, torch_device):
+def check_case(case, device):
+    """One drawn case: the CUDA backend's result equals the CPU backend's."""
     m, n, k, a_batch, b_batch, a_type, b_type, out_type, row_scales, zero_points, layouts, seed = case
     rng = np.random.default_rng(seed)
     a, b = random_data(rng, a_type, a_batch + (m, k)), random_data(rng, b_type, b_batch + (k, n))
@@ -95,18 +95,42 @@ def test_matches_cpu_backend(case, torch_device):
     a_zero, b_zero, out_zero = (random_data(rng, dtype, count) if present else None for dtype, count, present in
                                 zip((a_type, b_type, out_type), (m, n, 1), zero_points))
     args = (a, a_scale, a_zero, b, b_scale, b_zero, out_scale, out_zero)
-    got, expected = run_both(args, out_type, torch_device, layouts=layouts, rng=rng)
+    got, expected = run_both(args, out_type, device, layouts=layouts, rng=rng)
     np.testing.assert_array_equal(got, expected)
 
 
+@settings(max_examples=40 if ON_GPU else 30, deadline=None)
+@given(case=cases())
+def test_matches_cpu_backend(case, torch_device):
+    check_case(case, torch_device)
+
+
+def on_hopper():
+    return ON_GPU and torch.cuda.get_device_capability() == (9, 0)
+
+
+hopper_only = pytest.mark.skipif(not on_hopper(), reason="the Gluon kernel needs a compiled run on sm_90")
+
+
+@hopper_only
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(case=cases())
+def test_wgmma_kernel_matches_cpu_backend(case, monkeypatch):
+    """The same cases through the Gluon kernel, whatever their shape."""
+    monkeypatch.setattr(qmatmul, "choose_config", lambda *args: qmatmul.WGMMA_LARGE)
+    check_case(case, "cuda")
+
+
 CONFIGS = {"large": qmatmul.LARGE, "medium": qmatmul.MEDIUM, "paired": qmatmul.PAIRED, "long_k": qmatmul.LONG_K,
-           **{f"narrow_{config.block_n}": config for config in qmatmul.NARROW}}
+           **{f"narrow_{config.block_n}": config for config in qmatmul.NARROW}, "wgmma_large": qmatmul.WGMMA_LARGE}
 
 
 @pytest.mark.parametrize("config", CONFIGS.values(), ids=CONFIGS.keys())
 def test_every_config(config, torch_device, monkeypatch):
     """Each tile configuration (the shape classes pick among them) on the same kernel code, called directly;
     persistent ones as on a GPU of one SM, so that each program walks several tiles, across both batches."""
+    if config.gluon and not on_hopper():
+        pytest.skip("the Gluon kernel needs a compiled run on sm_90")
     if config.programs_per_sm:
         monkeypatch.setattr(qmatmul, "_sm_count", lambda device: 1)
     rng = np.random.default_rng(7)
@@ -272,8 +296,10 @@ def exact_reference(a, a_zero, b, b_zero, scales, out_zero, output_type):
 @pytest.mark.parametrize("m, n, k, a_type, b_type", [
     (2048, 2048, 2048, np.uint8, np.int8), (1000, 3000, 777, np.int8, np.uint8), (16, 11008, 4096, np.uint8, np.int8),
     (300, 4096, 11008, np.int8, np.int8), (4096, 512, 65536, np.uint8, np.uint8), (64, 64, 300000, np.int8, np.int8),
+    (4000, 4100, 8200, np.uint8, np.int8),
 ])
 def test_large_shapes(m, n, k, a_type, b_type):
+    """The shapes in the configuration the backend chooses; the last is the Gluon kernel's on sm_90."""
     rng = np.random.default_rng(m + n + k)
     a, b = random_data(rng, a_type, (m, k)), random_data(rng, b_type, (k, n))
     a_zero, b_zero = random_data(rng, a_type, (m, 1)), random_data(rng, b_type, (1, n))
@@ -286,6 +312,16 @@ def test_large_shapes(m, n, k, a_type, b_type):
     np.testing.assert_array_equal(first.cpu().numpy(), expected)
     again = dmlops.quantized_linear_matmul(*args)
     assert torch.equal(first, again), "not deterministic"
+
+
+@hopper_only
+@pytest.mark.parametrize("m, n, k, a_type, b_type", [
+    (2048, 2048, 2048, np.uint8, np.int8), (1000, 3000, 777, np.int8, np.uint8), (16, 11008, 4096, np.uint8, np.int8),
+    (4096, 512, 65536, np.uint8, np.uint8),
+])
+def test_wgmma_kernel_large_shapes(m, n, k, a_type, b_type, monkeypatch):
+    monkeypatch.setattr(qmatmul, "choose_config", lambda *args: qmatmul.WGMMA_LARGE)
+    test_large_shapes(m, n, k, a_type, b_type)
 
 
 @gpu_only

@@ -23,6 +23,7 @@ The kernel computes what ``dmlops.ops.quantized_matmul.reference`` means, in the
 from __future__ import annotations
 
 import functools
+import math
 import weakref
 from dataclasses import dataclass
 
@@ -56,6 +57,7 @@ class Config:
     epilogue_n: int = 32  # columns requantized at a time
     group_m: int = 8  # row tiles that walk the columns together
     programs_per_sm: int = 0  # persistent: this many programs per SM walk the tiles; 0: one program per tile
+    gluon: bool = False  # the kernel of qmatmul_hopper (sm_90 only): wgmma kept in flight, num_stages slots
 
 
 # Hand-picked per shape class from benchmarks/qmatmul.py --configs on an H100 (benchmarks/RESULTS.md). int8 dots run
@@ -69,17 +71,20 @@ PAIRED = Config(128, 128, 128, num_warps=4, num_stages=3, programs_per_sm=2)  # 
 NARROW = [Config(64, 128, 128, num_warps=4, num_stages=4), Config(64, 64, 256, num_warps=4, num_stages=4),
           Config(64, 32, 256, num_warps=4, num_stages=4)]
 LONG_K = Config(64, 64, 128, num_warps=4, num_stages=3)  # K > K_SLICE: the float64 accumulator lives in registers
+# On sm_90 the Gluon kernel keeps a wgmma in flight across K steps (qmatmul_hopper): 4 slots of 48 KiB.
+WGMMA_LARGE = Config(128, 256, 128, num_warps=8, num_stages=4, epilogue_n=64, gluon=True)
 
 
-def choose_config(batches: int, m: int, n: int, k: int, sm_count: int) -> Config:
-    """The configuration for a problem: by K, then by how many tiles of each size it makes."""
+def choose_config(batches: int, m: int, n: int, k: int, sm_count: int, wgmma_in_flight: bool = False) -> Config:
+    """The configuration for a problem: by K, then by how many tiles of each size it makes; ``wgmma_in_flight``:
+    whether the Gluon kernel can run (sm_90, compiled)."""
     def tiles(config):
         return batches * triton.cdiv(m, config.block_m) * triton.cdiv(n, config.block_n)
 
     if k > K_SLICE:
         return LONG_K
     if k > 4096 and tiles(LARGE) >= 2 * sm_count:
-        return LARGE
+        return WGMMA_LARGE if wgmma_in_flight else LARGE
     if tiles(PAIRED) >= sm_count:
         return MEDIUM if k > 4096 else PAIRED
     return next((config for config in NARROW if tiles(config) >= sm_count), NARROW[-1])
@@ -146,74 +151,32 @@ def _dot_slice(a_desc, b_desc, a_row, b_row, k_start, k_end,
 
 
 @triton.jit
-def _requantize_store(acc, n_start, rows, N, K, b_sums_ptr, stride_b_sums, terms_ptr, stride_on,
-                      ROW_SCALES: tl.constexpr, BLOCK_N: tl.constexpr, EPILOGUE_N: tl.constexpr):
-    """Requantize and store the columns [n_start, n_start + BLOCK_N) of a tile, EPILOGUE_N at a time (halving
-    until then); ``rows`` holds the tile's per-row terms, ``terms_ptr`` the per-column ones."""
-    if BLOCK_N > EPILOGUE_N:
-        left, right = acc.reshape(acc.shape[0], 2, BLOCK_N // 2).permute(0, 2, 1).split()
-        _requantize_store(left, n_start, rows, N, K, b_sums_ptr, stride_b_sums, terms_ptr, stride_on, ROW_SCALES,
-                          BLOCK_N // 2, EPILOGUE_N)
-        _requantize_store(right, n_start + BLOCK_N // 2, rows, N, K, b_sums_ptr, stride_b_sums, terms_ptr, stride_on,
-                          ROW_SCALES, BLOCK_N // 2, EPILOGUE_N)
-    else:
-        za, a_sums, a_scale, out_scale, zo, low, high, out_rows, mask_m = rows
-        offs_n = (n_start + tl.arange(0, BLOCK_N)).to(tl.int64)
-        mask_n = offs_n < N
-        multiplier = tl.load(terms_ptr + offs_n, mask=mask_n, other=1.0)
-        zb = tl.load(terms_ptr + N + offs_n, mask=mask_n, other=0.0)
-        b_sums = tl.load(b_sums_ptr + offs_n * stride_b_sums, mask=mask_n, other=0.0)
-        # Σ(A' − za')(B' − zb') = Σ A'B' − za'·(Σ B' − K·zb') − zb'·Σ A', every term an integer below 2^53
-        y = acc.to(tl.float64) - za[:, None] * (b_sums - K * zb)[None, :] - a_sums[:, None] * zb[None, :]
-        if ROW_SCALES:
-            multiplier = (a_scale[:, None] * multiplier[None, :]) / out_scale[:, None]
-        y = y * multiplier
-        y = tl.minimum(tl.maximum(y, low[:, None]), high[:, None])
-        rounded = (y + 6755399441055744.0).to(tl.int64, bitcast=True).to(tl.int32)  # + 1.5·2^52: half to even
-        tl.store(out_rows[:, None] + offs_n[None, :] * stride_on, (rounded + zo[:, None]).to(tl.int8),
-                 mask=mask_m[:, None] & mask_n[None, :])
-
-
-@triton.jit
-def _tile_start(tile, tiles_m, tiles_n, GROUP_M: tl.constexpr):
-    """(batch, row tile, column tile) of a tile number: groups of GROUP_M row tiles walk the columns together,
-    so that B's tiles are reused from L2."""
+def _tile_place(tile, tiles, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    """Where a tile lies: (batch b, channel c, row tile, column tile, A's first row, B's row of column 0 of this
+    batch and channel). Groups of GROUP_M row tiles walk the columns together, so that B's tiles are reused from L2."""
+    M, N, channels, a_rows_b, a_rows_c, b_rows_b, b_rows_c = tiles
+    tiles_m, tiles_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
     tiles_per_matrix = tiles_m * tiles_n
     batch = tile // tiles_per_matrix
     within = tile % tiles_per_matrix
     first_m = within // (GROUP_M * tiles_n) * GROUP_M
     group_m = min(tiles_m - first_m, GROUP_M)
-    return batch, first_m + within % group_m, within % (GROUP_M * tiles_n) // group_m
+    tile_m, tile_n = first_m + within % group_m, within % (GROUP_M * tiles_n) // group_m
+    b, c = batch // channels, batch % channels
+    return b, c, tile_m, tile_n, b * a_rows_b + c * a_rows_c + tile_m * BLOCK_M, b * b_rows_b + c * b_rows_c
 
 
 @triton.jit
-def _qmatmul_tile(tile, operands, A_FLIP: tl.constexpr, ROW_SCALES: tl.constexpr, LONG_K: tl.constexpr,
-                  K_SLICE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                  GROUP_M: tl.constexpr, EPILOGUE_N: tl.constexpr):
-    """out[b, c] = requantize(Σ_k (A − za)(B − zb)) for one BLOCK_M × BLOCK_N tile; ``operands`` are the kernel's."""
-    (a_desc, b_desc, M, N, K, channels, a_rows_b, a_rows_c, b_rows_b, b_rows_c, a_sums_ptr, stride_a_sums,
-     b_sums_ptr, stride_b_sums, terms_ptr, a_scale_ptr, stride_sa, out_scale_ptr, stride_so, a_zero_ptr, stride_za,
-     za_mask, a_shift, out_zero_ptr, stride_zo, zo_mask, low, high, out_ptr, stride_ob, stride_oc, stride_om,
-     stride_on) = operands
-    batch, tile_m, tile_n = _tile_start(tile, tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
-    b, c = batch // channels, batch % channels
-    a_row = b * a_rows_b + c * a_rows_c + tile_m * BLOCK_M
-    b_first_row = b * b_rows_b + c * b_rows_c  # B's row n of this batch and channel is b_first_row + n
-    b_row = b_first_row + tile_n * BLOCK_N
-
-    if LONG_K:
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float64)
-        for k_start in range(0, K, K_SLICE):
-            acc += _dot_slice(a_desc, b_desc, a_row, b_row, k_start, min(k_start + K_SLICE, K),
-                              A_FLIP, BLOCK_M, BLOCK_N, BLOCK_K).to(tl.float64)
-    else:
-        acc = _dot_slice(a_desc, b_desc, a_row, b_row, 0, K, A_FLIP, BLOCK_M, BLOCK_N, BLOCK_K)
-
-    offs_m = (tile_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)  # 64-bit: strides may be large
+def _row_terms(in_tile, tile_m, a_row, b, c, row_args, ROW_SCALES: tl.constexpr, BLOCK_M: tl.constexpr):
+    """The per-row terms of the tile's rows tile_m·BLOCK_M + in_tile (``in_tile``: 0 … BLOCK_M − 1, in the layout
+    the epilogue wants), whose A rows start at a_row, for ``_requantize_columns``."""
+    (M, a_sums_ptr, stride_a_sums, a_scale_ptr, stride_sa, out_scale_ptr, stride_so, a_zero_ptr, stride_za, za_mask,
+     a_shift, out_zero_ptr, stride_zo, zo_mask, low, high, out_ptr, stride_ob, stride_oc, stride_om) = row_args
+    offs_m = (tile_m * BLOCK_M + in_tile).to(tl.int64)  # 64-bit: strides may be large
     mask_m = offs_m < M
     za = (tl.load(a_zero_ptr + offs_m * stride_za, mask=mask_m, other=0).to(tl.int32) & za_mask) - a_shift
     zo = tl.load(out_zero_ptr + offs_m * stride_zo, mask=mask_m, other=0).to(tl.int32) & zo_mask
-    a_sums = tl.load(a_sums_ptr + (a_row + tl.arange(0, BLOCK_M)) * stride_a_sums, mask=mask_m, other=0.0)
+    a_sums = tl.load(a_sums_ptr + (a_row + in_tile) * stride_a_sums, mask=mask_m, other=0.0)
     if ROW_SCALES:
         a_scale = tl.load(a_scale_ptr + offs_m * stride_sa, mask=mask_m, other=1.0).to(tl.float64)
         out_scale = tl.load(out_scale_ptr + offs_m * stride_so, mask=mask_m, other=1.0).to(tl.float64)
@@ -221,16 +184,75 @@ def _qmatmul_tile(tile, operands, A_FLIP: tl.constexpr, ROW_SCALES: tl.constexpr
         a_scale = 1.0
         out_scale = 1.0
     # Clamping to the integers [lo − zo, hi − zo] before rounding equals clamping after adding zo.
-    rows = (za.to(tl.float64), a_sums, a_scale, out_scale, zo, (low - zo).to(tl.float64), (high - zo).to(tl.float64),
+    return (za.to(tl.float64), a_sums, a_scale, out_scale, zo, (low - zo).to(tl.float64), (high - zo).to(tl.float64),
             out_ptr + b.to(tl.int64) * stride_ob + c.to(tl.int64) * stride_oc + offs_m * stride_om, mask_m)
-    _requantize_store(acc, tile_n * BLOCK_N, rows, N, K, b_sums_ptr + b_first_row * stride_b_sums, stride_b_sums,
-                      terms_ptr, stride_on, ROW_SCALES, BLOCK_N, EPILOGUE_N)
 
 
-@triton.jit(do_not_specialize=[
+@triton.jit
+def _requantize_columns(acc, offs_n, rows, b_sums_ptr, column_args, ROW_SCALES: tl.constexpr):
+    """Requantize and store acc, the tile's columns offs_n (int64); ``rows`` holds the tile's per-row terms, the
+    column terms come from ``terms_ptr`` and ``b_sums_ptr`` (B's column sums of this batch and channel).
+    Elementwise operations only: the Gluon kernel calls it too, with offs_n and rows in its accumulator's layout."""
+    N, K, stride_b_sums, terms_ptr, stride_on = column_args
+    za, a_sums, a_scale, out_scale, zo, low, high, out_rows, mask_m = rows
+    mask_n = offs_n < N
+    multiplier = tl.load(terms_ptr + offs_n, mask=mask_n, other=1.0)[None, :]
+    zb = tl.load(terms_ptr + N + offs_n, mask=mask_n, other=0.0)
+    b_sums = tl.load(b_sums_ptr + offs_n * stride_b_sums, mask=mask_n, other=0.0)
+    # Σ(A' − za')(B' − zb') = Σ A'B' − za'·(Σ B' − K·zb') − zb'·Σ A', every term an integer below 2^53
+    y = acc.to(tl.float64) - za[:, None] * (b_sums - K * zb)[None, :] - a_sums[:, None] * zb[None, :]
+    if ROW_SCALES:
+        multiplier = (a_scale[:, None] * multiplier) / out_scale[:, None]
+    y = y * multiplier
+    y = tl.minimum(tl.maximum(y, low[:, None]), high[:, None])
+    rounded = (y + 6755399441055744.0).to(tl.int64, bitcast=True).to(tl.int32)  # + 1.5·2^52: half to even
+    tl.store(out_rows[:, None] + offs_n[None, :] * stride_on, (rounded + zo[:, None]).to(tl.int8),
+             mask=mask_m[:, None] & mask_n[None, :])
+
+
+@triton.jit
+def _requantize_store(acc, n_start, rows, b_sums_ptr, column_args, ROW_SCALES: tl.constexpr, BLOCK_N: tl.constexpr,
+                      EPILOGUE_N: tl.constexpr):
+    """Requantize and store the columns [n_start, n_start + BLOCK_N) of a tile, EPILOGUE_N at a time (halving
+    until then), which bounds the float64 epilogue's registers."""
+    if BLOCK_N > EPILOGUE_N:
+        left, right = acc.reshape(acc.shape[0], 2, BLOCK_N // 2).permute(0, 2, 1).split()
+        _requantize_store(left, n_start, rows, b_sums_ptr, column_args, ROW_SCALES, BLOCK_N // 2, EPILOGUE_N)
+        _requantize_store(right, n_start + BLOCK_N // 2, rows, b_sums_ptr, column_args, ROW_SCALES, BLOCK_N // 2,
+                          EPILOGUE_N)
+    else:
+        _requantize_columns(acc, (n_start + tl.arange(0, BLOCK_N)).to(tl.int64), rows, b_sums_ptr, column_args,
+                            ROW_SCALES)
+
+
+@triton.jit
+def _qmatmul_tile(tile, a_desc, b_desc, tiles, row_args, b_sums_ptr, stride_b_sums, column_args,
+                  A_FLIP: tl.constexpr, ROW_SCALES: tl.constexpr, LONG_K: tl.constexpr, K_SLICE: tl.constexpr,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                  EPILOGUE_N: tl.constexpr):
+    """out[b, c] = requantize(Σ_k (A − za)(B − zb)) for one BLOCK_M × BLOCK_N tile."""
+    b, c, tile_m, tile_n, a_row, b_first_row = _tile_place(tile, tiles, BLOCK_M, BLOCK_N, GROUP_M)
+    b_row = b_first_row + tile_n * BLOCK_N
+    K = column_args[1]
+    if LONG_K:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float64)
+        for k_start in range(0, K, K_SLICE):
+            acc += _dot_slice(a_desc, b_desc, a_row, b_row, k_start, min(k_start + K_SLICE, K),
+                              A_FLIP, BLOCK_M, BLOCK_N, BLOCK_K).to(tl.float64)
+    else:
+        acc = _dot_slice(a_desc, b_desc, a_row, b_row, 0, K, A_FLIP, BLOCK_M, BLOCK_N, BLOCK_K)
+    rows = _row_terms(tl.arange(0, BLOCK_M), tile_m, a_row, b, c, row_args, ROW_SCALES, BLOCK_M)
+    _requantize_store(acc, tile_n * BLOCK_N, rows, b_sums_ptr + b_first_row * stride_b_sums, column_args, ROW_SCALES,
+                      BLOCK_N, EPILOGUE_N)
+
+
+KERNEL_ARGUMENTS_NOT_SPECIALIZED = [
     "M", "K", "channels", "num_tiles", "a_rows_b", "a_rows_c", "b_rows_b", "b_rows_c", "stride_a_sums",
     "stride_b_sums", "stride_sa", "stride_so", "stride_za", "stride_zo", "za_mask", "zo_mask", "a_shift", "low",
-    "high"])
+    "high"]
+
+
+@triton.jit(do_not_specialize=KERNEL_ARGUMENTS_NOT_SPECIALIZED)
 def _qmatmul_kernel(a_desc, b_desc, M, N, K, channels, num_tiles, a_rows_b, a_rows_c, b_rows_b, b_rows_c,
                     a_sums_ptr, stride_a_sums, b_sums_ptr, stride_b_sums, terms_ptr,
                     a_scale_ptr, stride_sa, out_scale_ptr, stride_so, a_zero_ptr, stride_za, za_mask, a_shift,
@@ -248,17 +270,18 @@ def _qmatmul_kernel(a_desc, b_desc, M, N, K, channels, num_tiles, a_rows_b, a_ro
     operand's shift (128 for uint8) is taken. The float64 epilogue runs on EPILOGUE_N columns at a time, which
     bounds its registers.
     """
-    operands = (a_desc, b_desc, M, N, K, channels, a_rows_b, a_rows_c, b_rows_b, b_rows_c, a_sums_ptr, stride_a_sums,
-                b_sums_ptr, stride_b_sums, terms_ptr, a_scale_ptr, stride_sa, out_scale_ptr, stride_so, a_zero_ptr,
+    tiles = (M, N, channels, a_rows_b, a_rows_c, b_rows_b, b_rows_c)
+    row_args = (M, a_sums_ptr, stride_a_sums, a_scale_ptr, stride_sa, out_scale_ptr, stride_so, a_zero_ptr,
                 stride_za, za_mask, a_shift, out_zero_ptr, stride_zo, zo_mask, low, high, out_ptr, stride_ob,
-                stride_oc, stride_om, stride_on)
+                stride_oc, stride_om)
+    column_args = (N, K, stride_b_sums, terms_ptr, stride_on)
     if PERSISTENT:
         for tile in range(tl.program_id(0), num_tiles, tl.num_programs(0)):
-            _qmatmul_tile(tile, operands, A_FLIP, ROW_SCALES, LONG_K, K_SLICE, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M,
-                          EPILOGUE_N)
+            _qmatmul_tile(tile, a_desc, b_desc, tiles, row_args, b_sums_ptr, stride_b_sums, column_args, A_FLIP,
+                          ROW_SCALES, LONG_K, K_SLICE, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, EPILOGUE_N)
     else:  # one tile, with no loop around it: the loop costs registers that a second resident block needs
-        _qmatmul_tile(tl.program_id(0), operands, A_FLIP, ROW_SCALES, LONG_K, K_SLICE, BLOCK_M, BLOCK_N, BLOCK_K,
-                      GROUP_M, EPILOGUE_N)
+        _qmatmul_tile(tl.program_id(0), a_desc, b_desc, tiles, row_args, b_sums_ptr, stride_b_sums, column_args,
+                      A_FLIP, ROW_SCALES, LONG_K, K_SLICE, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, EPILOGUE_N)
 
 
 # -- operands --------------------------------------------------------------------------------------------------
@@ -385,6 +408,12 @@ def _sm_count(device) -> int:
     return 4 if INTERPRETED else torch.cuda.get_device_properties(device).multi_processor_count
 
 
+@functools.cache
+def _wgmma_in_flight(device) -> bool:
+    """Whether the Gluon kernel of qmatmul_hopper runs here: compiled (not interpreted), on sm_90."""
+    return not INTERPRETED and torch.cuda.get_device_capability(device) == (9, 0)
+
+
 def _vector(vector, device):
     """(vector, stride); a zero read with stride 0 when absent."""
     return (_zeros(device), 0) if vector is None else (vector, vector.stride(0))
@@ -410,9 +439,12 @@ def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, 
     n = b.shape[-1]
     a_unsigned, b_unsigned = a.dtype == torch.uint8, b.dtype == torch.uint8
     # Column sums of B' are needed when za' can be non-zero, row sums of A' when zb' can be.
+    config = config or choose_config(batches * channels, m, n, k, _sm_count(device), _wgmma_in_flight(device))
+    # Column sums of B' are needed when za' can be non-zero, row sums of A' when zb' can be.
     b_operand = _PERSISTED_B.get(_b_operand_key(b)) or \
         _prepare(b.transpose(-1, -2), can_flip=False, pack=False, sum_rows=a_zero_point is not None or a_unsigned)
-    a_operand = _prepare(a, can_flip=True, pack=False, sum_rows=b_zero_point is not None or b_unsigned)
+    # The Gluon kernel reads A from shared memory straight into the tensor cores: a uint8 A is flipped in a copy.
+    a_operand = _prepare(a, can_flip=not config.gluon, pack=False, sum_rows=b_zero_point is not None or b_unsigned)
 
     row_scales = m > 1 and (a_scale.stride(0) != 0 or output_scale.stride(0) != 0)
     terms = torch.empty((2, n), dtype=torch.float64, device=device)
@@ -421,18 +453,27 @@ def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, 
         *_vector(b_scale, device), *_zero_point(b_zero_point, device), 128 if b_unsigned else 0, a_scale,
         output_scale, terms, n, ROW_SCALES=row_scales, BLOCK=block)
 
-    config = config or choose_config(batches * channels, m, n, k, _sm_count(device))
     num_tiles = _grid_size(batches * channels * triton.cdiv(m, config.block_m) * triton.cdiv(n, config.block_n))
     programs = min(num_tiles, config.programs_per_sm * _sm_count(device)) if config.programs_per_sm else num_tiles
     low, high = (0, 255) if out.dtype == torch.uint8 else (-128, 127)
-    _qmatmul_kernel[(programs,)](
-        TensorDescriptor.from_tensor(a_operand.rows, [config.block_m, config.block_k]),
-        TensorDescriptor.from_tensor(b_operand.rows, [config.block_n, config.block_k]),
+    arguments = (
         m, n, k, channels, num_tiles, a_operand.rows_b, a_operand.rows_c, b_operand.rows_b, b_operand.rows_c,
         *_vector(a_operand.sums, device), *_vector(b_operand.sums, device), terms,
         *_vector(a_scale, device), *_vector(output_scale, device), *_zero_point(a_zero_point, device),
         128 if a_unsigned else 0, *_zero_point(output_zero_point, device), low, high,
-        out.view(torch.int8), *out.stride(),
+        out.view(torch.int8), *out.stride())
+    if config.gluon:
+        from . import qmatmul_hopper
+
+        qmatmul_hopper._qmatmul_kernel[(num_tiles,)](
+            qmatmul_hopper.operand_descriptor(a_operand.rows, config.block_m, config.block_k),
+            qmatmul_hopper.operand_descriptor(b_operand.rows, config.block_n, config.block_k), *arguments,
+            ROW_SCALES=row_scales, GROUP_M=config.group_m, EPILOGUE_N=config.epilogue_n,
+            INSTR_N=math.gcd(config.block_n, 128), STAGES=config.num_stages, num_warps=config.num_warps)
+        return
+    _qmatmul_kernel[(programs,)](
+        TensorDescriptor.from_tensor(a_operand.rows, [config.block_m, config.block_k]),
+        TensorDescriptor.from_tensor(b_operand.rows, [config.block_n, config.block_k]), *arguments,
         A_FLIP=a_operand.flip, ROW_SCALES=row_scales, LONG_K=k > K_SLICE, K_SLICE=K_SLICE,
         BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, GROUP_M=config.group_m,
         EPILOGUE_N=config.epilogue_n, PERSISTENT=programs < num_tiles, num_warps=config.num_warps,

@@ -1,0 +1,119 @@
+"""The quantized matmul's main loop for Hopper (sm_90), written in Gluon: int8 ``wgmma`` kept in flight.
+
+Triton 3.6 compiles ``tl.dot`` with an int32 accumulator to a synchronous ``wgmma``: its pipeliner makes only
+float32 accumulators asynchronous, so the kernel of ``qmatmul`` waits for the tensor cores at every K step. Here
+the loop is written out: TMA loads fill a ring of STAGES shared-memory slots, each guarded by an mbarrier; each K
+step issues its ``wgmma`` asynchronously and then waits until at most one group is in flight (``wait(1)``), which
+retires the step before and frees its slot for the load STAGES − 1 steps ahead. The tensor cores always have the
+next group queued while the loads of the following steps land.
+
+Both operands are read from shared memory as int8: A must hold int8 bits (a uint8 A is flipped into a packed copy
+first), K must be at most ``qmatmul.K_SLICE`` (one int32 sum). The tile's place, the per-row terms and the float64
+requantization are ``qmatmul``'s own @triton.jit helpers, called from here, so both kernels compute the same
+operations in the same order and give the same bits. Gluon kernels do not run under Triton's interpreter;
+``qmatmul`` picks this one only for compiled runs on sm_90.
+"""
+
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+from .qmatmul import KERNEL_ARGUMENTS_NOT_SPECIALIZED, _requantize_columns, _row_terms, _tile_place
+
+
+@gluon.constexpr_function
+def accumulator_layout(num_warps, instr_n):
+    """The wgmma accumulator layout: warps stacked along M (16 rows each, 4 to a warpgroup), int8 instructions
+    16 × instr_n × 32."""
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, instr_n, 32])
+
+
+def operand_descriptor(rows, block_rows: int, block_k: int) -> TensorDescriptor:
+    """A TMA descriptor of tiles block_rows × block_k of int8 rows, swizzled as wgmma reads them."""
+    layout = gl.NVMMASharedLayout.get_default_for([block_rows, block_k], gl.int8)
+    return TensorDescriptor.from_tensor(rows, [block_rows, block_k], layout)
+
+
+@gluon.jit
+def _issue_loads(a_desc, b_desc, a_row, b_row, step, ready, a_slots, b_slots, STAGES: gl.constexpr, pred):
+    """Starts the loads of K step ``step`` into its slot; its barrier completes when both have landed."""
+    slot = step % STAGES
+    BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
+    mbarrier.expect(ready.index(slot), a_desc.block_type.nbytes + b_desc.block_type.nbytes, pred=pred)
+    tma.async_copy_global_to_shared(a_desc, [a_row, step * BLOCK_K], ready.index(slot), a_slots.index(slot), pred)
+    tma.async_copy_global_to_shared(b_desc, [b_row, step * BLOCK_K], ready.index(slot), b_slots.index(slot), pred)
+
+
+@gluon.jit
+def _dot(a_desc, b_desc, a_row, b_row, K, layout: gl.constexpr, STAGES: gl.constexpr):
+    """Σ_k A[a_row:, k] B[b_row:, k] over all of K, exact in int32 (TMA fills columns past K with 0)."""
+    BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
+    BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
+    BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
+    a_slots = gl.allocate_shared_memory(gl.int8, [STAGES, BLOCK_M, BLOCK_K], a_desc.layout)
+    b_slots = gl.allocate_shared_memory(gl.int8, [STAGES, BLOCK_N, BLOCK_K], b_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+    steps = gl.cdiv(K, BLOCK_K)
+    for step in gl.static_range(STAGES - 1):
+        _issue_loads(a_desc, b_desc, a_row, b_row, step, ready, a_slots, b_slots, STAGES, step < steps)
+
+    acc = gl.zeros((BLOCK_M, BLOCK_N), gl.int32, layout)
+    for step in range(steps):
+        slot = step % STAGES
+        mbarrier.wait(ready.index(slot), step // STAGES & 1)
+        acc = warpgroup_mma(a_slots.index(slot), b_slots.index(slot).permute((1, 0)), acc, is_async=True)
+        # The step before is done now, and its slot free: refill it with the step STAGES − 1 ahead.
+        acc = warpgroup_mma_wait(1, deps=(acc, ))
+        ahead = step + STAGES - 1
+        _issue_loads(a_desc, b_desc, a_row, b_row, ahead, ready, a_slots, b_slots, STAGES, ahead < steps)
+    acc = warpgroup_mma_wait(0, deps=(acc, ))
+    for i in gl.static_range(STAGES):
+        mbarrier.invalidate(ready.index(i))
+    return acc
+
+
+@gluon.jit
+def _requantize_store(acc, n_start, rows, b_sums_ptr, column_args, ROW_SCALES: gl.constexpr,
+                      BLOCK_N: gl.constexpr, EPILOGUE_N: gl.constexpr, leaf: gl.constexpr):
+    """qmatmul._requantize_store for the wgmma accumulator: halves of the columns down to EPILOGUE_N, each then in
+    ``leaf``, the accumulator layout of EPILOGUE_N columns (the same registers: the conversion moves nothing)."""
+    if BLOCK_N > EPILOGUE_N:
+        left, right = acc.reshape([acc.shape[0], 2, BLOCK_N // 2]).permute((0, 2, 1)).split()
+        _requantize_store(left, n_start, rows, b_sums_ptr, column_args, ROW_SCALES, BLOCK_N // 2, EPILOGUE_N, leaf)
+        _requantize_store(right, n_start + BLOCK_N // 2, rows, b_sums_ptr, column_args, ROW_SCALES, BLOCK_N // 2,
+                          EPILOGUE_N, leaf)
+    else:
+        offs_n = n_start + gl.arange(0, BLOCK_N, gl.SliceLayout(0, leaf))
+        _requantize_columns(gl.convert_layout(acc, leaf, assert_trivial=True), offs_n.to(gl.int64), rows,
+                            b_sums_ptr, column_args, ROW_SCALES)
+
+
+@gluon.jit(do_not_specialize=KERNEL_ARGUMENTS_NOT_SPECIALIZED)
+def _qmatmul_kernel(a_desc, b_desc, M, N, K, channels, num_tiles, a_rows_b, a_rows_c, b_rows_b, b_rows_c,
+                    a_sums_ptr, stride_a_sums, b_sums_ptr, stride_b_sums, terms_ptr,
+                    a_scale_ptr, stride_sa, out_scale_ptr, stride_so, a_zero_ptr, stride_za, za_mask, a_shift,
+                    out_zero_ptr, stride_zo, zo_mask, low, high, out_ptr, stride_ob, stride_oc, stride_om, stride_on,
+                    ROW_SCALES: gl.constexpr, GROUP_M: gl.constexpr, EPILOGUE_N: gl.constexpr, INSTR_N: gl.constexpr,
+                    STAGES: gl.constexpr, num_warps: gl.constexpr):
+    """qmatmul._qmatmul_kernel's tile, one per program, with the arguments of that kernel (A int8 bits, K at most
+    K_SLICE)."""
+    BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
+    BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
+    tiles = (M, N, channels, a_rows_b, a_rows_c, b_rows_b, b_rows_c)
+    row_args = (M, a_sums_ptr, stride_a_sums, a_scale_ptr, stride_sa, out_scale_ptr, stride_so, a_zero_ptr,
+                stride_za, za_mask, a_shift, out_zero_ptr, stride_zo, zo_mask, low, high, out_ptr, stride_ob,
+                stride_oc, stride_om)
+    column_args = (N, K, stride_b_sums, terms_ptr, stride_on)
+    b, c, tile_m, tile_n, a_row, b_first_row = _tile_place(gl.program_id(0), tiles, BLOCK_M, BLOCK_N, GROUP_M)
+    layout: gl.constexpr = accumulator_layout(num_warps, INSTR_N)
+    acc = _dot(a_desc, b_desc, a_row, b_first_row + tile_n * BLOCK_N, K, layout, STAGES)
+    leaf: gl.constexpr = accumulator_layout(num_warps, EPILOGUE_N)
+    rows = _row_terms(gl.arange(0, BLOCK_M, gl.SliceLayout(1, leaf)), tile_m, a_row, b, c, row_args, ROW_SCALES,
+                      BLOCK_M)
+    _requantize_store(acc, tile_n * BLOCK_N, rows, b_sums_ptr + b_first_row * stride_b_sums, column_args, ROW_SCALES,
+                      BLOCK_N, EPILOGUE_N, leaf)
