@@ -14,6 +14,9 @@ float64, which holds every integer below 2^53 exactly: |acc| ≤ K·255·255 < 2
 the 2^32 elements a tensor may hold. The exact sums are then requantized with the operator's own arithmetic, so the
 bits are the reference's: by a compiled loop that reads each sum once (numba installed), or by the operator's
 ``requantize`` in blocks of rows that stay in cache.
+
+Where numba is installed and the processor has AVX2, the exact sums come instead from an integer GEMM on 16-bit
+products (``cpu_int16_gemm``), which does twice the multiply-adds a cycle of float32 BLAS and needs no corrections.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ import numpy as np
 
 from ..ops.quantized_matmul import OUTPUT_RANGE, requantize
 from ..types import DataType
+from . import cpu_int16_gemm
+from .cpu_scan import CORES, PIECES_PER_CORE, run_on_cores
 
 try:
     import numba
@@ -32,25 +37,43 @@ except ImportError:  # NumPy alone is enough; numba only makes it faster
 FLOAT32_EXACT = 1 << 24
 # Output elements per requantization block of the NumPy path (float64: 256 KiB).
 BLOCK_ELEMENTS = 1 << 15
+# A product of this many multiply-adds (about 0.5 ms on one core) is cut into pieces for all cores; below it,
+# threads cost more than they save.
+PARALLEL_MULTIPLY_ADDS = 1 << 25
 
 
 def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point,
-                            out, compiled: bool | None = None) -> None:
+                            out, compiled: bool | None = None, products: str | None = None) -> None:
     """a {B, C, M, K}, b {B, C, K, N}, out {B, C, M, N}; scales and zero points are vectors of M or N, or None.
 
-    ``compiled`` picks the requantization (None: the compiled one where numba is installed).
+    ``compiled`` picks the requantization (None: the compiled one where numba is installed); ``products``, how the
+    exact sums are made: "int16" (the integer GEMM) or "float32" (BLAS); None: "int16" where it can run.
     """
     requantize_sums = requantize_compiled if (numba is not None if compiled is None else compiled) else \
         requantize_numpy
+    if products is None:
+        products = "int16" if cpu_int16_gemm.MADD_INSTRUCTIONS else "float32"
     m, k = a.shape[2:]
     n = b.shape[3]
-    # ã, b̃, the GEMM's result and, where K takes more than one GEMM, the float64 sum of their results: written
-    # afresh for each matrix of the batch (whose chunks are no shorter than those of the whole tensors)
-    sums = (m, n) if exact_chunk(a, b) < k else (0, 0)
-    buffers = in_one_block([((m, k), np.float32), ((k, n), np.float32), ((m, n), np.float32), (sums, np.float64)])
+    if products == "int16":
+        # ã, b̃ᵀ and the int32 sums, written afresh for each matrix of the batch
+        buffers = in_one_block(list(zip(cpu_int16_gemm.packed_shapes(m, k, n), (np.int16, np.int16, np.int32))))
+        pieces = PIECES_PER_CORE * CORES if CORES > 1 and m * n * k >= PARALLEL_MULTIPLY_ADDS else 1
+
+        def exact_sums(a, b):
+            return cpu_int16_gemm.integer_product(a, a_zero_point, b, b_zero_point, *buffers, run_on_cores,
+                                                  pieces), []
+    else:
+        # ã, b̃, the GEMM's result and, where K takes more than one GEMM, the float64 sum of their results
+        sums = (m, n) if exact_chunk(a, b) < k else (0, 0)
+        buffers = in_one_block([((m, k), np.float32), ((k, n), np.float32), ((m, n), np.float32),
+                                (sums, np.float64)])
+
+        def exact_sums(a, b):
+            return integer_product(a, a_zero_point, b, b_zero_point, buffers)
     zero_point = np.zeros(m, out.dtype) if output_zero_point is None else output_zero_point
     for index in np.ndindex(*out.shape[:2]):
-        product, corrections = integer_product(a[index], a_zero_point, b[index], b_zero_point, buffers)
+        product, corrections = exact_sums(a[index], b[index])
         requantize_sums(product, corrections, a_scale, b_scale, output_scale, zero_point, out[index])
 
 
