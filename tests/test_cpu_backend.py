@@ -3,8 +3,9 @@
 Scans run through both engines (the NumPy one, and the compiled one where numba is installed) on every axis class:
 1-D, a long inner axis, a short inner axis, an outer axis, a middle axis; both directions, exclusive or not, in
 place or not, strided, broadcast and padded. Block and segment boundaries of the NumPy engine are crossed by
-shrinking its blocks. The quantized matmul is checked across its K chunks, with zero points present and absent and
-every signedness. Outputs are poisoned first, and memory beside them must stay as it was.
+shrinking its blocks; the compiled engine's rows written with streaming stores run on small tensors by request. The quantized matmul is checked through both ways of making its exact sums (float32 BLAS,
+the integer GEMM on 16-bit products) across their K chunks, with zero points present and absent, every signedness,
+strided and broadcast operands. Outputs are poisoned first, and memory beside them must stay as it was.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dmlops.backends import cpu_qmatmul, cpu_scan
+from dmlops.backends import cpu_int16_gemm, cpu_qmatmul, cpu_scan
 from dmlops import DataType
 from dmlops.ops import cumulative as cumulative_op
 from dmlops.ops import quantized_matmul as quantized_matmul_op
@@ -105,7 +106,8 @@ def strided_scans(draw):
     return dict(shape=shape, steps=steps, broadcast=broadcast, pads=pads, permutation=permutation,
                 axis=draw(st.integers(0, rank - 1)), dtype=draw(st.sampled_from(SCAN_TYPES)),
                 variant=draw(st.sampled_from(VARIANTS)), compiled=draw(st.sampled_from(
-                    [False] + ([True] if cpu_scan.numba else []))), seed=draw(st.integers(0, 2**32 - 1)))
+                    [False] + ([True] if cpu_scan.numba else []))), stream=draw(st.booleans()),
+                seed=draw(st.integers(0, 2**32 - 1)))
 
 
 @settings(max_examples=80, deadline=None)
@@ -123,7 +125,8 @@ def test_strides_broadcasts_and_padded_outputs(case):
     buffer = poisoned([shape[d] + case["pads"][d] for d in order], dtype)
     before = buffer.copy()
     out = np.transpose(buffer[tuple(slice(0, shape[d]) for d in order)], np.argsort(order))
-    scan(case["compiled"], operation, x, out, case["axis"], reverse, exclusive)
+    cpu_scan.cumulative(operation, x, out, case["axis"], reverse, exclusive, compiled=case["compiled"],
+                        stream=case["stream"])
     assert_cumulative_matches(out, operation, x, case["axis"], reverse, exclusive)
     outside = np.ones(buffer.shape, bool)
     outside[tuple(slice(0, shape[d]) for d in order)] = False
@@ -183,6 +186,71 @@ def test_pieces_cover_each_line_once(size, pieces):
     assert len(slices) == min(size, pieces)
     assert [s.start for s in slices] + [size] == [0] + [s.stop for s in slices]
     assert all(s.stop > s.start for s in slices)
+
+
+STREAMED = pytest.mark.skipif(cpu_scan.numba is None or not cpu_scan.STREAM_STORES,
+                              reason="no numba, or no streaming stores on this processor")
+# (shape, axis): rows narrower than a vector, of one vector, of vectors and elements left over, rows that start at
+# every alignment (13 × 4 bytes apart), several lines before the axis (cut into pieces), long rows.
+STREAMED_CASES = [((40, 3), 0), ((33, 8), 0), ((29, 13), 0), ((3, 21, 37), 1), ((9, 200), 0)]
+
+
+def streamed_rows_taken(monkeypatch) -> list:
+    """Calls of the compiled rows loop that writes with streaming stores, from now on."""
+    calls = []
+    streamed = cpu_scan.scan_rows_streamed
+
+    def counted(*arguments):
+        calls.append(arguments[0].shape)
+        streamed(*arguments)
+
+    monkeypatch.setattr(cpu_scan, "scan_rows_streamed", counted)
+    return calls
+
+
+@STREAMED
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.uint32, np.int64, np.uint64, np.float64],
+                         ids=lambda t: np.dtype(t).name)
+@pytest.mark.parametrize("shape, axis", STREAMED_CASES)
+def test_streamed_rows(monkeypatch, dtype, shape, axis):
+    """Rows written with streaming stores: the reference's bits, into outputs that start at several alignments
+    inside a larger buffer whose other elements stay as they were, in place or not, on pieces of the lines."""
+    calls = streamed_rows_taken(monkeypatch)
+    rng = np.random.default_rng(shape[-1])
+    for (operation, reverse, exclusive), offset, in_place in itertools.product(VARIANTS, [0, 1, 3], [False, True]):
+        x = random_values(rng, shape, dtype, operation)
+        x.flat[0] = x.flat[-1] = -0 if x.dtype.kind == "f" else x.flat[0]  # -0.0 kept as it is at either end
+        buffer = poisoned(shape[:-1] + (shape[-1] + 4,), dtype)
+        before = buffer.copy()
+        out = buffer[..., offset:offset + shape[-1]]
+        if in_place:
+            out[...] = x
+        cpu_scan.cumulative(operation, out if in_place else x, out, axis, reverse, exclusive, compiled=True,
+                            pieces=2, stream=True)
+        assert_cumulative_matches(out, operation, x, axis, reverse, exclusive)
+        expected = cumulative_op.reference(operation, x, axis, reverse, exclusive)
+        np.testing.assert_array_equal(out.view(f"u{out.itemsize}"), expected.view(f"u{out.itemsize}"))
+        outside = np.ones(buffer.shape, bool)
+        outside[..., offset:offset + shape[-1]] = False
+        np.testing.assert_array_equal(buffer[outside], before[outside])
+    assert len(calls) >= len(VARIANTS) * 6
+
+
+@STREAMED
+def test_large_outputs_stream(monkeypatch):
+    """By default rows stream where out has STREAM_BYTES or more, and only where the rows of x and out are
+    contiguous and not FLOAT16."""
+    calls = streamed_rows_taken(monkeypatch)
+    monkeypatch.setattr(cpu_scan, "STREAM_BYTES", 40 * 16 * 4)
+    rng = np.random.default_rng(14)
+    for shape, dtype, step, streams in [((40, 16), np.float32, 1, True), ((40, 15), np.float32, 1, False),
+                                        ((40, 16), np.float32, 2, False), ((80, 16), np.float16, 1, False)]:
+        x = random_values(rng, (shape[0], shape[1] * step), dtype)[:, ::step]
+        out = poisoned(shape, dtype)
+        del calls[:]
+        cpu_scan.cumulative("sum", x, out, 0, False, False)
+        assert_cumulative_matches(out, "sum", x, 0, False, False)
+        assert calls == ([(1,) + shape] if streams else [])
 
 
 @pytest.mark.parametrize("compiled", ENGINES)
@@ -305,43 +373,48 @@ def quantized_case(rng, a_type, b_type, out_type, k, zero_points, per_element, b
 
 ZERO_POINTS = list(itertools.product([False, True], repeat=3))  # A, B, output
 REQUANTIZATIONS = [False] + ([True] if cpu_qmatmul.numba else [])  # compiled or not
+PRODUCT_ENGINES = ["float32"] + (["int16"] if cpu_int16_gemm.MADD_INSTRUCTIONS else [])
 
 
 @pytest.mark.parametrize("k", [1, 2, 257, 258, 259, 1023, 1024, 1025, 2100])
 @settings(max_examples=12, deadline=None)
 @given(types=st.tuples(*[st.sampled_from(QMM_TYPES)] * 3), zero_points=st.sampled_from(ZERO_POINTS),
-       per_element=st.booleans(), compiled=st.sampled_from(REQUANTIZATIONS), seed=st.integers(0, 2**32 - 1))
-def test_quantized_matmul_across_k_chunks(k, types, zero_points, per_element, compiled, seed):
+       per_element=st.booleans(), compiled=st.sampled_from(REQUANTIZATIONS), seed=st.integers(0, 2**32 - 1),
+       products=st.sampled_from(PRODUCT_ENGINES))
+def test_quantized_matmul_across_k_chunks(k, types, zero_points, per_element, compiled, seed, products):
     """1024 is the chunk of full-range centred values (128 · 128 · 1024 = 2^24); 258 that of uncentred ones."""
     rng = np.random.default_rng(seed)
     arguments, expected = quantized_case(rng, *types, k, zero_points, per_element, batch=(2, 1))
     out = poisoned(expected.shape, types[2])
-    cpu_qmatmul.quantized_linear_matmul(*arguments, out, compiled=compiled)
+    cpu_qmatmul.quantized_linear_matmul(*arguments, out, compiled=compiled, products=products)
     np.testing.assert_array_equal(out, expected)
 
 
 @pytest.mark.parametrize("exact_limit", [1 << 15, 40_000, 1 << 17])
 @pytest.mark.parametrize("zero_points", ZERO_POINTS[::3])
 def test_small_chunks_add_up_exactly(monkeypatch, exact_limit, zero_points):
-    """Chunks of 2, 2 and 8 at full range: many chunks and a short last one, all added in float64."""
+    """The float32 products: chunks of 2, 2 and 8 at full range: many chunks and a short last one, all added in
+    float64."""
     monkeypatch.setattr(cpu_qmatmul, "FLOAT32_EXACT", exact_limit)
     rng = np.random.default_rng(exact_limit)
     for types in itertools.product(QMM_TYPES, repeat=3):
         arguments, expected = quantized_case(rng, *types, 37, zero_points, True)
         out = poisoned(expected.shape, types[2])
-        cpu_qmatmul.quantized_linear_matmul(*arguments, out)
+        cpu_qmatmul.quantized_linear_matmul(*arguments, out, products="float32")
         np.testing.assert_array_equal(out, expected)
 
 
 def test_narrow_values_take_one_long_chunk():
-    """Values within ±3 of the zero point allow chunks of 2^24 / 9: K = 5000 in one float32 GEMM, still exact."""
+    """The float32 products: values within ±3 of the zero point allow chunks of 2^24 / 9: K = 5000 in one float32
+    GEMM, still exact."""
     rng = np.random.default_rng(10)
     arguments, _ = quantized_case(rng, np.uint8, np.int8, np.int8, 5000, (True, True, True), True)
     a, a_scale, zero_a, b, b_scale, zero_b, output_scale, zero_out = arguments
     a = (zero_a[:, None] + rng.integers(-3, 4, a.shape)).clip(0, 255).astype(np.uint8)
     b = (zero_b + rng.integers(-3, 4, b.shape)).clip(-128, 127).astype(np.int8)
     out = poisoned(a.shape[:2] + (a.shape[2], b.shape[3]), np.int8)
-    cpu_qmatmul.quantized_linear_matmul(a, a_scale, zero_a, b, b_scale, zero_b, output_scale / 50, zero_out, out)
+    cpu_qmatmul.quantized_linear_matmul(a, a_scale, zero_a, b, b_scale, zero_b, output_scale / 50, zero_out, out,
+                                        products="float32")
     expected = reference.quantized_matmul(a, a_scale[:, None], zero_a[:, None], b, b_scale, zero_b,
                                           output_scale[:, None] / 50, zero_out[:, None], np.int8)
     np.testing.assert_array_equal(out, expected)
@@ -470,3 +543,132 @@ def test_extreme_values_stay_exact(k, a_type, b_type, zero_points):
     exact = (a.astype(np.int64) - (0 if zero_a is None else zero_a[:, None])) @ \
         (b.astype(np.int64) - (0 if zero_b is None else zero_b))
     np.testing.assert_array_equal(acc, exact)
+
+
+# -- the integer GEMM on 16-bit products ---------------------------------------------------------------------------
+
+needs_madd = pytest.mark.skipif(not cpu_int16_gemm.MADD_INSTRUCTIONS, reason="no numba, or no AVX2")
+
+
+def exact_product(a, zero_a, b, zero_b):
+    """Σ_k (a − za)(b − zb) in int64, for a {M, K} and b {K, N}; zero points per row / column, or None."""
+    a = a.astype(np.int64) - (0 if zero_a is None else zero_a.astype(np.int64)[:, None])
+    return a @ (b.astype(np.int64) - (0 if zero_b is None else zero_b.astype(np.int64)))
+
+
+def int16_product(a, zero_a, b, zero_b, pieces):
+    """cpu_int16_gemm.integer_product into poisoned scratch arrays, whose padding must not change the result."""
+    buffers = [np.full(shape, 0x5A5A, dtype) for shape, dtype in
+               zip(cpu_int16_gemm.packed_shapes(a.shape[0], a.shape[1], b.shape[1]), (np.int16, np.int16, np.int32))]
+    return cpu_int16_gemm.integer_product(a, zero_a, b, zero_b, *buffers, pieces)
+
+
+@st.composite
+def strided_operands(draw):
+    """a {M, K} and b {K, N} of any types, as views with steps, transposed or broadcast along a dimension (stride
+    0); sizes that are multiples of no block (6 rows, 2 columns, 16 along K, K_BLOCK); zero points per row /
+    column, per tensor (stride 0) or absent."""
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    m, n = draw(st.integers(1, 40)), draw(st.integers(1, 40))
+    k = draw(st.sampled_from([1, 15, 17, 100, cpu_int16_gemm.K_BLOCK + 21]))
+
+    def operand(dtype, rows, columns):
+        layout = draw(st.sampled_from(["contiguous", "steps", "transposed", "broadcast"]))
+        if layout == "steps":
+            return random_values(rng, (2 * rows, 3 * columns), dtype)[::2, ::3]
+        if layout == "transposed":
+            return random_values(rng, (columns, rows), dtype).T
+        if layout == "broadcast":
+            return np.broadcast_to(random_values(rng, (1, columns), dtype), (rows, columns))
+        return random_values(rng, (rows, columns), dtype)
+
+    def zero_point(dtype, length):
+        form = draw(st.sampled_from(["absent", "per tensor", "per element"]))
+        if form == "absent":
+            return None
+        if form == "per tensor":
+            return np.broadcast_to(random_values(rng, 1, dtype), (length,))
+        return random_values(rng, length, dtype)
+
+    a_type, b_type = draw(st.sampled_from(QMM_TYPES)), draw(st.sampled_from(QMM_TYPES))
+    return (operand(a_type, m, k), zero_point(a_type, m), operand(b_type, k, n), zero_point(b_type, n),
+            draw(st.sampled_from([1, 3])))
+
+
+@needs_madd
+@settings(max_examples=60, deadline=None)
+@given(strided_operands())
+def test_int16_product_is_exact(case):
+    a, zero_a, b, zero_b, pieces = case
+    np.testing.assert_array_equal(int16_product(a, zero_a, b, zero_b, pieces), exact_product(a, zero_a, b, zero_b))
+
+
+@needs_madd
+@pytest.mark.parametrize("a_type, b_type", list(itertools.product(QMM_TYPES, repeat=2)))
+def test_int16_product_past_the_int32_chunk(a_type, b_type):
+    """K = 40 000 > 33 025: every product at ±255², so an int32 sum over the whole of K would wrap; two chunks,
+    added in float64, do not."""
+    k = 40_000
+    lowest, highest = np.iinfo(a_type).min, np.iinfo(a_type).max
+    a = np.full((3, k), lowest, a_type)
+    a[1] = highest
+    zero_a = np.array([highest, lowest, highest], a_type)
+    b = np.full((k, 2), np.iinfo(b_type).max, b_type)
+    b[::7, 1] = np.iinfo(b_type).min
+    zero_b = np.array([np.iinfo(b_type).min, np.iinfo(b_type).max], b_type)
+    product = int16_product(a, zero_a, b, zero_b, 1)
+    exact = exact_product(a, zero_a, b, zero_b)
+    assert np.abs(exact).max() > 2**31
+    np.testing.assert_array_equal(product, exact)
+
+
+@needs_madd
+def test_int16_product_adds_many_chunks(monkeypatch):
+    """Chunks of 48 along K = 1000 (the last one short), random values."""
+    monkeypatch.setattr(cpu_int16_gemm, "INT32_CHUNK", 48)
+    rng = np.random.default_rng(12)
+    a, b = random_values(rng, (13, 1000), np.uint8), random_values(rng, (1000, 9), np.int8)
+    zero_a, zero_b = random_values(rng, 13, np.uint8), random_values(rng, 9, np.int8)
+    np.testing.assert_array_equal(int16_product(a, zero_a, b, zero_b, 3), exact_product(a, zero_a, b, zero_b))
+
+
+@needs_madd
+def test_int16_kernel_multiplies_in_pairs():
+    """The kernel's loop is `vpmaddwd` (16 multiply-adds an instruction), not `vpmulld` (8). Compiled afresh: numba
+    shows no assembly of code loaded from its cache."""
+    import numba
+
+    kernel = numba.njit(cpu_int16_gemm.multiply_rows.py_func)
+    matrix = numba.types.Array(numba.int16, 2, "C")
+    signature = (matrix, matrix, numba.types.Array(numba.int32, 2, "C")) + (numba.intp,) * 4
+    kernel.compile(signature)
+    assembly = kernel.inspect_asm(kernel.signatures[0])
+    assert "vpmaddwd" in assembly and "vpmulld" not in assembly
+
+
+@pytest.mark.parametrize("products", PRODUCT_ENGINES)
+@settings(max_examples=25, deadline=None)
+@given(types=st.tuples(*[st.sampled_from(QMM_TYPES)] * 3), zero_points=st.sampled_from(ZERO_POINTS),
+       per_element=st.booleans(), compiled=st.sampled_from(REQUANTIZATIONS), seed=st.integers(0, 2**32 - 1),
+       k=st.sampled_from([1, 31, 300, 1100]), m=st.integers(1, 20), n=st.integers(1, 20))
+def test_both_products_through_batches_give_the_operators_bits(products, types, zero_points, per_element, compiled,
+                                                                 seed, k, m, n):
+    """A batch of 2 × 3 with B repeated over the batch (stride 0) and A over the channel; out is a view of a larger
+    poisoned buffer, whose other bytes must stay as they were."""
+    rng = np.random.default_rng(seed)
+    arguments, _ = quantized_case(rng, *types, k, zero_points, per_element, batch=(2, 3), m=m, n=n)
+    a, a_scale, zero_a, b, b_scale, zero_b, output_scale, zero_out = arguments
+    a = np.broadcast_to(a[:, :1], a.shape)
+    b = np.broadcast_to(b[:1], b.shape)
+    buffer = poisoned((2, 3, m + 1, n + 2), types[2])
+    before = buffer.copy()
+    out = buffer[:, :, 1:, 1:n + 1]
+    cpu_qmatmul.quantized_linear_matmul(a, a_scale, zero_a, b, b_scale, zero_b, output_scale, zero_out, out,
+                                        compiled=compiled, products=products)
+    expected = reference.quantized_matmul(
+        a, a_scale[:, None], None if zero_a is None else zero_a[:, None], b, b_scale, zero_b, output_scale[:, None],
+        None if zero_out is None else zero_out[:, None], types[2])
+    np.testing.assert_array_equal(out, expected)
+    outside = np.ones(buffer.shape, bool)
+    outside[:, :, 1:, 1:n + 1] = False
+    np.testing.assert_array_equal(buffer[outside], before[outside])

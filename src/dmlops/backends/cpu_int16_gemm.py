@@ -24,6 +24,8 @@ import functools
 
 import numpy as np
 
+from .cpu_scan import run_on_cores
+
 try:
     import numba
     from llvmlite import ir
@@ -62,30 +64,50 @@ def packed_shapes(m: int, k: int, n: int):
     return (padded(m, ROWS), row), (padded(n, COLUMNS), row), (padded(m, ROWS), padded(n, COLUMNS))
 
 
-def integer_product(a, a_zero_point, b, b_zero_point, a_packed, b_packed, sums, run_on_cores, pieces: int):
+def integer_product(a, a_zero_point, b, b_zero_point, a_packed, b_packed, sums, pieces: int = 1):
     """Σ_k (a − za)(b − zb) for a {M, K} and b {K, N}: int32 {M, N} where K ≤ INT32_CHUNK, else float64 {M, N}.
 
     a_packed, b_packed and sums are scratch arrays of ``packed_shapes``; the result is a view of sums, or a new
-    float64 array. The rows are cut into ``pieces`` that ``run_on_cores`` runs on threads (the kernel releases the
-    GIL)."""
+    float64 array. The rows (and, to pack them, the columns) are cut into ``pieces`` that threads take in turn
+    (the compiled loops release the GIL)."""
     m, k = a.shape
     n = b.shape[1]
     za = np.zeros(1, a.dtype) if a_zero_point is None else a_zero_point
     zb = np.zeros(1, b.dtype) if b_zero_point is None else b_zero_point
-    pack_rows(a, np.broadcast_to(za, (m,)), a_packed)
-    pack_columns(b, np.broadcast_to(zb, (n,)), b_packed)
-    blocks = a_packed.shape[0] // ROWS
-    count = max(1, min(blocks, pieces))
-    row_ranges = [(ROWS * (blocks * i // count), ROWS * (blocks * (i + 1) // count)) for i in range(count)]
+    za, zb = np.broadcast_to(za, (m,)), np.broadcast_to(zb, (n,))
+    for packed, size in ((a_packed, m), (b_packed, n)):  # the padding adds nothing to the sums
+        packed[size:] = 0
+        packed[:, k:] = 0
+    run_in_pieces([functools.partial(pack_rows, a, za, a_packed, *rows) for rows in cut(m, pieces, 1)] +
+                  [functools.partial(pack_columns, b, zb, b_packed, *columns) for columns in cut(n, pieces, LANES)],
+                  pieces > 1)
+    row_ranges = cut(a_packed.shape[0], pieces, ROWS)
     total = None
     length = padded(k, LANES)
     for start in range(0, length, INT32_CHUNK):
         end = min(start + INT32_CHUNK, length)
-        run_on_cores([functools.partial(multiply_rows, a_packed, b_packed, sums, *rows, start, end)
-                      for rows in row_ranges])
+        run_in_pieces([functools.partial(multiply_rows, a_packed, b_packed, sums, *rows, start, end)
+                       for rows in row_ranges], pieces > 1)
         if end < length or start > 0:
             total = sums[:m, :n].astype(np.float64) if total is None else total + sums[:m, :n]
     return sums[:m, :n] if total is None else total
+
+
+def run_in_pieces(calls, threads: bool) -> None:
+    """The calls on threads, or in turn."""
+    if threads:
+        run_on_cores(calls)
+    else:
+        for call in calls:
+            call()
+
+
+def cut(size: int, pieces: int, multiple: int):
+    """Up to ``pieces`` ranges (first, last) of about the same length that cover range(size), none empty, their
+    bounds multiples of ``multiple`` but the last."""
+    blocks = -(-size // multiple)
+    count = max(1, min(blocks, pieces))
+    return [(multiple * (blocks * i // count), min(size, multiple * (blocks * (i + 1) // count))) for i in range(count)]
 
 
 if MADD_INSTRUCTIONS:
@@ -171,25 +193,28 @@ if MADD_INSTRUCTIONS:
                                     sums[i + r, j + c] += dots[r * COLUMNS + c]
 
     @compiled
-    def pack_rows(a, zero_point, packed):
-        """packed[:M, :K] = a − zero point (per row); the padding is zero."""
-        rows, length = a.shape
-        packed[rows:] = 0
-        for i in range(rows):
+    def pack_rows(a, zero_point, packed, first, last):
+        """packed[first:last, :K] = a[first:last] − zero point (per row)."""
+        for i in range(first, last):
             shift = np.int16(zero_point[i])
             target = packed[i]
-            for k in range(length):
+            for k in range(a.shape[1]):
                 target[k] = np.int16(a[i, k]) - shift
-            target[length:] = 0
 
     @compiled
-    def pack_columns(b, zero_point, packed):
-        """packed[:N, :K] = (b − zero point (per column))ᵀ, LANES columns at a time; the padding is zero."""
-        length, columns = b.shape
-        packed[columns:] = 0
-        packed[:, length:] = 0
-        for first in range(0, columns, LANES):
-            last = min(first + LANES, columns)
-            for k in range(length):
-                for j in range(first, last):
-                    packed[j, k] = np.int16(b[k, j]) - np.int16(zero_point[j])
+    def pack_columns(b, zero_point, packed, first, last):
+        """packed[first:last, :K] = (b[:, first:last] − zero point (per column))ᵀ, through a tile of LANES × LANES
+        that stays in L1: read along rows of b, written along rows of packed."""
+        length = b.shape[0]
+        tile = np.empty((LANES, LANES), np.int16)
+        for column in range(first, last, LANES):
+            columns = min(LANES, last - column)
+            for start in range(0, length, LANES):
+                count = min(LANES, length - start)
+                for k in range(count):
+                    for j in range(columns):
+                        tile[j, k] = np.int16(b[start + k, column + j]) - np.int16(zero_point[column + j])
+                for j in range(columns):
+                    target = packed[column + j]
+                    for k in range(count):
+                        target[start + k] = tile[j, k]

@@ -26,7 +26,7 @@ import numpy as np
 from ..ops.quantized_matmul import OUTPUT_RANGE, requantize
 from ..types import DataType
 from . import cpu_int16_gemm
-from .cpu_scan import CORES, PIECES_PER_CORE, run_on_cores
+from .cpu_scan import CORES, PIECES_PER_CORE
 
 try:
     import numba
@@ -61,8 +61,7 @@ def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, 
         pieces = PIECES_PER_CORE * CORES if CORES > 1 and m * n * k >= PARALLEL_MULTIPLY_ADDS else 1
 
         def exact_sums(a, b):
-            return cpu_int16_gemm.integer_product(a, a_zero_point, b, b_zero_point, *buffers, run_on_cores,
-                                                  pieces), []
+            return cpu_int16_gemm.integer_product(a, a_zero_point, b, b_zero_point, *buffers, pieces), []
     else:
         # ã, b̃, the GEMM's result and, where K takes more than one GEMM, the float64 sum of their results
         sums = (m, n) if exact_chunk(a, b) < k else (0, 0)
