@@ -10,9 +10,13 @@ floor, this machine's copy bandwidth (``np.copyto`` of 256 MiB). NumPy has no re
 scans, flips back and subtracts the input (exclusive sums). dmlops runs as installed (its compiled engine where
 numba is installed, large scans on all cores), on one core, and with its NumPy-only engine.
 
-The quantized matmul counts 2·M·N·K operations and is compared with the floor for an exact float product, float32
-BLAS (sgemm) of the same size. dmlops runs as installed (the requantization compiled where numba is installed) and
-with NumPy's requantization. NumPy's integer matmul never uses BLAS; it is timed on 64 rows and reported as a rate.
+The quantized matmul counts 2·M·N·K operations and is compared with float32 BLAS (sgemm) of the same size, the
+ceiling of an exact product made through it. dmlops runs as installed (the integer GEMM on 16-bit products and the
+compiled requantization where numba is installed and the processor has AVX2) and as it runs with NumPy alone
+(float32 BLAS products, NumPy's requantization). NumPy's integer matmul never uses BLAS; it is timed on 64 rows and
+reported as a rate.
+
+    python benchmarks/cpu.py --rows matmul     # only the quantized matmul (or: scans)
 """
 
 from __future__ import annotations
@@ -151,12 +155,12 @@ def matmul_rows(repeats: int):
              helper.make_tensor("y_zero", TensorProto.UINT8, [], [out_zero])])
         out = np.empty((n, n), np.uint8)
 
-        def run_backend(compiled):
-            """The backend's call as the array API makes it: 4-D tensors, vectors of M or N."""
+        def numpy_only():
+            """The backend's call as the array API makes it (4-D tensors, vectors of M or N), as without numba."""
             vector = np.broadcast_to
-            return lambda: cpu_qmatmul.quantized_linear_matmul(
+            cpu_qmatmul.quantized_linear_matmul(
                 a[None, None], vector(a_scale, (n,)), vector(a_zero, (n,)), b[None, None], b_scale, b_zero,
-                vector(out_scale, (n,)), vector(out_zero, (n,)), out[None, None], compiled=compiled)
+                vector(out_scale, (n,)), vector(out_zero, (n,)), out[None, None], compiled=False, products="float32")
 
         sgemm_a = rng.standard_normal((n, n), dtype=np.float32)
         sgemm_b = rng.standard_normal((n, n), dtype=np.float32)
@@ -164,7 +168,7 @@ def matmul_rows(repeats: int):
         times = median_times({
             "dmlops": lambda: dmlops.quantized_linear_matmul(a, a_scale, a_zero, b, b_scale, b_zero, out_scale,
                                                              out_zero, out=out),
-            "dmlops NumPy requantization": run_backend(False),
+            "dmlops NumPy-only": numpy_only,
             "ONNX Runtime": lambda: session.run(None, {"a": a, "b": b}),
             "sgemm": lambda: sgemm_a @ sgemm_b,
         }, repeats)
@@ -174,24 +178,29 @@ def matmul_rows(repeats: int):
         dmlops.quantized_linear_matmul(a, a_scale, a_zero, b, b_scale, b_zero, out_scale, out_zero, out=out)
         difference = np.abs(out.astype(np.int16) - session.run(None, {"a": a, "b": b})[0]).max()
         dml, ort, floor = rates["dmlops"], rates["ONNX Runtime"], rates["sgemm"]
-        print(f"| {n} | {dml:.1f} | {rates['dmlops NumPy requantization']:.1f} | {ort:.1f} | {numpy_rate:.2f} | "
+        print(f"| {n} | {dml:.1f} | {rates['dmlops NumPy-only']:.1f} | {ort:.1f} | {numpy_rate:.2f} | "
               f"{floor:.1f} | {dml / ort:.2f} | {dml / floor:.2f} | {difference} |", flush=True)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=7)
-    repeats = parser.parse_args().repeats
+    parser.add_argument("--rows", choices=["all", "scans", "matmul"], default="all")
+    arguments = parser.parse_args()
+    repeats = arguments.repeats
     print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores; numpy {np.__version__}, "
           f"onnxruntime {onnxruntime.__version__}, onnx {onnx.__version__}, "
           f"numba {cpu_scan.numba.__version__ if cpu_scan.numba else 'absent'}; median of {repeats} rounds")
-    copy = copy_bandwidth(repeats)
-    print(f"\nFloor: copy bandwidth {copy:.2f} GB/s (bytes read + written)\n")
-    print("| scan (cumulative sum) | type | variant | dmlops GB/s | dmlops 1 core | dmlops NumPy-only | ONNX Runtime | "
-          "NumPy | dmlops / ORT | dmlops / copy |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    scan_rows(repeats, copy)
-    print("\n| quantized matmul n×n×n | dmlops GOPS | dmlops NumPy requantization | ONNX Runtime | NumPy int32 matmul | "
+    if arguments.rows != "matmul":
+        copy = copy_bandwidth(repeats)
+        print(f"\nFloor: copy bandwidth {copy:.2f} GB/s (bytes read + written)\n")
+        print("| scan (cumulative sum) | type | variant | dmlops GB/s | dmlops 1 core | dmlops NumPy-only | "
+              "ONNX Runtime | NumPy | dmlops / ORT | dmlops / copy |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
+        scan_rows(repeats, copy)
+    if arguments.rows == "scans":
+        return
+    print("\n| quantized matmul n×n×n | dmlops GOPS | dmlops NumPy-only | ONNX Runtime | NumPy int32 matmul | "
           "floor: sgemm GFLOP/s | dmlops / ORT | dmlops / sgemm | max |dmlops − ORT| |")
     print("|---|---|---|---|---|---|---|---|---|")
     matmul_rows(repeats)
