@@ -3,8 +3,9 @@
 Scans run through both engines (the NumPy one, and the compiled one where numba is installed) on every axis class:
 1-D, a long inner axis, a short inner axis, an outer axis, a middle axis; both directions, exclusive or not, in
 place or not, strided, broadcast and padded. Block and segment boundaries of the NumPy engine are crossed by
-shrinking its blocks. The quantized matmul is checked through both ways of making its exact sums (float32 BLAS,
-the integer GEMM on 16-bit products) across their K chunks, with zero points present and absent, every signedness,
+shrinking its blocks; the compiled engine's rows written with streaming stores run on small tensors by request.
+The quantized matmul is checked through both ways of making its exact sums (float32 BLAS, the integer GEMM on
+16-bit products) across their K chunks, with zero points present and absent, every signedness,
 strided and broadcast operands. Outputs are poisoned first, and memory beside them must stay as it was.
 """
 
@@ -106,7 +107,8 @@ def strided_scans(draw):
     return dict(shape=shape, steps=steps, broadcast=broadcast, pads=pads, permutation=permutation,
                 axis=draw(st.integers(0, rank - 1)), dtype=draw(st.sampled_from(SCAN_TYPES)),
                 variant=draw(st.sampled_from(VARIANTS)), compiled=draw(st.sampled_from(
-                    [False] + ([True] if cpu_scan.numba else []))), seed=draw(st.integers(0, 2**32 - 1)))
+                    [False] + ([True] if cpu_scan.numba else []))), stream=draw(st.booleans()),
+                seed=draw(st.integers(0, 2**32 - 1)))
 
 
 @settings(max_examples=80, deadline=None)
@@ -124,7 +126,8 @@ def test_strides_broadcasts_and_padded_outputs(case):
     buffer = poisoned([shape[d] + case["pads"][d] for d in order], dtype)
     before = buffer.copy()
     out = np.transpose(buffer[tuple(slice(0, shape[d]) for d in order)], np.argsort(order))
-    scan(case["compiled"], operation, x, out, case["axis"], reverse, exclusive)
+    cpu_scan.cumulative(operation, x, out, case["axis"], reverse, exclusive, compiled=case["compiled"],
+                        stream=case["stream"])
     assert_cumulative_matches(out, operation, x, case["axis"], reverse, exclusive)
     outside = np.ones(buffer.shape, bool)
     outside[tuple(slice(0, shape[d]) for d in order)] = False
@@ -184,6 +187,72 @@ def test_pieces_cover_each_line_once(size, pieces):
     assert len(slices) == min(size, pieces)
     assert [s.start for s in slices] + [size] == [0] + [s.stop for s in slices]
     assert all(s.stop > s.start for s in slices)
+
+
+STREAMED = pytest.mark.skipif(cpu_scan.numba is None or not cpu_scan.STREAM_STORES,
+                              reason="no numba, or no streaming stores on this processor")
+# (shape, axis): rows narrower than a vector, of one vector, of vectors and elements left over, rows that start at
+# every alignment (13 × 4 bytes apart), several lines before the axis (cut into pieces), long rows.
+STREAMED_CASES = [((40, 3), 0), ((33, 8), 0), ((29, 13), 0), ((3, 21, 37), 1), ((9, 200), 0)]
+
+
+def streamed_rows_taken(monkeypatch) -> list:
+    """Calls of the compiled rows loop that writes with streaming stores, from now on."""
+    calls = []
+    streamed = cpu_scan.scan_rows_streamed
+
+    def counted(*arguments):
+        calls.append(arguments[0].shape)
+        streamed(*arguments)
+
+    monkeypatch.setattr(cpu_scan, "scan_rows_streamed", counted)
+    return calls
+
+
+@STREAMED
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.uint32, np.int64, np.uint64, np.float64],
+                         ids=lambda t: np.dtype(t).name)
+@pytest.mark.parametrize("shape, axis", STREAMED_CASES)
+def test_streamed_rows(monkeypatch, dtype, shape, axis):
+    """Rows written with streaming stores: the reference's bits, into outputs that start at several alignments
+    inside a larger buffer whose other elements stay as they were, in place or not, on pieces of the lines."""
+    calls = streamed_rows_taken(monkeypatch)
+    rng = np.random.default_rng(shape[-1])
+    for (operation, reverse, exclusive), offset, in_place in itertools.product(VARIANTS, [0, 1, 3], [False, True]):
+        x = random_values(rng, shape, dtype, operation)
+        if x.dtype.kind == "f":
+            x.flat[0] = x.flat[-1] = -0.0  # at either end, kept as it is
+        buffer = poisoned(shape[:-1] + (shape[-1] + 4,), dtype)
+        before = buffer.copy()
+        out = buffer[..., offset:offset + shape[-1]]
+        if in_place:
+            out[...] = x
+        cpu_scan.cumulative(operation, out if in_place else x, out, axis, reverse, exclusive, compiled=True,
+                            pieces=2, stream=True)
+        assert_cumulative_matches(out, operation, x, axis, reverse, exclusive)
+        expected = cumulative_op.reference(operation, x, axis, reverse, exclusive)
+        np.testing.assert_array_equal(out.view(f"u{out.itemsize}"), expected.view(f"u{out.itemsize}"))
+        outside = np.ones(buffer.shape, bool)
+        outside[..., offset:offset + shape[-1]] = False
+        np.testing.assert_array_equal(buffer[outside], before[outside])
+    assert len(calls) >= len(VARIANTS) * 6
+
+
+@STREAMED
+def test_large_outputs_stream(monkeypatch):
+    """By default rows stream where out has STREAM_BYTES or more, and only where the rows of x and out are
+    contiguous and not FLOAT16."""
+    calls = streamed_rows_taken(monkeypatch)
+    monkeypatch.setattr(cpu_scan, "STREAM_BYTES", 40 * 16 * 4)
+    rng = np.random.default_rng(14)
+    for shape, dtype, step, streams in [((40, 16), np.float32, 1, True), ((40, 15), np.float32, 1, False),
+                                        ((40, 16), np.float32, 2, False), ((80, 16), np.float16, 1, False)]:
+        x = random_values(rng, (shape[0], shape[1] * step), dtype)[:, ::step]
+        out = poisoned(shape, dtype)
+        del calls[:]
+        cpu_scan.cumulative("sum", x, out, 0, False, False)
+        assert_cumulative_matches(out, "sum", x, 0, False, False)
+        assert calls == ([(1,) + shape] if streams else [])
 
 
 @pytest.mark.parametrize("compiled", ENGINES)

@@ -7,7 +7,9 @@ its end and exclusive writes the tally before adding: neither flips nor shifts a
 Two engines scan such views. With numba installed (optional: ``pip install dmlops[fast]``), a compiled loop walks
 memory once, keeping the running values in registers (one line at a time) or in a row that stays in L1 (rows of
 lines, a vector at a time); it adds in the order of the walk, as the reference does, so its float results are the
-reference's bits, and it converts FLOAT16 with the processor's own instructions. Without numba, NumPy does it:
+reference's bits, and it converts FLOAT16 with the processor's own instructions. On x86-64 a large output is
+written past the cache along an outer axis (streaming stores: a store to a line not in cache otherwise reads the
+line first, half as much traffic again as the scan's own). Without numba, NumPy does it:
 whole rows at a time along an outer or short axis, ``ufunc.accumulate`` along long inner lines. FLOAT16
 (accumulated in float32) and exclusive scans in place, whose outputs overwrite inputs still to be added, go
 through float32 / scratch blocks there, so that the whole tensor is never converted or copied at once.
@@ -47,20 +49,32 @@ PARALLEL_ELEMENTS = 1 << 20
 PIECES_PER_CORE = 4
 CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
+# Compiled engine: an output of this many bytes or more is written with streaming stores along an outer axis, where
+# the rows loop takes it. Below it the output may well be read again from the cache, which streaming stores bypass.
+STREAM_BYTES = 8 << 20
+STREAM_STORES = platform.machine().lower() in ("x86_64", "amd64")  # the fence after them is an x86 instruction
+VECTOR_BYTES = 32  # a streaming vector store writes this many bytes at an address aligned to them (AVX)
+
 UFUNCS = {"sum": np.add, "product": np.multiply}
 IDENTITIES = {"sum": 0, "product": 1}
 
 
 def cumulative(operation: str, x: np.ndarray, out: np.ndarray, axis: int, reverse: bool, exclusive: bool,
-               compiled: bool | None = None, pieces: int | None = None) -> None:
+               compiled: bool | None = None, pieces: int | None = None, stream: bool | None = None) -> None:
     """out = the running sum or product of x along axis; out may be x itself (in place).
 
     ``compiled`` picks the engine (None: the compiled one where numba is installed and can run x's type);
     ``pieces``, into how many independent scans (of lines before the axis) each view is cut for the cores (None:
-    by the view's size).
+    by the view's size); ``stream``, whether the compiled engine may write rows with streaming stores (None: where
+    out has STREAM_BYTES or more).
     """
     can_compile = numba is not None and (x.dtype != np.float16 or HALF_INSTRUCTIONS)
-    scan = scan_compiled if (can_compile if compiled is None else compiled and can_compile) else scan_numpy
+    if can_compile if compiled is None else compiled and can_compile:
+        if stream is None:
+            stream = out.nbytes >= STREAM_BYTES
+        scan = functools.partial(scan_compiled, stream=stream and STREAM_STORES)
+    else:
+        scan = scan_numpy
     accumulation = ACCUMULATION_DTYPE.get(DataType.from_numpy(x.dtype), x.dtype)
     for x3, out3 in views_3d(x, out, axis):
         count = pieces
@@ -301,19 +315,130 @@ if numba is not None:
                         store(target, q, after)
 
 
-def scan_compiled(operation, x3, out3, accumulation, reverse, exclusive) -> None:
-    """Scan (P, L, Q) views in one compiled pass; x3 may be out3 (in place)."""
+def scan_compiled(operation, x3, out3, accumulation, reverse, exclusive, stream=False) -> None:
+    """Scan (P, L, Q) views in one compiled pass; x3 may be out3 (in place). ``stream``: the output is large
+    enough for streaming stores, which the rows take where both x3's and out3's are contiguous (not FLOAT16)."""
     combine = add if operation == "sum" else multiply
+    identity = accumulation.type(IDENTITIES[operation])
+    width = x3.shape[2]
+    if (stream and width > 1 and x3.dtype != np.float16 and out3.flags.aligned
+            and x3.strides[2] == out3.strides[2] == x3.itemsize):
+        scan_rows_streamed(x3, out3, combine, identity, reverse, exclusive,
+                           vector_aligned(width, accumulation, out3.ctypes.data))
+        return
     if x3.dtype == np.float16:  # numba has no float16: the loops read and write its bits
         x3, out3, load, store = x3.view(np.uint16), out3.view(np.uint16), load_half, store_half
     else:
         load, store = load_value, store_value
-    identity = accumulation.type(IDENTITIES[operation])
-    if x3.shape[2] == 1:  # 2-D, so that contiguous lines compile as such
+    if width == 1:  # 2-D, so that contiguous lines compile as such
         scan_lines_compiled(x3[:, :, 0], out3[:, :, 0], combine, load, store, identity, reverse, exclusive)
     else:
         scan_rows_compiled(x3, out3, combine, load, store, identity, reverse, exclusive,
-                           np.empty(x3.shape[2], accumulation))
+                           np.empty(width, accumulation))
+
+
+def vector_aligned(size: int, dtype: np.dtype, address: int) -> np.ndarray:
+    """An empty array of ``size`` whose elements fall on VECTOR_BYTES boundaries where those of an array at
+    ``address`` (a multiple of the item size) do, so that the running row's vectors are as aligned as the output's
+    (a vector split across two cache lines costs both)."""
+    lanes = VECTOR_BYTES // dtype.itemsize
+    block = np.empty(size + lanes, dtype)
+    start = (address - block.ctypes.data) % VECTOR_BYTES // dtype.itemsize
+    return block[start:start + size]
+
+
+if numba is not None and STREAM_STORES:
+    # Rows of the outer axis written past the cache. Each step of a row is one intrinsic, so that its vectors are
+    # the code's own and need no vectoriser (numba's will not emit streaming stores, and a streaming store of
+    # values computed lane by lane stops the loop around it vectorising).
+
+    def streamed_step(vector: bool):
+        """An intrinsic step(combine, source, tally, target, q, exclusive): for the VECTOR_BYTES // itemsize
+        elements from q on (one if not ``vector``), tally ⊕= source, and target = the tally after (before, if
+        exclusive) through a streaming store, which needs target[q] on a boundary of its size. combine is add or
+        multiply."""
+        @intrinsic
+        def step(typing_context, combine, source, tally, target, q, exclusive):
+            dtype = source.dtype
+            lanes = VECTOR_BYTES // (dtype.bitwidth // 8) if vector else 1
+            floating = isinstance(dtype, numba.types.Float)
+            instruction = {"add": ("fadd", "add"), "multiply": ("fmul", "mul")}[combine.dispatcher.py_func.__name__]
+
+            def codegen(context, builder, signature, arguments):
+                def pointer(array_type, array, value_type):
+                    data = context.make_array(array_type)(context, builder, array).data
+                    return builder.bitcast(builder.gep(data, [arguments[4]]), value_type.as_pointer())
+
+                element = context.get_data_type(dtype)
+                value_type = ir.VectorType(element, lanes) if vector else element
+                source_at, tally_at, target_at = (pointer(signature.args[k], arguments[k], value_type)
+                                                  for k in (1, 2, 3))
+                value = builder.load(source_at, align=1)  # x may sit anywhere
+                before = builder.load(tally_at, align=dtype.bitwidth // 8)
+                after = getattr(builder, instruction[0 if floating else 1])(before, value)
+                builder.store(after, tally_at, align=dtype.bitwidth // 8)
+                # one float alone: movntss where the processor has SSE4A (AMD), else LLVM makes an ordinary store
+                stored = builder.store(builder.select(arguments[5], before, after), target_at,
+                                       align=lanes * dtype.bitwidth // 8)
+                stored.set_metadata("nontemporal", builder.module.add_metadata([ir.IntType(32)(1)]))
+                return context.get_dummy_value()
+
+            return numba.types.none(combine, source, tally, target, q, exclusive), codegen
+
+        return step
+
+    stream_vector, stream_element = streamed_step(True), streamed_step(False)
+
+    @intrinsic
+    def store_fence(typing_context):
+        """sfence: streaming stores are weakly ordered; it makes them visible before any later store (the
+        thread pool's signal that a piece is done)."""
+        def codegen(context, builder, signature, arguments):
+            fence = builder.module.declare_intrinsic("llvm.x86.sse.sfence", fnty=ir.FunctionType(ir.VoidType(), []))
+            builder.call(fence, [])
+            return context.get_dummy_value()
+
+        return numba.types.none(), codegen
+
+    @compiled
+    def scan_rows_streamed(x, out, combine, identity, reverse, exclusive, tally):
+        """scan_rows_compiled for rows contiguous in x and out (not FLOAT16), rows after the first written with
+        streaming stores: elements one at a time up to a VECTOR_BYTES boundary of out, vectors, and the elements
+        left, in the direction of the walk. tally ({Q}) is as aligned as out's rows."""
+        length, width = x.shape[1], x.shape[2]
+        lanes = VECTOR_BYTES // x.itemsize
+        step = -1 if reverse else 1
+        for p in range(x.shape[0]):
+            i = length - 1 if reverse else 0
+            source, target = x[p, i], out[p, i]
+            for q in range(width):
+                tally[q] = source[q]  # the first row as it is (identity ⊕ x would turn -0.0 into +0.0)
+                target[q] = identity if exclusive else source[q]
+            for _ in range(length - 1):
+                i += step
+                source, target = x[p, i], out[p, i]
+                head = min(width, (VECTOR_BYTES - target.ctypes.data % VECTOR_BYTES) % VECTOR_BYTES // x.itemsize)
+                tail = head + (width - head) // lanes * lanes
+                # the vectors in while loops: a range of step ``lanes`` made the loop slower (28 against 32 GB/s)
+                if reverse:
+                    for q in range(width - 1, tail - 1, -1):
+                        stream_element(combine, source, tally, target, q, exclusive)
+                    q = tail - lanes
+                    while q >= head:
+                        stream_vector(combine, source, tally, target, q, exclusive)
+                        q -= lanes
+                    for q in range(head - 1, -1, -1):
+                        stream_element(combine, source, tally, target, q, exclusive)
+                else:
+                    for q in range(head):
+                        stream_element(combine, source, tally, target, q, exclusive)
+                    q = head
+                    while q < tail:
+                        stream_vector(combine, source, tally, target, q, exclusive)
+                        q += lanes
+                    for q in range(tail, width):
+                        stream_element(combine, source, tally, target, q, exclusive)
+        store_fence()
 
 
 def half_instructions() -> bool:
