@@ -203,11 +203,11 @@ CANDIDATES = {  # by shape class: M ≤ 64 (decode-like) and the rest; programs_
               C(128, 128, 128, num_warps=4, num_stages=3, programs_per_sm=2),
               # gluon: the Gluon kernel (sm_90), wgmma kept in flight over num_stages shared-memory slots
               C(128, 256, 128, num_warps=8, num_stages=4, epilogue_n=64, gluon=True),
-              C(128, 256, 128, num_warps=8, num_stages=3, epilogue_n=64, gluon=True),
+              C(128, 256, 128, num_warps=8, num_stages=4, epilogue_n=64, programs_per_sm=1, gluon=True),
               C(128, 256, 128, num_warps=8, num_stages=4, epilogue_n=32, gluon=True),
               C(256, 128, 128, num_warps=8, num_stages=4, epilogue_n=32, gluon=True),
-              C(128, 128, 128, num_warps=4, num_stages=3, gluon=True),
-              C(128, 128, 128, num_warps=4, num_stages=4, gluon=True)],
+              C(256, 128, 128, num_warps=8, num_stages=4, epilogue_n=32, programs_per_sm=1, gluon=True),
+              C(128, 128, 128, num_warps=4, num_stages=3, programs_per_sm=2, gluon=True)],
 }
 
 
@@ -215,11 +215,17 @@ def shape_class(shape) -> str:
     return "small_m" if shape[0] <= 64 else "large"
 
 
-def compile_cases(shapes):
+def candidates(shape, chosen):
+    """The candidates of the shape's class, or those of them numbered in ``chosen``."""
+    listed = CANDIDATES[shape_class(shape)]
+    return listed if chosen is None else [listed[i] for i in chosen]
+
+
+def compile_cases(shapes, chosen):
     """One shape of each class, with every candidate of the class and both types of A: the kernels it compiles
     serve the other shapes of the class too (the same specialization: dimensions multiples of 16)."""
     first = {shape_class(shape): shape for shape in reversed(shapes)}
-    return [(shape, config, signed_a) for name, shape in first.items() for config in CANDIDATES[name]
+    return [(shape, config, signed_a) for shape in first.values() for config in candidates(shape, chosen)
             for signed_a in (False, True)]
 
 
@@ -235,12 +241,12 @@ def compile_case(case) -> str | None:
     return None
 
 
-def configs(shapes, jobs: int):
+def configs(shapes, jobs: int, chosen=None):
     """TOPS of each candidate configuration, B persisted, A uint8 (flipped in the kernel) and int8. The candidates
     are compiled by ``jobs`` worker processes first, so that the timing process finds them in Triton's cache."""
     if jobs > 1:
         with multiprocessing.get_context("spawn").Pool(jobs) as pool:
-            for error in pool.imap_unordered(compile_case, compile_cases(shapes)):
+            for error in pool.imap_unordered(compile_case, compile_cases(shapes, chosen)):
                 if error:
                     print(error, flush=True)
     generator = torch.Generator(device="cuda").manual_seed(0)
@@ -248,7 +254,7 @@ def configs(shapes, jobs: int):
         problem = Problem(m, k, n, generator)
         expected = problem.exact()
         signed = Problem(m, k, n, generator, signed_a=True)
-        for config in CANDIDATES[shape_class((m, k, n))]:
+        for config in candidates((m, k, n), chosen):
             try:
                 unsigned_tops = tops(problem, lambda: problem.dmlops(problem.b_persisted, config))
                 exact = torch.equal(problem.dmlops(problem.b_persisted, config), expected)
@@ -286,13 +292,14 @@ def main():
     parser.add_argument("--jobs", type=int, default=1, help="processes compiling the candidates first (--configs)")
     parser.add_argument("--overhead", action="store_true", help="profile the host time of eager calls")
     parser.add_argument("--shapes", help="M,K,N;M,K,N… instead of the default list")
+    parser.add_argument("--candidates", help="i,j,…: only these candidates of each class (--configs)")
     args = parser.parse_args()
     shapes = [(n, n, n) for n in SQUARE] + LLM
     if args.shapes:
         shapes = [tuple(int(x) for x in shape.split(",")) for shape in args.shapes.split(";")]
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}")
     if args.configs:
-        configs(shapes, args.jobs)
+        configs(shapes, args.jobs, args.candidates and [int(i) for i in args.candidates.split(",")])
         return
     if args.overhead:
         for shape in shapes:

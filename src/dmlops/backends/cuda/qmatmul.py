@@ -465,7 +465,7 @@ def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, 
     if config.gluon:
         from . import qmatmul_hopper
 
-        qmatmul_hopper._qmatmul_kernel[(num_tiles,)](
+        qmatmul_hopper._qmatmul_kernel[(programs,)](
             qmatmul_hopper.operand_descriptor(a_operand.rows, config.block_m, config.block_k),
             qmatmul_hopper.operand_descriptor(b_operand.rows, config.block_n, config.block_k), *arguments,
             ROW_SCALES=row_scales, GROUP_M=config.group_m, EPILOGUE_N=config.epilogue_n,
