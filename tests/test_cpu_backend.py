@@ -568,7 +568,7 @@ def int16_product(a, zero_a, b, zero_b, pieces):
 @st.composite
 def strided_operands(draw):
     """a {M, K} and b {K, N} of any types, as views with steps, transposed or broadcast along a dimension (stride
-    0); sizes that are multiples of no block (6 rows, 2 columns, 16 along K, K_BLOCK); zero points per row /
+    0); sizes that are multiples of no block (6 rows, 16 columns, 2 along K, K_BLOCK); zero points per row /
     column, per tensor (stride 0) or absent."""
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     m, n = draw(st.integers(1, 40)), draw(st.integers(1, 40))
@@ -626,10 +626,10 @@ def test_int16_product_past_the_int32_chunk(a_type, b_type):
 
 @needs_madd
 def test_int16_product_adds_many_chunks(monkeypatch):
-    """Chunks of 48 along K = 1000 (the last one short), random values."""
+    """Chunks of 48 along K = 1001 (the last one short), random values."""
     monkeypatch.setattr(cpu_int16_gemm, "INT32_CHUNK", 48)
     rng = np.random.default_rng(12)
-    a, b = random_values(rng, (13, 1000), np.uint8), random_values(rng, (1000, 9), np.int8)
+    a, b = random_values(rng, (13, 1001), np.uint8), random_values(rng, (1001, 9), np.int8)
     zero_a, zero_b = random_values(rng, 13, np.uint8), random_values(rng, 9, np.int8)
     np.testing.assert_array_equal(int16_product(a, zero_a, b, zero_b, 3), exact_product(a, zero_a, b, zero_b))
 
@@ -641,8 +641,8 @@ def test_int16_kernel_multiplies_in_pairs():
     import numba
 
     kernel = numba.njit(cpu_int16_gemm.multiply_rows.py_func)
-    matrix = numba.types.Array(numba.int16, 2, "C")
-    signature = (matrix, matrix, numba.types.Array(numba.int32, 2, "C")) + (numba.intp,) * 4
+    packed = numba.types.Array(numba.int16, 2, "C"), numba.types.Array(numba.int16, 4, "C")
+    signature = packed + (numba.types.Array(numba.int32, 2, "C"),) + (numba.intp,) * 4
     kernel.compile(signature)
     assembly = kernel.inspect_asm(kernel.signatures[0])
     assert "vpmaddwd" in assembly and "vpmulld" not in assembly

@@ -2,29 +2,34 @@
 
 The operands are shifted by their zero points into int16, ã = a − za and b̃ = b − zb (|ã|, |b̃| ≤ 255), and
 Σ_k ã·b̃ is computed directly, with no correction terms: `vpmaddwd` multiplies 16 pairs of int16 and adds
-neighbouring products into 8 int32 lanes, 16 multiply-adds an instruction, two instructions a cycle on Zen 3
+neighbouring products into 8 int32 lanes, 16 multiply-adds an instruction, about two instructions a cycle on Zen 3
 (twice the rate of float32 FMAs). An int32 sum of products of magnitude ≤ 255² = 65 025 is exact for K up to
 2^31 / 65 025 = 33 025 terms, so K is taken in chunks of INT32_CHUNK and longer products add their chunks in
 float64 (exact below 2^53).
 
-LLVM turns a dot product written in plain code into `vpmaddwd` only when each loaded value feeds one product;
-in a register-blocked kernel each row of ã meets several columns of b̃, and the loop then compiles to `vpmulld`
-(8 multiplies an instruction, at half the rate). So the inner loop is written as LLVM IR (``block_dots``):
-ROWS × COLUMNS dot products over a run of K, each a <8 x i32> accumulator, ã packed as rows {M, K} and b̃
-transposed as rows {N, K}, K contiguous in both and padded with zeros to a multiple of 16. With 6 × 2 the 12
-accumulators, 2 columns, 1 row and 1 product fill the 16 vector registers without spilling.
+Layout, as in BLAS kernels: ã stays in rows {M, K}; b̃ is packed in blocks of 16 columns, each block K/2 steps of
+16 columns × 2 consecutive k ({N/16, K/2, 16, 2}). A step of the kernel broadcasts one pair (ã[i, k], ã[i, k + 1])
+of each of ROWS rows and multiplies it with the block's 16 pairs (b̃[k, j], b̃[k + 1, j]): `vpmaddwd` then yields
+ã[i, k]·b̃[k, j] + ã[i, k + 1]·b̃[k + 1, j] in lane j, so the sums build up with columns along the lanes, need no
+horizontal reduction, and are stored as vectors. 6 rows × 16 columns are 12 accumulators, which with 2 column
+vectors, 1 broadcast and 1 product fill the 16 vector registers without spilling.
 
-Cache blocking: a run of K_BLOCK columns of ROWS rows of ã (12 KiB) stays in L1 while the kernel walks a panel of
-COLUMN_PANEL rows of b̃ (256 KiB), which stays in L2 while the kernel walks the rows.
+LLVM does not reach `vpmaddwd` from such a loop written in plain code (it matches only dot products whose loaded
+values each feed one product, and compiles a register-blocked kernel to `vpmulld`, 8 multiplies an instruction),
+so the kernel's loop is written as LLVM IR (``block_products``).
+
+Cache blocking: ROWS rows × K_BLOCK of ã (12 KiB) stay in L1 while the kernel walks a panel of PANEL_BLOCKS
+column blocks of b̃ (256 KiB), which stays in L2 while the kernel walks the rows.
 """
 
 from __future__ import annotations
 
 import functools
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from .cpu_scan import run_on_cores
+from .cpu_scan import CORES
 
 try:
     import numba
@@ -35,10 +40,14 @@ except ImportError:  # NumPy alone is enough; the float32 path is used instead
     numba = None
 
 LANES = 16  # int16 in a 256-bit vector
-ROWS, COLUMNS = 6, 2  # dot products of one kernel call
-K_BLOCK = 1024  # multiple of LANES
-COLUMN_PANEL = 128  # multiple of COLUMNS; K_BLOCK · COLUMN_PANEL int16 = 256 KiB
+ROWS = 6  # rows of one kernel call
+COLUMNS = 16  # columns of one kernel call (a block of b̃): two vectors of 8 int32 sums
+K_BLOCK = 1024  # even
+PANEL_BLOCKS = 8  # column blocks of a panel: K_BLOCK · COLUMNS · PANEL_BLOCKS int16 = 256 KiB
 INT32_CHUNK = 32 * K_BLOCK  # 32 768 · 255² < 2^31: int32 sums of one chunk are exact
+# Threads for the pieces of a product, started on first use and kept: starting a pool for each call costs about
+# 0.3 ms, a sixth of a 512³ product.
+PIECE_THREADS = ThreadPoolExecutor(CORES)
 
 
 def madd_instructions() -> bool:
@@ -57,11 +66,12 @@ def padded(size: int, multiple: int) -> int:
 
 
 def packed_shapes(m: int, k: int, n: int):
-    """Shapes of ã {M, K} and b̃ᵀ {N, K} padded for the kernel, and of the int32 sums {M, N} it writes. Rows of ã
-    and b̃ᵀ hold K padded to a multiple of LANES and one vector more, unread: rows a power of two of bytes apart
-    would fall in the same L1 sets, and the 8 rows the kernel reads at once would evict each other."""
-    row = padded(k, LANES) + LANES
-    return (padded(m, ROWS), row), (padded(n, COLUMNS), row), (padded(m, ROWS), padded(n, COLUMNS))
+    """Shapes of ã {M, K}, b̃ in blocks {N/16, K/2, 16, 2} and the int32 sums {M, N}, padded for the kernel. Rows
+    of ã hold K padded to even and one vector more, unread: rows a power of two of bytes apart would fall in the
+    same L1 sets, and the ROWS rows the kernel reads at once would evict each other."""
+    length = padded(k, 2)
+    rows, columns = padded(m, ROWS), padded(n, COLUMNS)
+    return (rows, length + LANES), (columns // COLUMNS, length // 2, COLUMNS, 2), (rows, columns)
 
 
 def integer_product(a, a_zero_point, b, b_zero_point, a_packed, b_packed, sums, pieces: int = 1):
@@ -75,15 +85,14 @@ def integer_product(a, a_zero_point, b, b_zero_point, a_packed, b_packed, sums, 
     za = np.zeros(1, a.dtype) if a_zero_point is None else a_zero_point
     zb = np.zeros(1, b.dtype) if b_zero_point is None else b_zero_point
     za, zb = np.broadcast_to(za, (m,)), np.broadcast_to(zb, (n,))
-    for packed, size in ((a_packed, m), (b_packed, n)):  # the padding adds nothing to the sums
-        packed[size:] = 0
-        packed[:, k:] = 0
+    a_packed[m:] = 0  # the padding adds nothing to the sums (b̃'s is written by pack_columns)
+    a_packed[:, k:] = 0
     run_in_pieces([functools.partial(pack_rows, a, za, a_packed, *rows) for rows in cut(m, pieces, 1)] +
-                  [functools.partial(pack_columns, b, zb, b_packed, *columns) for columns in cut(n, pieces, LANES)],
-                  pieces > 1)
+                  [functools.partial(pack_columns, b, zb, b_packed, *blocks)
+                   for blocks in cut(b_packed.shape[0], pieces, 1)], pieces > 1)
     row_ranges = cut(a_packed.shape[0], pieces, ROWS)
     total = None
-    length = padded(k, LANES)
+    length = padded(k, 2)
     for start in range(0, length, INT32_CHUNK):
         end = min(start + INT32_CHUNK, length)
         run_in_pieces([functools.partial(multiply_rows, a_packed, b_packed, sums, *rows, start, end)
@@ -94,12 +103,14 @@ def integer_product(a, a_zero_point, b, b_zero_point, a_packed, b_packed, sums, 
 
 
 def run_in_pieces(calls, threads: bool) -> None:
-    """The calls on threads, or in turn."""
-    if threads:
-        run_on_cores(calls)
-    else:
+    """The calls on the pool's threads, each taking the next call when it is done with one, or in turn; errors are
+    raised here."""
+    if not threads:
         for call in calls:
             call()
+        return
+    for done in [PIECE_THREADS.submit(call) for call in calls]:
+        done.result()
 
 
 def cut(size: int, pieces: int, multiple: int):
@@ -114,83 +125,87 @@ if MADD_INSTRUCTIONS:
     compiled = numba.njit(nogil=True, cache=True)
 
     @intrinsic
-    def block_dots(typing_context, a, b, row, column, start, vectors):
-        """(Σ a[row + r, k] · b[column + c, k] over k in [start, start + 16·vectors) for r < ROWS, c < COLUMNS),
-        row-major, for C-contiguous int16 a and b; vectors ≥ 1."""
-        signature = types.UniTuple(types.int32, ROWS * COLUMNS)(a, b, row, column, start, vectors)
+    def block_products(typing_context, a, b, sums, row, block, start, pairs, accumulate):
+        """sums[row:row + ROWS, 16·block:16·(block + 1)] = (sums there, if accumulate, +) ã[row:row + ROWS, start:
+        start + 2·pairs] @ b̃[start:start + 2·pairs, 16·block:16·(block + 1)], ã and b̃ packed (C-contiguous)."""
+        signature = types.none(a, b, sums, row, block, start, pairs, accumulate)
 
         def codegen(context, builder, signature, arguments):
-            int64, halves = ir.IntType(64), ir.VectorType(ir.IntType(16), LANES)
-            lanes = ir.VectorType(ir.IntType(32), LANES // 2)
-            row, column, start, vectors = arguments[2:]
+            int64, int32 = ir.IntType(64), ir.IntType(32)
+            halves, lanes = ir.VectorType(ir.IntType(16), LANES), ir.VectorType(int32, LANES // 2)
+            row, block, start, pairs, accumulate = arguments[3:]
+            a_array, b_array, sums_array = (context.make_array(kind)(context, builder, value)
+                                            for kind, value in zip(signature.args[:3], arguments[:3]))
 
-            def row_addresses(array_type, array, first, count):
-                """Byte addresses of array[first + i, start] for i < count."""
-                array = context.make_array(array_type)(context, builder, array)
-                base = builder.ptrtoint(array.data, int64)
+            def constant(value):
+                return ir.Constant(int64, value)
+
+            def address(array, first, index, offset):
+                """Byte address of array[first + index] plus offset bytes."""
                 row_bytes = builder.extract_value(array.strides, 0)
-                column_bytes = builder.mul(start, ir.Constant(int64, 2))
-                return [builder.add(base, builder.add(builder.mul(builder.add(first, ir.Constant(int64, i)),
-                                                                  row_bytes), column_bytes))
-                        for i in range(count)]
+                at = builder.mul(builder.add(first, constant(index)), row_bytes)
+                return builder.add(builder.ptrtoint(array.data, int64), builder.add(at, offset))
 
-            a_rows = row_addresses(signature.args[0], arguments[0], row, ROWS)
-            b_rows = row_addresses(signature.args[1], arguments[1], column, COLUMNS)
+            def load(at, kind):
+                return builder.load(builder.inttoptr(at, kind.as_pointer()), align=2)
+
+            def splat(pair):
+                """The 32 bits of a pair of int16 in each of the 8 lanes."""
+                vector = builder.insert_element(ir.Constant(lanes, None), pair, ir.Constant(int32, 0))
+                spread = builder.shuffle_vector(vector, ir.Constant(lanes, None), ir.Constant(lanes, [0] * 8))
+                return builder.bitcast(spread, halves)
+
+            a_rows = [address(a_array, row, r, builder.mul(start, constant(2))) for r in range(ROWS)]
+            b_steps = address(b_array, block, 0, builder.mul(start, constant(2 * COLUMNS)))
+            sums_at = [[address(sums_array, row, r, builder.add(builder.mul(block, constant(4 * COLUMNS)),
+                                                                constant(2 * LANES * half)))
+                        for half in range(2)] for r in range(ROWS)]
             madd = builder.module.declare_intrinsic("llvm.x86.avx2.pmadd.wd",
                                                     fnty=ir.FunctionType(lanes, [halves, halves]))
-            reduce = builder.module.declare_intrinsic("llvm.vector.reduce.add.v8i32",
-                                                      fnty=ir.FunctionType(ir.IntType(32), [lanes]))
-            entry, loop = builder.block, builder.append_basic_block("dots")
-            done = builder.append_basic_block("dots_done")
-            end = builder.mul(vectors, ir.Constant(int64, 2 * LANES))
+            entry, loop = builder.block, builder.append_basic_block("products")
+            done = builder.append_basic_block("products_done")
+            initial = [[builder.select(accumulate, load(at, lanes), ir.Constant(lanes, None)) for at in row_sums]
+                       for row_sums in sums_at]
             builder.branch(loop)
 
             builder.position_at_end(loop)
-            offset = builder.phi(int64)
-            sums = [builder.phi(lanes) for _ in range(ROWS * COLUMNS)]
-
-            def load(address):
-                pointer = builder.inttoptr(builder.add(address, offset), halves.as_pointer())
-                return builder.load(pointer, align=2)
-
-            columns = [load(address) for address in b_rows]
+            step = builder.phi(int64)
+            sums = [[builder.phi(lanes) for _ in range(2)] for _ in range(ROWS)]
+            b_at = builder.add(b_steps, builder.mul(step, constant(4 * COLUMNS)))
+            columns = [load(builder.add(b_at, constant(2 * LANES * half)), halves) for half in range(2)]
             new_sums = []
-            for r, address in enumerate(a_rows):
-                row_vector = load(address)
-                new_sums += [builder.add(sums[r * COLUMNS + c], builder.call(madd, [row_vector, columns[c]]))
-                             for c in range(COLUMNS)]
-            next_offset = builder.add(offset, ir.Constant(int64, 2 * LANES))
-            offset.add_incoming(ir.Constant(int64, 0), entry)
-            offset.add_incoming(next_offset, loop)
-            for phi, value in zip(sums, new_sums):
-                phi.add_incoming(ir.Constant(lanes, None), entry)
-                phi.add_incoming(value, loop)
-            builder.cbranch(builder.icmp_signed("<", next_offset, end), loop, done)
+            for r in range(ROWS):
+                pair = splat(load(builder.add(a_rows[r], builder.mul(step, constant(4))), int32))
+                new_sums.append([builder.add(sums[r][half], builder.call(madd, [pair, columns[half]]))
+                                 for half in range(2)])
+            next_step = builder.add(step, constant(1))
+            step.add_incoming(constant(0), entry)
+            step.add_incoming(next_step, loop)
+            for r in range(ROWS):
+                for half in range(2):
+                    sums[r][half].add_incoming(initial[r][half], entry)
+                    sums[r][half].add_incoming(new_sums[r][half], loop)
+            builder.cbranch(builder.icmp_signed("<", next_step, pairs), loop, done)
 
             builder.position_at_end(done)
-            totals = [builder.call(reduce, [value]) for value in new_sums]
-            return context.make_tuple(builder, signature.return_type, totals)
+            for r in range(ROWS):
+                for half in range(2):
+                    builder.store(new_sums[r][half], builder.inttoptr(sums_at[r][half], lanes.as_pointer()),
+                                  align=4)
+            return context.get_dummy_value()
 
         return signature, codegen
 
     @compiled
     def multiply_rows(a, b, sums, first_row, end_row, start, end):
-        """sums[first_row:end_row] = a[first_row:end_row, start:end] @ b[:, start:end]ᵀ (int32), by panels of
-        COLUMN_PANEL rows of b and runs of K_BLOCK."""
-        columns = b.shape[0]
+        """sums[first_row:end_row] = ã[first_row:end_row, start:end] @ b̃[start:end] (int32), by runs of K_BLOCK
+        and panels of PANEL_BLOCKS column blocks; start and end even."""
         for k in range(start, end, K_BLOCK):
-            vectors = min(K_BLOCK, end - k) // LANES
-            for panel in range(0, columns, COLUMN_PANEL):
-                panel_end = min(panel + COLUMN_PANEL, columns)
+            pairs = min(K_BLOCK, end - k) // 2
+            for panel in range(0, b.shape[0], PANEL_BLOCKS):
                 for i in range(first_row, end_row, ROWS):
-                    for j in range(panel, panel_end, COLUMNS):
-                        dots = block_dots(a, b, i, j, k, vectors)
-                        for r in range(ROWS):
-                            for c in range(COLUMNS):
-                                if k == start:
-                                    sums[i + r, j + c] = dots[r * COLUMNS + c]
-                                else:
-                                    sums[i + r, j + c] += dots[r * COLUMNS + c]
+                    for block in range(panel, min(panel + PANEL_BLOCKS, b.shape[0])):
+                        block_products(a, b, sums, i, block, k, pairs, k != start)
 
     @compiled
     def pack_rows(a, zero_point, packed, first, last):
@@ -203,18 +218,18 @@ if MADD_INSTRUCTIONS:
 
     @compiled
     def pack_columns(b, zero_point, packed, first, last):
-        """packed[first:last, :K] = (b[:, first:last] − zero point (per column))ᵀ, through a tile of LANES × LANES
-        that stays in L1: read along rows of b, written along rows of packed."""
-        length = b.shape[0]
-        tile = np.empty((LANES, LANES), np.int16)
-        for column in range(first, last, LANES):
-            columns = min(LANES, last - column)
-            for start in range(0, length, LANES):
-                count = min(LANES, length - start)
-                for k in range(count):
-                    for j in range(columns):
-                        tile[j, k] = np.int16(b[start + k, column + j]) - np.int16(zero_point[column + j])
-                for j in range(columns):
-                    target = packed[column + j]
-                    for k in range(count):
-                        target[start + k] = tile[j, k]
+        """packed[block, k // 2, j, k % 2] = b[k, 16·block + j] − zero point (per column) for the blocks in
+        [first, last), and 0 past the end of b."""
+        length, columns = b.shape
+        for block in range(first, last):
+            column = block * COLUMNS
+            width = min(COLUMNS, columns - column)
+            target = packed[block]
+            for k in range(2 * target.shape[0]):
+                pair, half = k // 2, k % 2
+                if k < length:
+                    for j in range(width):
+                        target[pair, j, half] = np.int16(b[k, column + j]) - np.int16(zero_point[column + j])
+                    target[pair, width:, half] = 0
+                else:
+                    target[pair, :, half] = 0
