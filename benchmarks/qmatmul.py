@@ -203,11 +203,11 @@ CANDIDATES = {  # by shape class: M ≤ 64 (decode-like) and the rest; programs_
               C(128, 128, 128, num_warps=4, num_stages=3, programs_per_sm=2),
               # gluon: the Gluon kernel (sm_90), wgmma kept in flight over num_stages shared-memory slots
               C(128, 256, 128, num_warps=8, num_stages=4, epilogue_n=64, gluon=True),
-              C(128, 256, 128, num_warps=8, num_stages=4, epilogue_n=64, programs_per_sm=1, gluon=True),
+              C(128, 256, 128, num_warps=8, num_stages=3, epilogue_n=64, gluon=True),
               C(128, 256, 128, num_warps=8, num_stages=4, epilogue_n=32, gluon=True),
               C(256, 128, 128, num_warps=8, num_stages=4, epilogue_n=32, gluon=True),
-              C(256, 128, 128, num_warps=8, num_stages=4, epilogue_n=32, programs_per_sm=1, gluon=True),
-              C(128, 128, 128, num_warps=4, num_stages=3, programs_per_sm=2, gluon=True)],
+              C(128, 128, 128, num_warps=4, num_stages=3, gluon=True),
+              C(128, 128, 128, num_warps=4, num_stages=4, gluon=True)],
 }
 
 

@@ -123,9 +123,7 @@ def test_wgmma_kernel_matches_cpu_backend(case, monkeypatch):
 
 CONFIGS = {"large": qmatmul.LARGE, "medium": qmatmul.MEDIUM, "paired": qmatmul.PAIRED, "long_k": qmatmul.LONG_K,
            **{f"narrow_{config.block_n}": config for config in qmatmul.NARROW}, "wgmma_large": qmatmul.WGMMA_LARGE,
-           "wgmma_persistent": qmatmul.Config(128, 256, 128, num_warps=8, num_stages=4, epilogue_n=64, programs_per_sm=1,
-                                              gluon=True),
-           "wgmma_paired": qmatmul.Config(128, 128, 128, num_warps=4, num_stages=3, programs_per_sm=2, gluon=True)}
+           "wgmma_wide": qmatmul.Config(128, 256, 128, num_warps=8, num_stages=4, epilogue_n=64, gluon=True)}
 
 
 @pytest.mark.parametrize("config", CONFIGS.values(), ids=CONFIGS.keys())

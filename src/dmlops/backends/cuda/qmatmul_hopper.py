@@ -38,21 +38,43 @@ def operand_descriptor(rows, block_rows: int, block_k: int) -> TensorDescriptor:
 
 
 @gluon.jit
-def _issue_loads(step, a_desc, b_desc, tiles, steps, ready, a_slots, b_slots, GROUP_M: gl.constexpr,
-                 STAGES: gl.constexpr, pred):
-    """Starts the loads of this program's K step ``step`` (counted over all its tiles) into its slot; the slot's
-    barrier completes when both have landed."""
+def _issue_loads(a_desc, b_desc, a_row, b_row, step, ready, a_slots, b_slots, STAGES: gl.constexpr, pred):
+    """Starts the loads of K step ``step`` into its slot; its barrier completes when both have landed."""
+    slot = step % STAGES
+    BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
+    mbarrier.expect(ready.index(slot), a_desc.block_type.nbytes + b_desc.block_type.nbytes, pred=pred)
+    tma.async_copy_global_to_shared(a_desc, [a_row, step * BLOCK_K], ready.index(slot), a_slots.index(slot), pred)
+    tma.async_copy_global_to_shared(b_desc, [b_row, step * BLOCK_K], ready.index(slot), b_slots.index(slot), pred)
+
+
+@gluon.jit
+def _dot(a_desc, b_desc, a_row, b_row, K, layout: gl.constexpr, STAGES: gl.constexpr):
+    """Σ_k A[a_row:, k] B[b_row:, k] over all of K, exact in int32 (TMA fills columns past K with 0)."""
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
-    tile = gl.program_id(0) + step // steps * gl.num_programs(0)
-    _, _, _, tile_n, a_row, b_first_row = _tile_place(tile, tiles, BLOCK_M, BLOCK_N, GROUP_M)
-    k = step % steps * BLOCK_K
-    slot = step % STAGES
-    mbarrier.expect(ready.index(slot), a_desc.block_type.nbytes + b_desc.block_type.nbytes, pred=pred)
-    tma.async_copy_global_to_shared(a_desc, [a_row, k], ready.index(slot), a_slots.index(slot), pred)
-    tma.async_copy_global_to_shared(b_desc, [b_first_row + tile_n * BLOCK_N, k], ready.index(slot),
-                                    b_slots.index(slot), pred)
+    a_slots = gl.allocate_shared_memory(gl.int8, [STAGES, BLOCK_M, BLOCK_K], a_desc.layout)
+    b_slots = gl.allocate_shared_memory(gl.int8, [STAGES, BLOCK_N, BLOCK_K], b_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+    steps = gl.cdiv(K, BLOCK_K)
+    for step in gl.static_range(STAGES - 1):
+        _issue_loads(a_desc, b_desc, a_row, b_row, step, ready, a_slots, b_slots, STAGES, step < steps)
+
+    acc = gl.zeros((BLOCK_M, BLOCK_N), gl.int32, layout)
+    for step in range(steps):
+        slot = step % STAGES
+        mbarrier.wait(ready.index(slot), step // STAGES & 1)
+        acc = warpgroup_mma(a_slots.index(slot), b_slots.index(slot).permute((1, 0)), acc, is_async=True)
+        # The step before is done now, and its slot free: refill it with the step STAGES − 1 ahead.
+        acc = warpgroup_mma_wait(1, deps=(acc, ))
+        ahead = step + STAGES - 1
+        _issue_loads(a_desc, b_desc, a_row, b_row, ahead, ready, a_slots, b_slots, STAGES, ahead < steps)
+    acc = warpgroup_mma_wait(0, deps=(acc, ))
+    for i in gl.static_range(STAGES):
+        mbarrier.invalidate(ready.index(i))
+    return acc
 
 
 @gluon.jit
@@ -78,49 +100,20 @@ def _qmatmul_kernel(a_desc, b_desc, M, N, K, channels, num_tiles, a_rows_b, a_ro
                     out_zero_ptr, stride_zo, zo_mask, low, high, out_ptr, stride_ob, stride_oc, stride_om, stride_on,
                     ROW_SCALES: gl.constexpr, GROUP_M: gl.constexpr, EPILOGUE_N: gl.constexpr, INSTR_N: gl.constexpr,
                     STAGES: gl.constexpr, num_warps: gl.constexpr):
-    """The tiles of qmatmul._qmatmul_kernel, with the arguments of that kernel (A int8 bits, K at most K_SLICE):
-    tiles program_id, program_id + programs, … per program (one each when there are as many programs as tiles)."""
+    """qmatmul._qmatmul_kernel's tile, one per program, with the arguments of that kernel (A int8 bits, K at most
+    K_SLICE)."""
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
-    BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
     tiles = (M, N, channels, a_rows_b, a_rows_c, b_rows_b, b_rows_c)
     row_args = (M, a_sums_ptr, stride_a_sums, a_scale_ptr, stride_sa, out_scale_ptr, stride_so, a_zero_ptr,
                 stride_za, za_mask, a_shift, out_zero_ptr, stride_zo, zo_mask, low, high, out_ptr, stride_ob,
                 stride_oc, stride_om)
     column_args = (N, K, stride_b_sums, terms_ptr, stride_on)
+    b, c, tile_m, tile_n, a_row, b_first_row = _tile_place(gl.program_id(0), tiles, BLOCK_M, BLOCK_N, GROUP_M)
     layout: gl.constexpr = accumulator_layout(num_warps, INSTR_N)
+    acc = _dot(a_desc, b_desc, a_row, b_first_row + tile_n * BLOCK_N, K, layout, STAGES)
     leaf: gl.constexpr = accumulator_layout(num_warps, EPILOGUE_N)
-
-    a_slots = gl.allocate_shared_memory(gl.int8, [STAGES, BLOCK_M, BLOCK_K], a_desc.layout)
-    b_slots = gl.allocate_shared_memory(gl.int8, [STAGES, BLOCK_N, BLOCK_K], b_desc.layout)
-    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(STAGES):
-        mbarrier.init(ready.index(i), count=1)
-    # K steps are counted over all of this program's tiles, so that the loads run STAGES − 1 steps ahead across
-    # tiles: those of the next tile land while this one is requantized.
-    steps = gl.cdiv(K, BLOCK_K)
-    my_tiles = gl.cdiv(num_tiles - gl.program_id(0), gl.num_programs(0))
-    total = my_tiles * steps
-    for i in gl.static_range(STAGES - 1):
-        _issue_loads(i, a_desc, b_desc, tiles, steps, ready, a_slots, b_slots, GROUP_M, STAGES, i < total)
-
-    for t in range(my_tiles):
-        b, c, tile_m, tile_n, a_row, b_first_row = _tile_place(gl.program_id(0) + t * gl.num_programs(0), tiles,
-                                                               BLOCK_M, BLOCK_N, GROUP_M)
-        acc = gl.zeros((BLOCK_M, BLOCK_N), gl.int32, layout)
-        for k in range(steps):
-            step = t * steps + k
-            slot = step % STAGES
-            mbarrier.wait(ready.index(slot), step // STAGES & 1)
-            acc = warpgroup_mma(a_slots.index(slot), b_slots.index(slot).permute((1, 0)), acc, is_async=True)
-            # The step before is done now, and its slot free: refill it with the step STAGES − 1 ahead.
-            acc = warpgroup_mma_wait(1, deps=(acc, ))
-            ahead = step + STAGES - 1
-            _issue_loads(ahead, a_desc, b_desc, tiles, steps, ready, a_slots, b_slots, GROUP_M, STAGES, ahead < total)
-        acc = warpgroup_mma_wait(0, deps=(acc, ))
-        rows = _row_terms(gl.arange(0, BLOCK_M, gl.SliceLayout(1, leaf)), tile_m, a_row, b, c, row_args, ROW_SCALES,
-                          BLOCK_M)
-        _requantize_store(acc, tile_n * BLOCK_N, rows, b_sums_ptr + b_first_row * stride_b_sums, column_args,
-                          ROW_SCALES, BLOCK_N, EPILOGUE_N, leaf)
-    for i in gl.static_range(STAGES):
-        mbarrier.invalidate(ready.index(i))
+    rows = _row_terms(gl.arange(0, BLOCK_M, gl.SliceLayout(1, leaf)), tile_m, a_row, b, c, row_args, ROW_SCALES,
+                      BLOCK_M)
+    _requantize_store(acc, tile_n * BLOCK_N, rows, b_sums_ptr + b_first_row * stride_b_sums, column_args, ROW_SCALES,
+                      BLOCK_N, EPILOGUE_N, leaf)
