@@ -88,8 +88,8 @@ def integer_product(a, a_zero_point, b, b_zero_point, a_packed, b_packed, sums, 
     a_packed[m:] = 0  # the padding adds nothing to the sums (b̃'s is written by pack_columns)
     a_packed[:, k:] = 0
     run_in_pieces([functools.partial(pack_rows, a, za, a_packed, *rows) for rows in cut(m, pieces, 1)] +
-                  [functools.partial(pack_columns, b, zb, b_packed, *blocks)
-                   for blocks in cut(b_packed.shape[0], pieces, 1)], pieces > 1)
+                  [functools.partial(pack_columns, b, zb, b_packed, *pairs)
+                   for pairs in cut(b_packed.shape[1], pieces, 1)], pieces > 1)
     row_ranges = cut(a_packed.shape[0], pieces, ROWS)
     total = None
     length = padded(k, 2)
@@ -218,18 +218,20 @@ if MADD_INSTRUCTIONS:
 
     @compiled
     def pack_columns(b, zero_point, packed, first, last):
-        """packed[block, k // 2, j, k % 2] = b[k, 16·block + j] − zero point (per column) for the blocks in
-        [first, last), and 0 past the end of b."""
+        """packed[j // 16, k // 2, j % 16, k % 2] = b[k, j] − zero point (per column) for the pairs k // 2 in
+        [first, last), and 0 past the end of b: two rows of b read along, each block's step written whole."""
         length, columns = b.shape
-        for block in range(first, last):
-            column = block * COLUMNS
-            width = min(COLUMNS, columns - column)
-            target = packed[block]
-            for k in range(2 * target.shape[0]):
-                pair, half = k // 2, k % 2
-                if k < length:
-                    for j in range(width):
-                        target[pair, j, half] = np.int16(b[k, column + j]) - np.int16(zero_point[column + j])
-                    target[pair, width:, half] = 0
-                else:
-                    target[pair, :, half] = 0
+        for pair in range(first, last):
+            k = 2 * pair
+            second = k + 1 < length
+            row, next_row = b[k], b[k + 1 if second else k]
+            for block in range(packed.shape[0]):
+                target = packed[block, pair]
+                for j in range(COLUMNS):
+                    column = block * COLUMNS + j
+                    if column < columns:
+                        shift = np.int16(zero_point[column])
+                        target[j, 0] = np.int16(row[column]) - shift
+                        target[j, 1] = np.int16(next_row[column]) - shift if second else 0
+                    else:
+                        target[j] = 0
