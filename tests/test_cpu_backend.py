@@ -11,6 +11,7 @@ strided and broadcast operands. Outputs are poisoned first, and memory beside th
 
 from __future__ import annotations
 
+import functools
 import itertools
 
 import numpy as np
@@ -510,7 +511,8 @@ def test_compiled_requantization_gives_the_operators_bits(case):
         acc += row_term[:, None] * column_term
     expected = quantized_matmul_op.requantize(acc, a_scale[:, None], b_scale, output_scale[:, None],
                                               zero_point[:, None], DataType.from_numpy(np.dtype(out_type)))
-    for requantize_sums in (cpu_qmatmul.requantize_numpy, cpu_qmatmul.requantize_compiled):
+    in_pieces = functools.partial(cpu_qmatmul.requantize_compiled, pieces=3)  # rows cut for the cores
+    for requantize_sums in (cpu_qmatmul.requantize_numpy, cpu_qmatmul.requantize_compiled, in_pieces):
         buffer = poisoned((m, n + pad), out_type)
         requantize_sums(product, corrections, a_scale, b_scale, output_scale, zero_point, buffer[:, :n])
         np.testing.assert_array_equal(buffer[:, :n], expected)

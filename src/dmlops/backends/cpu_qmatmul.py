@@ -21,6 +21,8 @@ products (``cpu_int16_gemm``), which does twice the multiply-adds a cycle of flo
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..ops.quantized_matmul import OUTPUT_RANGE, requantize
@@ -40,6 +42,8 @@ BLOCK_ELEMENTS = 1 << 15
 # A product of this many multiply-adds (about 0.5 ms on one core) is cut into pieces for all cores; below it,
 # threads cost more than they save.
 PARALLEL_MULTIPLY_ADDS = 1 << 25
+# The same for the compiled requantization: outputs (about 0.2 ms on one core).
+PARALLEL_OUTPUTS = 1 << 18
 
 
 def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point,
@@ -49,14 +53,17 @@ def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, 
     ``compiled`` picks the requantization (None: the compiled one where numba is installed); ``products``, how the
     exact sums are made: "int16" (the integer GEMM) or "float32" (BLAS); None: "int16" where it can run.
     """
-    requantize_sums = requantize_compiled if (numba is not None if compiled is None else compiled) else \
-        requantize_numpy
-    if products is None:
-        products = "int16" if cpu_int16_gemm.MADD_INSTRUCTIONS else "float32"
     m, k = a.shape[2:]
     n = b.shape[3]
+    if numba is not None if compiled is None else compiled:
+        pieces = PIECES_PER_CORE * CORES if CORES > 1 and m * n >= PARALLEL_OUTPUTS else 1
+        requantize_sums = functools.partial(requantize_compiled, pieces=pieces)
+    else:
+        requantize_sums = requantize_numpy
+    if products is None:
+        products = "int16" if cpu_int16_gemm.MADD_INSTRUCTIONS else "float32"
     if products == "int16":
-        # ã, b̃ᵀ and the int32 sums, written afresh for each matrix of the batch
+        # ã, b̃ in blocks and the int32 sums, written afresh for each matrix of the batch
         buffers = in_one_block(list(zip(cpu_int16_gemm.packed_shapes(m, k, n), (np.int16, np.int16, np.int32))))
         pieces = PIECES_PER_CORE * CORES if CORES > 1 and m * n * k >= PARALLEL_MULTIPLY_ADDS else 1
 
@@ -160,16 +167,20 @@ def requantize_numpy(product, corrections, a_scale, b_scale, output_scale, zero_
                                 zero_point[block, None], output_type)
 
 
-def requantize_compiled(product, corrections, a_scale, b_scale, output_scale, zero_point, out) -> None:
-    """The same bits as requantize_numpy, in one compiled pass over the product."""
+def requantize_compiled(product, corrections, a_scale, b_scale, output_scale, zero_point, out, pieces=1) -> None:
+    """The same bits as requantize_numpy, in one compiled pass over the product; its rows cut into ``pieces`` for
+    the cores."""
     low, high = OUTPUT_RANGE[DataType.from_numpy(out.dtype)]
     row_terms, column_terms = np.zeros((out.shape[0], 2)), np.zeros((2, out.shape[1]))
     for i, (row_term, column_term) in enumerate(corrections):
         row_terms[:, i], column_terms[i] = row_term, column_term
     # contiguous vectors, so that one compiled loop serves every parameter form
-    scales = [np.ascontiguousarray(v, np.float32) for v in (a_scale, b_scale, output_scale)]
-    requantize_rows(product, row_terms, column_terms, *scales, np.ascontiguousarray(zero_point, np.float64),
-                    float(low), float(high), out)
+    a_scale, b_scale, output_scale = (np.ascontiguousarray(v, np.float32) for v in (a_scale, b_scale, output_scale))
+    zero_point = np.ascontiguousarray(zero_point, np.float64)
+    rows = [slice(*bounds) for bounds in cpu_int16_gemm.cut(out.shape[0], pieces, 1)]
+    cpu_int16_gemm.run_in_pieces([
+        functools.partial(requantize_rows, product[r], row_terms[r], column_terms, a_scale[r], b_scale,
+                          output_scale[r], zero_point[r], float(low), float(high), out[r]) for r in rows], pieces > 1)
 
 
 if numba is not None:
