@@ -4,14 +4,19 @@ Triton 3.6 compiles ``tl.dot`` with an int32 accumulator to a synchronous ``wgmm
 float32 accumulators asynchronous, so the kernel of ``qmatmul`` waits for the tensor cores at every K step. Here
 the loop is written out: TMA loads fill a ring of STAGES shared-memory slots, each guarded by an mbarrier; each K
 step issues its ``wgmma`` asynchronously and then waits until at most one group is in flight (``wait(1)``), which
-retires the step before and frees its slot for the load STAGES − 1 steps ahead. The tensor cores always have the
+retires the step before and frees its slot for the load STAGES − 1 steps ahead, so that the tensor cores have the
 next group queued while the loads of the following steps land.
 
-Both operands are read from shared memory as int8: A must hold int8 bits (a uint8 A is flipped into a packed copy
-first), K must be at most ``qmatmul.K_SLICE`` (one int32 sum). The tile's place, the per-row terms and the float64
-requantization are ``qmatmul``'s own @triton.jit helpers, called from here, so both kernels compute the same
-operations in the same order and give the same bits. Gluon kernels do not run under Triton's interpreter;
-``qmatmul`` picks this one only for compiled runs on sm_90.
+Both operands are read from shared memory as int8: A must hold int8 bits, K must be at most ``qmatmul.K_SLICE``
+(one int32 sum). A uint8 A is flipped into a packed copy first: Triton 3.6 emits every 8-bit wgmma as s8 × s8, and
+flipping A in registers on the way would need those registers kept alive until the asynchronous wgmma has read them,
+which ``warpgroup_mma_wait`` cannot express for 8-bit values in 3.6 ("Unexpected bitwidth in WGMMAWaitGroupOp").
+
+The tile's place, the per-row terms and the float64 requantization are ``qmatmul``'s own @triton.jit helpers, called
+from here, so both kernels compute the same operations in the same order and give the same bits. Gluon kernels do
+not run under Triton's interpreter: ``qmatmul.choose_config`` picks this one only for compiled runs on sm_90, and
+only for long K, where it measured faster than ``qmatmul``'s kernel on an H100 (benchmarks/RESULTS.md, third
+round); at K = 4096 it was slower.
 """
 
 from __future__ import annotations
@@ -26,8 +31,8 @@ from .qmatmul import KERNEL_ARGUMENTS_NOT_SPECIALIZED, _requantize_columns, _row
 
 @gluon.constexpr_function
 def accumulator_layout(num_warps, instr_n):
-    """The wgmma accumulator layout: warps stacked along M (16 rows each, 4 to a warpgroup), int8 instructions
-    16 × instr_n × 32."""
+    """The wgmma accumulator layout: warps stacked along M (4 to a warpgroup), int8 instructions 16 × instr_n × 32
+    (per warp; a warpgroup issues them 64 rows at a time)."""
     return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, instr_n, 32])
 
 
