@@ -18,6 +18,9 @@ The kernel computes what ``dmlops.ops.quantized_matmul.reference`` means, in the
   gives what clamping after gives; then y + 1.5·2^52 rounds y half to even, and its low 32 bits are that integer.
   The compiler may fuse a multiply and an add into one FMA only where the multiply's result is added directly: that
   happens in the zero-point corrections alone, whose every value is an exact integer, never to a rounded product.
+- **On Hopper** (sm_90, compiled) the large problems run the Gluon kernel of ``qmatmul_hopper``, whose main loop keeps
+  an int8 wgmma in flight (``tl.dot`` cannot, for int32 accumulators); it calls this module's tile, row-term and
+  requantization helpers, so both kernels give the same bits.
 """
 
 from __future__ import annotations
