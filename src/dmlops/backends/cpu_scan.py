@@ -377,7 +377,7 @@ if numba is not None and STREAM_STORES:
                 before = builder.load(tally_at, align=dtype.bitwidth // 8)
                 after = getattr(builder, instruction[0 if floating else 1])(before, value)
                 builder.store(after, tally_at, align=dtype.bitwidth // 8)
-                # one float alone: movntss where the processor has SSE4A (AMD), else LLVM makes an ordinary store
+                # one float alone: movntss / movntsd, SSE4A's (elsewhere an ordinary store: see streams)
                 stored = builder.store(builder.select(arguments[5], before, after), target_at,
                                        align=lanes * dtype.bitwidth // 8)
                 stored.set_metadata("nontemporal", builder.module.add_metadata([ir.IntType(32)(1)]))
