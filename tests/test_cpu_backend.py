@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import functools
 import itertools
+import multiprocessing
+import os
 
 import numpy as np
 import pytest
@@ -650,6 +652,27 @@ def test_int16_kernel_multiplies_in_pairs():
     kernel.compile(signature)
     assembly = kernel.inspect_asm(kernel.signatures[0])
     assert "vpmaddwd" in assembly and "vpmulld" not in assembly
+
+
+def product_in_pieces(a, b, exact):
+    """Exit status 0 where the product, cut into pieces for the threads, is exact."""
+    os._exit(0 if np.array_equal(int16_product(a, None, b, None, 3), exact) else 1)
+
+
+@needs_madd
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork")
+def test_int16_product_in_a_forked_child():
+    """A child forked after a product has run has none of its parent's threads: it must start its own."""
+    rng = np.random.default_rng(13)
+    a, b = random_values(rng, (50, 40), np.int8), random_values(rng, (40, 30), np.uint8)
+    exact = exact_product(a, None, b, None)
+    np.testing.assert_array_equal(int16_product(a, None, b, None, 3), exact)
+    child = multiprocessing.get_context("fork").Process(target=product_in_pieces, args=(a, b, exact))
+    child.start()
+    child.join(60)
+    if child.exitcode is None:
+        child.kill()
+    assert child.exitcode == 0
 
 
 @pytest.mark.parametrize("products", PRODUCT_ENGINES)

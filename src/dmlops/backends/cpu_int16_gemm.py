@@ -25,6 +25,7 @@ column blocks of b̃ (256 KiB), which stays in L2 while the kernel walks the row
 from __future__ import annotations
 
 import functools
+import os
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -46,8 +47,17 @@ K_BLOCK = 1024  # even
 PANEL_BLOCKS = 8  # column blocks of a panel: K_BLOCK · COLUMNS · PANEL_BLOCKS int16 = 256 KiB
 INT32_CHUNK = 32 * K_BLOCK  # 32 768 · 255² < 2^31: int32 sums of one chunk are exact
 # Threads for the pieces of a product, started on first use and kept: starting a pool for each call costs about
-# 0.3 ms, a sixth of a 512³ product.
+# 0.3 ms, a sixth of a 512³ product. A forked child has none of its parent's threads, so it gets a pool of its own.
 PIECE_THREADS = ThreadPoolExecutor(CORES)
+
+
+def new_pool_in_child() -> None:
+    global PIECE_THREADS
+    PIECE_THREADS = ThreadPoolExecutor(CORES)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=new_pool_in_child)
 
 
 def madd_instructions() -> bool:
