@@ -1,22 +1,22 @@
-"""Quantized linear matrix multiply on the CPU: the exact integer product at float32 BLAS speed.
+"""Quantized linear matrix multiply on the CPU: the exact integer product, then the operator's requantization.
 
-NumPy never uses BLAS for integer matrices, so the integer product runs as a float32 GEMM, which is exact as long as
-every partial sum is an integer of magnitude at most 2^24 (float32 has a 24-bit significand). To keep products
-small, each operand is centred first: ã = a − ca with ca = 128 for UINT8 and 0 for INT8, so |ã| ≤ 128, and the
-zero points move into a rank-2 correction:
+Where numba is installed and the processor has AVX2, the exact sums come from an integer GEMM on 16-bit products
+(``cpu_int16_gemm``), which does twice the multiply-adds a cycle of float32 BLAS and needs no corrections.
+
+Elsewhere they come from float32 BLAS: NumPy never uses BLAS for integer matrices, so the integer product runs as a
+float32 GEMM, which is exact as long as every partial sum is an integer of magnitude at most 2^24 (float32 has a
+24-bit significand). To keep products small, each operand is centred first: ã = a − ca with ca = 128 for UINT8 and 0
+for INT8, so |ã| ≤ 128, and the zero points move into a rank-2 correction:
 
     Σ_k (a − za)(b − zb) = Σ_k (ã + da)(b̃ + db),  da = ca − za (per row), db = cb − zb (per column)
                          = ã·b̃ + (Σ_k ã) ⊗ db + da ⊗ (Σ_k b̃ + K·db)
 
-A product |ã·b̃| is at most max|ã|·max|b̃| (16 384 at full range), so the GEMM takes K in chunks of
-2^24 // (max|ã|·max|b̃|) (1 024 at full range, more for narrower values). Chunk results and corrections add up in
-float64, which holds every integer below 2^53 exactly: |acc| ≤ K·255·255 < 2^53 for any K below 1.3e11, far beyond
-the 2^32 elements a tensor may hold. The exact sums are then requantized with the operator's own arithmetic, so the
-bits are the reference's: by a compiled loop that reads each sum once (numba installed), or by the operator's
+A product |ã·b̃| is at most max|ã|·max|b̃| (16 384 at full range), so the GEMM takes K in chunks of 2^24 //
+(max|ã|·max|b̃|) (1 024 at full range, more for narrower values). Chunk results and corrections add up in float64,
+which holds every integer below 2^53 exactly: |acc| ≤ K·255·255 < 2^53 for any K below 1.3e11, far beyond the 2^32
+elements a tensor may hold. The exact sums (of either GEMM) are then requantized with the operator's own arithmetic,
+so the bits are the reference's: by a compiled loop that reads each sum once (numba installed), or by the operator's
 ``requantize`` in blocks of rows that stay in cache.
-
-Where numba is installed and the processor has AVX2, the exact sums come instead from an integer GEMM on 16-bit
-products (``cpu_int16_gemm``), which does twice the multiply-adds a cycle of float32 BLAS and needs no corrections.
 """
 
 from __future__ import annotations
