@@ -4,10 +4,11 @@
 
 The floor of a scan is one read and one write of the tensor: 2·n·itemsize bytes at the device's copy bandwidth,
 measured here as a device-to-device copy of 1 GiB (bytes read plus bytes written). Every column is the fraction of
-that bandwidth reached, counting the same 2·n·itemsize bytes (FLOAT16 counts 2-byte elements). torch has no reverse
-or exclusive scan: it flips, scans, flips back and subtracts the input. Each dmlops variant is checked against a
-float64 reference and against its own second run (bit for bit) before it is timed. ``--sweep`` also times dmlops'
-tunings (tile size, threads, look-back reach) on the shapes named.
+that bandwidth reached, counting the same 2·n·itemsize bytes (FLOAT16 counts 2-byte elements). The "copy" column is
+a device copy of the same float32 tensor: what one read and one write cost at that size, launch and tail included.
+torch has no reverse or exclusive scan: it flips, scans, flips back and subtracts the input. Each dmlops variant is
+checked against a float64 reference and against its own second run (bit for bit) before it is timed. ``--sweep``
+also times dmlops' tunings (tile size, threads, look-back reach) on the shapes named.
 
 Timing is GPU time: a batch of calls is enqueued behind a GPU sleep long enough for the host to enqueue them all, so
 that the host's launch overhead stays out (it is printed beside), and timed with CUDA events (median of 5 batches);
@@ -183,6 +184,9 @@ def time_peers(shape, axis, copy) -> dict:
     x = inputs(shape, "sum", torch.float32)
     sets = buffer_sets(2 * x.nbytes)
     xs = [x] + [inputs(shape, "sum", torch.float32) for _ in range(sets - 1)]
+    outs = [torch.empty_like(v) for v in xs]
+    row["copy"] = fraction(gpu_seconds(lambda i: outs[i].copy_(xs[i]), sets), 2 * x.nbytes, copy)
+    del outs
     try:
         import cupy
 

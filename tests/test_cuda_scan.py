@@ -225,9 +225,23 @@ def test_default_tuning():
     # Down columns, small tensors take the rows' tuning; from just over 16 MiB of accumulators, the columns'.
     small = scan.lines((4096, 1024), 0, (1024, 1), (1024, 1))
     large = scan.lines((4097, 1024), 0, (1024, 1), (1024, 1))
-    assert scan.default_tuning(small, 4) == scan.ALONG_ROWS
-    assert scan.default_tuning(large, 4) == scan.DOWN_COLUMNS
-    assert scan.default_tuning(scan.lines((1 << 28,), 0, (1,), (1,)), 4) == scan.ALONG_ROWS
+    assert scan.default_tuning(small, 4, False) == scan.ALONG_ROWS
+    assert scan.default_tuning(large, 4, True) == scan.DOWN_COLUMNS
+    # A few long lines of 4-byte accumulators take larger tiles, unless exclusive; many lines and short lines do not.
+    line = scan.lines((1 << 28,), 0, (1,), (1,))
+    assert scan.default_tuning(line, 4, False) == scan.FEW_LONG_LINES
+    assert scan.default_tuning(line, 4, True) == scan.ALONG_ROWS
+    assert scan.default_tuning(line, 8, False) == scan.ALONG_ROWS
+    assert scan.default_tuning(scan.lines((4096, 65536), 1, (65536, 1), (65536, 1)), 4, False) == scan.ALONG_ROWS
+    assert scan.default_tuning(scan.lines((8, 8192), 1, (8192, 1), (8192, 1)), 4, False) == scan.ALONG_ROWS
+
+
+def test_look_back_levels():
+    # Along rows, super-groups of as many groups as a group has tiles; down columns, a chain of groups.
+    along = scan.plan(scan.lines((1 << 28,), 0, (1,), (1,)), 4, scan.FEW_LONG_LINES)
+    assert (along.lanes, along.window, along.super_groups) == (1, 1024, 1024)
+    down = scan.plan(scan.lines((65536, 4096), 0, (4096, 1), (4096, 1)), 4, scan.DOWN_COLUMNS)
+    assert (down.lanes, down.window, down.super_groups) == (128, 8, 1)
 
 
 # -- the operator and array APIs with backend="cuda" ---------------------------------------------------------

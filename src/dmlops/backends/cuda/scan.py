@@ -6,14 +6,22 @@ strides go through packed copies). A program scans a tile: when the scan axis is
 or partial lines (the scan runs along the block's rows); otherwise a block of positions along the axis × a run of
 inner indices (the scan runs down the block's columns, over contiguous rows). Every element is read once and
 written once whatever the direction and exclusivity: a decreasing scan takes its tiles from the last and scans
-each in reverse; an exclusive scan loads each element's predecessor in walk order instead of the element.
+each in reverse.
 
-A line longer than one tile is cut into tiles chained by a look-back. Every tile has a slot of scratch memory: it
-publishes there the total of its elements, except the last tile of each group of WINDOW, which publishes the
-line's inclusive prefix through its group. A tile's carry combines the slots from the previous group's last up to
-its own predecessor, in a tree whose shape depends on the tile's position alone, never on which tile finished
-first: float results are the same bits on every run. A tile waits for at most WINDOW slots, and a line's prefix
-advances WINDOW tiles per round trip through L2.
+A line longer than one tile is cut into tiles chained by a look-back. Tiles come in groups of WINDOW, groups in
+super-groups. Every tile has a slot of scratch memory where it publishes the total of its elements; the last tile
+of each group publishes, in a slot of the group, the group's total, or, for the last group of a super-group, the
+line's inclusive prefix through it. A tile's carry combines the slots of the earlier tiles of its group and of the
+earlier groups of its super-group (from the previous super-group's last on), in a tree whose shape depends on the
+tile's position alone, never on which tile finished first: float results are the same bits on every run. Along
+rows, a super-group is WINDOW groups: a group's total needs only its own tiles, and only the prefixes of
+super-groups (WINDOW² tiles) form a chain through L2. Down columns a slot holds a value for each of the block's
+columns, and a super-group is one group: group prefixes chain, WINDOW tiles a round trip, with many lines side by
+side.
+
+An exclusive scan along rows scans pairs (total of a run, total of the run less its last element), whose second
+half is the exclusive scan of the elements as loaded, so that loads stay aligned vectors. Down columns each
+element's predecessor in walk order lies a whole row away, as aligned as the element: it is loaded instead.
 
 The published words carry the launch's generation number in their high half and 32 bits of value in their low
 half (64-bit values take two words), so a reader sees a whole value or none without fences, and the scratch memory
@@ -33,8 +41,8 @@ import triton.language as tl
 from ...types import DataType
 from . import check_devices, data_type
 
-MAX_WINDOW = 256
-MAX_WINDOW_WORDS = 2048  # words a program reads in one look-back
+MAX_WINDOW_WORDS = 2048  # slot words a program reads in one look-back, both levels together
+MAX_CHAINED_WINDOW = 256  # tiles in a group whose prefixes chain (down columns)
 MAX_GENERATION = tl.constexpr(2**31 - 1)
 
 # What the kernel computes in: FLOAT16 accumulates in float32; unsigned integers wrap exactly like the signed
@@ -82,6 +90,26 @@ def _scan(values, AXIS: tl.constexpr, OPERATION: tl.constexpr, REVERSE: tl.const
 
 
 @triton.jit
+def _add_pairs(total_a, before_a, total_b, before_b):
+    """Runs a then b as (total, total less the last element): the second half scans exclusively."""
+    return total_a + total_b, total_a + before_b
+
+
+@triton.jit
+def _multiply_pairs(total_a, before_a, total_b, before_b):
+    return total_a * total_b, total_a * before_b
+
+
+@triton.jit
+def _scan_pairs(values, identity, AXIS: tl.constexpr, OPERATION: tl.constexpr, REVERSE: tl.constexpr):
+    """The inclusive and the exclusive scan of values, in one pass."""
+    if OPERATION == "sum":
+        return tl.associative_scan((values, identity), AXIS, _add_pairs, reverse=REVERSE)
+    else:
+        return tl.associative_scan((values, identity), AXIS, _multiply_pairs, reverse=REVERSE)
+
+
+@triton.jit
 def _publish(pointers, value, generation, WIDE: tl.constexpr):
     """Write value as tagged words: the generation in the high half, 32 bits of value in the low half."""
     tag = generation.to(tl.int64) << 32
@@ -121,28 +149,45 @@ def _collect(pointers, needed, generation, IDENTITY: tl.constexpr, ACCUMULATOR: 
 
 
 @triton.jit
-def _carry_in(total, words, chain, walk_tile, tiles_per_line, generation,
+def _carry_in(total, words, chain, chains, walk_tile, tiles_per_line, generation,
               OPERATION: tl.constexpr, IDENTITY: tl.constexpr, ACCUMULATOR: tl.constexpr, WIDE: tl.constexpr,
-              LANES: tl.constexpr, WINDOW: tl.constexpr):
-    """Publish this tile's word; return the combination of every earlier tile of its line, in a fixed order.
+              LANES: tl.constexpr, WINDOW: tl.constexpr, SUPER: tl.constexpr):
+    """Publish this tile's slot (and its group's); return the combination of every earlier tile of its line.
 
-    Each tile of a line has a slot of LANES values: its total, or, for the last tile of a group of WINDOW, the
-    line's inclusive prefix through that group. A tile combines the slots from the previous group's last up to
-    its own predecessor, in a tree whose shape depends on the tile's position alone.
+    Slots hold LANES values; the tile slots of all lines come first, then the group slots. Groups are WINDOW tiles,
+    super-groups SUPER groups (SUPER 1: every group slot holds the line's prefix, and group prefixes chain). One
+    wait reads a window of SUPER group slots (from the previous super-group's last) then the earlier tiles of the
+    group, at most WINDOW - 1: WINDOW slots in all when SUPER is 1, else 2 WINDOW.
     """
     WORDS: tl.constexpr = 2 if WIDE else 1
-    lane = tl.arange(0, LANES)
-    line_slots = chain.to(tl.int64) * tiles_per_line
-    group_end = walk_tile // WINDOW * WINDOW + WINDOW - 1
-    own_words = words + ((line_slots + walk_tile) * LANES + lane) * WORDS
-    if walk_tile != group_end:
-        _publish(own_words, total, generation, WIDE)
-    slot = group_end - WINDOW + tl.arange(0, WINDOW)
-    needed = ((slot >= 0) & (slot < walk_tile))[:, None] & (lane < LANES)[None, :]
-    window_words = words + ((line_slots + slot)[:, None] * LANES + lane[None, :]) * WORDS
-    carry = _reduce(_collect(window_words, needed, generation, IDENTITY, ACCUMULATOR, WIDE), 0, OPERATION)
-    if walk_tile == group_end and walk_tile < tiles_per_line - 1:
-        _publish(own_words, _combine(carry, total, OPERATION), generation, WIDE)
+    SPAN: tl.constexpr = WINDOW if SUPER == 1 else 2 * WINDOW
+    lane = tl.arange(0, LANES)[None, :]
+    group = walk_tile // WINDOW
+    first_tile = group * WINDOW
+    first_group = group // SUPER * SUPER - 1  # the previous super-group's last: the prefix through it
+    tile_slots = chain.to(tl.int64) * tiles_per_line
+    group_slots = (chains * tiles_per_line).to(tl.int64) + chain.to(tl.int64) * tl.cdiv(tiles_per_line, WINDOW)
+    group_end = walk_tile == first_tile + WINDOW - 1
+    if not group_end:
+        _publish(words + ((tile_slots + walk_tile) * LANES + lane) * WORDS, total, generation, WIDE)
+    k = tl.arange(0, SPAN)[:, None]
+    of_groups = k < SUPER
+    index = tl.where(of_groups, first_group + k, first_tile + k - SUPER)
+    needed = tl.where(of_groups, (index >= 0) & (index < group), index < walk_tile) & (lane < LANES)
+    slot = tl.where(of_groups, group_slots, tile_slots) + index
+    values = _collect(words + (slot * LANES + lane) * WORDS, needed, generation, IDENTITY, ACCUMULATOR, WIDE)
+    if SUPER == 1:  # the window opens with the previous group's prefix: one tree over all of it
+        carry = _reduce(values, 0, OPERATION)
+        published = _combine(carry, total, OPERATION)
+    else:
+        before_group = _reduce(tl.where(of_groups, values, IDENTITY), 0, OPERATION)
+        in_group = _reduce(tl.where(of_groups, IDENTITY, values), 0, OPERATION)
+        carry = _combine(before_group, in_group, OPERATION)
+        published = _combine(in_group, total, OPERATION)
+        if group % SUPER == SUPER - 1:
+            published = _combine(before_group, published, OPERATION)
+    if group_end and walk_tile < tiles_per_line - 1:
+        _publish(words + ((group_slots + group) * LANES + lane) * WORDS, published, generation, WIDE)
     return carry
 
 
@@ -153,9 +198,9 @@ def _scan_kernel(x, y, words, control,
                  OPERATION: tl.constexpr, IDENTITY: tl.constexpr, ZERO: tl.constexpr, ACCUMULATOR: tl.constexpr,
                  WIDE: tl.constexpr, REVERSE: tl.constexpr, EXCLUSIVE: tl.constexpr, ALONG_ROWS: tl.constexpr,
                  BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr, EVEN_COLUMNS: tl.constexpr, WINDOW: tl.constexpr,
-                 ALIGNMENT: tl.constexpr):
-    # Tiles of one line are WINDOW-chained in walk order; programs take tiles walk position by walk position,
-    # all lines side by side, so that every tile a program waits for was launched before it.
+                 SUPER: tl.constexpr, ALIGNMENT: tl.constexpr):
+    # A tile waits only for earlier tiles of its line in walk order; programs take tiles walk position by walk
+    # position, all lines side by side, so that every tile a program waits for was launched before it.
     pid = tl.program_id(0)
     walk_tile = pid // chains
     chain = pid % chains
@@ -207,7 +252,9 @@ def _scan_kernel(x, y, words, control,
     # Down columns, the offsets of the block's rows are multiples of ALIGNMENT: loads and stores may be vectors.
     HINT_ROWS: tl.constexpr = not ALONG_ROWS and ALIGNMENT > 1 and BLOCK_A > 1
 
-    if EXCLUSIVE:  # scan each element's predecessor in walk order within the tile
+    PAIRS: tl.constexpr = EXCLUSIVE and ALONG_ROWS
+    SHIFTED: tl.constexpr = EXCLUSIVE and not ALONG_ROWS
+    if SHIFTED:  # scan each element's predecessor in walk order within the tile
         source = position + 1 if REVERSE else position - 1
         present = valid & (along != first)
     else:
@@ -219,17 +266,22 @@ def _scan_kernel(x, y, words, control,
     values = tl.load(x_rows + x_offsets, mask=present, other=IDENTITY)
     if WINDOW > 0:
         generation = tl.load(control, volatile=True)
-        if EXCLUSIVE:  # the element that the shifted scan leaves out, for the tile's total
+        if SHIFTED:  # the element that the shifted scan leaves out, for the tile's total
             lane_valid = row_valid if ALONG_ROWS else column_valid
             final = tl.load(x_rows + (x_origin + last_position * x_step), mask=lane_valid, other=IDENTITY)
-    result = _scan(values.to(ACCUMULATOR), AXIS, OPERATION, SCAN_REVERSE)
+    if PAIRS:
+        inclusive, result = _scan_pairs(values.to(ACCUMULATOR), tl.full([BLOCK_A, BLOCK_B], IDENTITY, ACCUMULATOR),
+                                        AXIS, OPERATION, SCAN_REVERSE)
+    else:
+        inclusive = _scan(values.to(ACCUMULATOR), AXIS, OPERATION, SCAN_REVERSE)
+        result = inclusive
     if WINDOW > 0:
-        # The tile's total is its scan's last element in walk order (and, when exclusive, that element).
-        total = tl.sum(tl.where(along == last, result, ZERO), AXIS)
-        if EXCLUSIVE:
+        # The tile's total is its inclusive scan's last element in walk order (and, when shifted, that element).
+        total = tl.sum(tl.where(along == last, inclusive, ZERO), AXIS)
+        if SHIFTED:
             total = _combine(total, tl.sum(final.to(ACCUMULATOR), AXIS), OPERATION)
-        carry = _carry_in(total, words, chain, walk_tile, tiles_per_line, generation, OPERATION, IDENTITY,
-                          ACCUMULATOR, WIDE, LANES, WINDOW)
+        carry = _carry_in(total, words, chain, chains, walk_tile, tiles_per_line, generation, OPERATION, IDENTITY,
+                          ACCUMULATOR, WIDE, LANES, WINDOW, SUPER)
         result = _combine(tl.expand_dims(carry, AXIS), result, OPERATION)
     if EXCLUSIVE:  # the first element of a line is exactly 0 (or 1), never -0.0
         line_start = (along == first) & (walk_tile == 0)
@@ -261,9 +313,14 @@ class Tuning:
 # The defaults, from the tuning sweeps of benchmarks/scan.py on an H100 (benchmarks/RESULTS.md): down columns,
 # smaller tiles keep more of them in flight on each multiprocessor; along rows, a few long lines reach further back.
 # Columns of a small tensor (16 MiB and less) are too few tiles for that: they do better with the rows' tuning.
+# A few long lines of 4-byte accumulators scanned inclusively take tiles twice as large: half the tiles, half the
+# waits (0.77 -> 0.84 of copy on one line of 2^28); exclusive scans keep the rows' tiles, their pairs needing all
+# 255 registers a thread at 128 elements (8 x 2^24: 0.82 -> 0.65).
 ALONG_ROWS = Tuning(tiles_in_flight=1024)
+FEW_LONG_LINES = Tuning(tile_bytes=65536, tiles_in_flight=1024, elements_per_thread=128)
 DOWN_COLUMNS = Tuning(tile_bytes=16384)
 SMALL_BYTES = 16 << 20
+FEW_LINES = 16
 
 
 @dataclasses.dataclass(frozen=True)
@@ -314,18 +371,22 @@ class Plan:
     chains: int
     inner_blocks: int
     window: int
+    super_groups: int  # groups of tiles in a super-group; 1: the groups' prefixes form a chain
     alignment: int
     num_warps: int
 
 
-def default_tuning(problem: Lines, accumulator_bytes: int) -> Tuning:
+def default_tuning(problem: Lines, accumulator_bytes: int, exclusive: bool) -> Tuning:
+    if problem.inner == 1:
+        few_long_lines = (problem.outer <= FEW_LINES and problem.length * accumulator_bytes > ALONG_ROWS.tile_bytes
+                          and accumulator_bytes == 4 and not exclusive)
+        return FEW_LONG_LINES if few_long_lines else ALONG_ROWS
     small = problem.outer * problem.length * problem.inner * accumulator_bytes <= SMALL_BYTES
-    return ALONG_ROWS if problem.inner == 1 or small else DOWN_COLUMNS
+    return ALONG_ROWS if small else DOWN_COLUMNS
 
 
-def plan(problem: Lines, accumulator_bytes: int, tuning: Tuning | None) -> Plan:
+def plan(problem: Lines, accumulator_bytes: int, tuning: Tuning) -> Plan:
     along_rows = problem.inner == 1
-    tuning = tuning or default_tuning(problem, accumulator_bytes)
     tile_elements = max(1, tuning.tile_bytes // accumulator_bytes)
     if along_rows:
         block_b = min(triton.next_power_of_2(problem.length), tile_elements)
@@ -344,10 +405,16 @@ def plan(problem: Lines, accumulator_bytes: int, tuning: Tuning | None) -> Plan:
         chains = problem.outer * inner_blocks
         lanes = block_b
         even_columns = problem.inner % block_b == 0
-    window = 0
+    window = super_groups = 0
     if tiles_per_line > 1:
-        window = min(triton.next_power_of_2(triton.cdiv(tuning.tiles_in_flight, chains)), MAX_WINDOW,
-                     max(1, MAX_WINDOW_WORDS // lanes), triton.next_power_of_2(tiles_per_line))
+        # Along rows a tile that needs a look-back holds one line: a slot is one value, and super-groups of as many
+        # groups as a group has tiles are cheap to read. Down columns a slot holds a value for each of the block's
+        # columns: a second window would cost registers and reads through L2 that, with many lines side by side,
+        # the chain of group prefixes does not repay (65536 x 4096: 0.77 -> 0.73 of copy).
+        reach = MAX_WINDOW_WORDS // 2 if along_rows else min(MAX_CHAINED_WINDOW, MAX_WINDOW_WORDS // lanes)
+        window = min(triton.next_power_of_2(triton.cdiv(tuning.tiles_in_flight, chains)), reach,
+                     triton.next_power_of_2(tiles_per_line))
+        super_groups = window if along_rows else 1
     # The strides between the block's rows (lines, or positions down the columns) are multiples of this.
     row_strides = problem.x_strides[:1] + problem.y_strides[:1]
     if not along_rows:
@@ -355,7 +422,7 @@ def plan(problem: Lines, accumulator_bytes: int, tuning: Tuning | None) -> Plan:
     alignment = min([16] + [stride & -stride for stride in row_strides if stride])
     num_warps = min(16, max(1, block_a * block_b // (32 * tuning.elements_per_thread)))
     return Plan(along_rows, (block_a, block_b), lanes, even_columns, tiles_per_line, chains, inner_blocks, window,
-                alignment, num_warps)
+                super_groups, alignment, num_warps)
 
 
 class _Scratch:
@@ -400,10 +467,12 @@ def cumulative(operation: str, x, out, axis: int, reverse: bool, exclusive: bool
         out.copy_(packed)
         return
     wide = accumulator.primitive_bitwidth == 64
-    layout = plan(problem, accumulator.primitive_bitwidth // 8, tuning)
+    accumulator_bytes = accumulator.primitive_bitwidth // 8
+    layout = plan(problem, accumulator_bytes, tuning or default_tuning(problem, accumulator_bytes, exclusive))
     tiles = layout.tiles_per_line * layout.chains
     if layout.window:
-        scratch = _scratch_for(x.device, tiles * layout.lanes * (2 if wide else 1))
+        groups = layout.chains * triton.cdiv(layout.tiles_per_line, layout.window)
+        scratch = _scratch_for(x.device, (tiles + groups) * layout.lanes * (2 if wide else 1))
         words, control = scratch.words, scratch.control
     else:
         words = control = out  # not read
@@ -418,4 +487,4 @@ def cumulative(operation: str, x, out, axis: int, reverse: bool, exclusive: bool
             OPERATION=operation, IDENTITY=identity, ZERO=zero, ACCUMULATOR=accumulator, WIDE=wide,
             REVERSE=bool(reverse), EXCLUSIVE=bool(exclusive), ALONG_ROWS=layout.along_rows,
             BLOCK_A=layout.block[0], BLOCK_B=layout.block[1], EVEN_COLUMNS=layout.even_columns,
-            WINDOW=layout.window, ALIGNMENT=layout.alignment, num_warps=layout.num_warps)
+            WINDOW=layout.window, SUPER=layout.super_groups, ALIGNMENT=layout.alignment, num_warps=layout.num_warps)
