@@ -207,7 +207,24 @@ CANDIDATES = {  # by shape class: M ≤ 64 (decode-like) and the rest; programs_
               C(128, 256, 128, num_warps=8, num_stages=4, epilogue_n=32, gluon=True),
               C(256, 128, 128, num_warps=8, num_stages=4, epilogue_n=32, gluon=True),
               C(128, 128, 128, num_warps=4, num_stages=3, gluon=True),
-              C(128, 128, 128, num_warps=4, num_stages=4, gluon=True)],
+              C(128, 128, 128, num_warps=4, num_stages=4, gluon=True),
+              # warp-specialized Gluon kernel: a producer warp, two consumer warpgroups splitting each tile ...
+              C(256, 128, 128, num_warps=4, num_stages=4, epilogue_n=16, programs_per_sm=1, gluon=True,
+                consumer_registers=240),
+              C(256, 128, 128, num_warps=4, num_stages=4, epilogue_n=16, gluon=True, consumer_registers=240),
+              C(128, 256, 128, num_warps=4, num_stages=4, epilogue_n=16, programs_per_sm=1, gluon=True,
+                consumer_registers=240),
+              # ... or taking the tiles in turns (ping-pong)
+              C(128, 128, 128, num_warps=4, num_stages=6, epilogue_n=16, programs_per_sm=1, gluon=True,
+                consumer_registers=240, ping_pong=True),
+              C(128, 128, 128, num_warps=4, num_stages=6, epilogue_n=16, group_m=16, programs_per_sm=1, gluon=True,
+                consumer_registers=240, ping_pong=True),
+              # two wgmma groups left in flight
+              C(256, 128, 128, num_warps=8, num_stages=4, epilogue_n=32, gluon=True, in_flight=2),
+              C(256, 128, 128, num_warps=4, num_stages=4, epilogue_n=16, programs_per_sm=1, gluon=True,
+                consumer_registers=240, in_flight=2),
+              C(128, 128, 128, num_warps=4, num_stages=6, epilogue_n=16, programs_per_sm=1, gluon=True,
+                consumer_registers=240, ping_pong=True, in_flight=2)],
 }
 
 
@@ -298,6 +315,8 @@ def main():
     if args.shapes:
         shapes = [tuple(int(x) for x in shape.split(",")) for shape in args.shapes.split(";")]
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}")
+    bandwidth = copy_bandwidth()
+    print(f"copy bandwidth {bandwidth / 1e12:.2f} TB/s (read + write); dense int8 peak {PEAK_INT8_TOPS:.0f} TOPS\n")
     if args.configs:
         configs(shapes, args.jobs, args.candidates and [int(i) for i in args.candidates.split(",")])
         return
@@ -305,8 +324,6 @@ def main():
         for shape in shapes:
             overhead(shape)
         return
-    bandwidth = copy_bandwidth()
-    print(f"copy bandwidth {bandwidth / 1e12:.2f} TB/s (read + write); dense int8 peak {PEAK_INT8_TOPS:.0f} TOPS\n")
     table(shapes, bandwidth)
 
 
