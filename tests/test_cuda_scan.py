@@ -236,12 +236,13 @@ def test_default_tuning():
     assert scan.default_tuning(scan.lines((8, 8192), 1, (8192, 1), (8192, 1)), 4, False) == scan.ALONG_ROWS
 
 
-def test_look_back_levels():
-    # Along rows, super-groups of as many groups as a group has tiles; down columns, a chain of groups.
+def test_look_back_reach():
+    # Along rows a slot is one value: groups of up to 1024 tiles (two levels of them in one read); down columns a
+    # slot is a value for each of the block's columns, and groups stay small.
     along = scan.plan(scan.lines((1 << 28,), 0, (1,), (1,)), 4, scan.FEW_LONG_LINES)
-    assert (along.lanes, along.window, along.super_groups) == (1, 1024, 1024)
+    assert (along.lanes, along.window) == (1, 1024)
     down = scan.plan(scan.lines((65536, 4096), 0, (4096, 1), (4096, 1)), 4, scan.DOWN_COLUMNS)
-    assert (down.lanes, down.window, down.super_groups) == (128, 8, 1)
+    assert (down.lanes, down.window) == (128, 8)
 
 
 # -- the operator and array APIs with backend="cuda" ---------------------------------------------------------

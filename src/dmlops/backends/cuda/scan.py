@@ -8,16 +8,16 @@ inner indices (the scan runs down the block's columns, over contiguous rows). Ev
 written once whatever the direction and exclusivity: a decreasing scan takes its tiles from the last and scans
 each in reverse.
 
-A line longer than one tile is cut into tiles chained by a look-back. Tiles come in groups of WINDOW, groups in
-super-groups. Every tile has a slot of scratch memory where it publishes the total of its elements; the last tile
-of each group publishes, in a slot of the group, the group's total, or, for the last group of a super-group, the
-line's inclusive prefix through it. A tile's carry combines the slots of the earlier tiles of its group and of the
-earlier groups of its super-group (from the previous super-group's last on), in a tree whose shape depends on the
-tile's position alone, never on which tile finished first: float results are the same bits on every run. Along
-rows, a super-group is WINDOW groups: a group's total needs only its own tiles, and only the prefixes of
-super-groups (WINDOW² tiles) form a chain through L2. Down columns a slot holds a value for each of the block's
-columns, and a super-group is one group: group prefixes chain, WINDOW tiles a round trip, with many lines side by
-side.
+A line longer than one tile is cut into tiles chained by a look-back. Every tile has a slot of scratch memory where
+it publishes the total of its elements, and tiles come in groups of WINDOW. A tile's carry combines slots in a tree
+whose shape depends on the tile's position alone, never on which tile finished first: float results are the same
+bits on every run. Down columns (a slot holds a value for each of the block's columns) the last tile of a group
+publishes instead the line's prefix through the group, and a tile combines the slots from the previous group's
+last up to its own predecessor: group prefixes chain, WINDOW tiles a round trip through L2, many lines side by side.
+Along rows (a slot is one value) groups come in super-groups of WINDOW: the last tile of a group publishes, in a
+slot of the group, the group's total, which needs only the group's own tiles, or, for the last group of a
+super-group, the line's prefix through it; a tile combines the earlier groups of its super-group (from the previous
+super-group's last) and the earlier tiles of its group. Only super-group prefixes (WINDOW² tiles) chain.
 
 An exclusive scan along rows scans pairs (total of a run, total of the run less its last element), whose second
 half is the exclusive scan of the elements as loaded, so that loads stay aligned vectors. Down columns each
@@ -149,46 +149,65 @@ def _collect(pointers, needed, generation, IDENTITY: tl.constexpr, ACCUMULATOR: 
 
 
 @triton.jit
-def _carry_in(total, words, chain, chains, walk_tile, tiles_per_line, generation,
-              OPERATION: tl.constexpr, IDENTITY: tl.constexpr, ACCUMULATOR: tl.constexpr, WIDE: tl.constexpr,
-              LANES: tl.constexpr, WINDOW: tl.constexpr, SUPER: tl.constexpr):
-    """Publish this tile's slot (and its group's); return the combination of every earlier tile of its line.
+def _chained_carry(total, words, chain, walk_tile, tiles_per_line, generation,
+                   OPERATION: tl.constexpr, IDENTITY: tl.constexpr, ACCUMULATOR: tl.constexpr, WIDE: tl.constexpr,
+                   LANES: tl.constexpr, WINDOW: tl.constexpr):
+    """Publish this tile's slot; return the combination of every earlier tile of its line (groups chained).
 
-    Slots hold LANES values; the tile slots of all lines come first, then the group slots. Groups are WINDOW tiles,
-    super-groups SUPER groups (SUPER 1: every group slot holds the line's prefix, and group prefixes chain). One
-    wait reads a window of SUPER group slots (from the previous super-group's last) then the earlier tiles of the
-    group, at most WINDOW - 1: WINDOW slots in all when SUPER is 1, else 2 WINDOW.
+    Each tile of a line has a slot of LANES values: its total, or, for the last tile of a group, the line's
+    inclusive prefix through the group. A tile combines the slots from the previous group's last up to its own
+    predecessor, in a tree whose shape depends on the tile's position alone.
     """
     WORDS: tl.constexpr = 2 if WIDE else 1
-    SPAN: tl.constexpr = WINDOW if SUPER == 1 else 2 * WINDOW
-    lane = tl.arange(0, LANES)[None, :]
+    lane = tl.arange(0, LANES)
+    line_slots = chain.to(tl.int64) * tiles_per_line
+    group_end = walk_tile // WINDOW * WINDOW + WINDOW - 1
+    own_words = words + ((line_slots + walk_tile) * LANES + lane) * WORDS
+    if walk_tile != group_end:
+        _publish(own_words, total, generation, WIDE)
+    slot = group_end - WINDOW + tl.arange(0, WINDOW)
+    needed = ((slot >= 0) & (slot < walk_tile))[:, None] & (lane < LANES)[None, :]
+    window_words = words + ((line_slots + slot)[:, None] * LANES + lane[None, :]) * WORDS
+    carry = _reduce(_collect(window_words, needed, generation, IDENTITY, ACCUMULATOR, WIDE), 0, OPERATION)
+    if walk_tile == group_end and walk_tile < tiles_per_line - 1:
+        _publish(own_words, _combine(carry, total, OPERATION), generation, WIDE)
+    return carry
+
+
+@triton.jit
+def _two_level_carry(total, words, chain, chains, walk_tile, tiles_per_line, generation,
+                     OPERATION: tl.constexpr, IDENTITY: tl.constexpr, ACCUMULATOR: tl.constexpr,
+                     WIDE: tl.constexpr, WINDOW: tl.constexpr):
+    """Publish this tile's slot (and its group's); return the combination of every earlier tile of its line.
+
+    Slots hold one value (a tile along rows holds one line). The tile slots of all lines come first, then the group
+    slots: a group's total, or, for the last group of a super-group of WINDOW groups, the line's prefix through it.
+    One wait reads a window of WINDOW group slots (from the previous super-group's last) and WINDOW tile slots
+    (the earlier tiles of the group).
+    """
+    WORDS: tl.constexpr = 2 if WIDE else 1
     group = walk_tile // WINDOW
     first_tile = group * WINDOW
-    first_group = group // SUPER * SUPER - 1  # the previous super-group's last: the prefix through it
+    first_group = group // WINDOW * WINDOW - 1  # the previous super-group's last: the prefix through it
     tile_slots = chain.to(tl.int64) * tiles_per_line
     group_slots = (chains * tiles_per_line).to(tl.int64) + chain.to(tl.int64) * tl.cdiv(tiles_per_line, WINDOW)
     group_end = walk_tile == first_tile + WINDOW - 1
     if not group_end:
-        _publish(words + ((tile_slots + walk_tile) * LANES + lane) * WORDS, total, generation, WIDE)
-    k = tl.arange(0, SPAN)[:, None]
-    of_groups = k < SUPER
-    index = tl.where(of_groups, first_group + k, first_tile + k - SUPER)
-    needed = tl.where(of_groups, (index >= 0) & (index < group), index < walk_tile) & (lane < LANES)
+        _publish(words + (tile_slots + walk_tile) * WORDS + tl.arange(0, 1), total, generation, WIDE)
+    k = tl.arange(0, 2 * WINDOW)[:, None]
+    of_groups = k < WINDOW
+    index = tl.where(of_groups, first_group + k, first_tile + k - WINDOW)
+    needed = tl.where(of_groups, (index >= 0) & (index < group), index < walk_tile)
     slot = tl.where(of_groups, group_slots, tile_slots) + index
-    values = _collect(words + (slot * LANES + lane) * WORDS, needed, generation, IDENTITY, ACCUMULATOR, WIDE)
-    if SUPER == 1:  # the window opens with the previous group's prefix: one tree over all of it
-        carry = _reduce(values, 0, OPERATION)
-        published = _combine(carry, total, OPERATION)
-    else:
-        before_group = _reduce(tl.where(of_groups, values, IDENTITY), 0, OPERATION)
-        in_group = _reduce(tl.where(of_groups, IDENTITY, values), 0, OPERATION)
-        carry = _combine(before_group, in_group, OPERATION)
-        published = _combine(in_group, total, OPERATION)
-        if group % SUPER == SUPER - 1:
-            published = _combine(before_group, published, OPERATION)
+    values = _collect(words + slot * WORDS, needed, generation, IDENTITY, ACCUMULATOR, WIDE)
+    before_group = _reduce(tl.where(of_groups, values, IDENTITY), 0, OPERATION)
+    in_group = _reduce(tl.where(of_groups, IDENTITY, values), 0, OPERATION)
     if group_end and walk_tile < tiles_per_line - 1:
-        _publish(words + ((group_slots + group) * LANES + lane) * WORDS, published, generation, WIDE)
-    return carry
+        published = _combine(in_group, total, OPERATION)
+        if group % WINDOW == WINDOW - 1:
+            published = _combine(before_group, published, OPERATION)
+        _publish(words + (group_slots + group) * WORDS + tl.arange(0, 1), published, generation, WIDE)
+    return _combine(before_group, in_group, OPERATION)
 
 
 @triton.jit
@@ -198,7 +217,7 @@ def _scan_kernel(x, y, words, control,
                  OPERATION: tl.constexpr, IDENTITY: tl.constexpr, ZERO: tl.constexpr, ACCUMULATOR: tl.constexpr,
                  WIDE: tl.constexpr, REVERSE: tl.constexpr, EXCLUSIVE: tl.constexpr, ALONG_ROWS: tl.constexpr,
                  BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr, EVEN_COLUMNS: tl.constexpr, WINDOW: tl.constexpr,
-                 SUPER: tl.constexpr, ALIGNMENT: tl.constexpr):
+                 ALIGNMENT: tl.constexpr):
     # A tile waits only for earlier tiles of its line in walk order; programs take tiles walk position by walk
     # position, all lines side by side, so that every tile a program waits for was launched before it.
     pid = tl.program_id(0)
@@ -280,8 +299,12 @@ def _scan_kernel(x, y, words, control,
         total = tl.sum(tl.where(along == last, inclusive, ZERO), AXIS)
         if SHIFTED:
             total = _combine(total, tl.sum(final.to(ACCUMULATOR), AXIS), OPERATION)
-        carry = _carry_in(total, words, chain, chains, walk_tile, tiles_per_line, generation, OPERATION, IDENTITY,
-                          ACCUMULATOR, WIDE, LANES, WINDOW, SUPER)
+        if ALONG_ROWS and WINDOW > 1:  # (with one tile a group, two levels are one chain)
+            carry = _two_level_carry(total, words, chain, chains, walk_tile, tiles_per_line, generation, OPERATION,
+                                     IDENTITY, ACCUMULATOR, WIDE, WINDOW)
+        else:
+            carry = _chained_carry(total, words, chain, walk_tile, tiles_per_line, generation, OPERATION, IDENTITY,
+                                   ACCUMULATOR, WIDE, LANES, WINDOW)
         result = _combine(tl.expand_dims(carry, AXIS), result, OPERATION)
     if EXCLUSIVE:  # the first element of a line is exactly 0 (or 1), never -0.0
         line_start = (along == first) & (walk_tile == 0)
@@ -371,7 +394,6 @@ class Plan:
     chains: int
     inner_blocks: int
     window: int
-    super_groups: int  # groups of tiles in a super-group; 1: the groups' prefixes form a chain
     alignment: int
     num_warps: int
 
@@ -405,16 +427,15 @@ def plan(problem: Lines, accumulator_bytes: int, tuning: Tuning) -> Plan:
         chains = problem.outer * inner_blocks
         lanes = block_b
         even_columns = problem.inner % block_b == 0
-    window = super_groups = 0
+    window = 0
     if tiles_per_line > 1:
-        # Along rows a tile that needs a look-back holds one line: a slot is one value, and super-groups of as many
-        # groups as a group has tiles are cheap to read. Down columns a slot holds a value for each of the block's
-        # columns: a second window would cost registers and reads through L2 that, with many lines side by side,
-        # the chain of group prefixes does not repay (65536 x 4096: 0.77 -> 0.73 of copy).
+        # Along rows a tile that needs a look-back holds one line: a slot is one value, and a second level of group
+        # slots is cheap to read. Down columns a slot holds a value for each of the block's columns: a second level
+        # would cost registers and reads through L2 that, with many lines side by side, the chain of group prefixes
+        # does not repay (65536 x 4096: 0.77 -> 0.73 of copy).
         reach = MAX_WINDOW_WORDS // 2 if along_rows else min(MAX_CHAINED_WINDOW, MAX_WINDOW_WORDS // lanes)
         window = min(triton.next_power_of_2(triton.cdiv(tuning.tiles_in_flight, chains)), reach,
                      triton.next_power_of_2(tiles_per_line))
-        super_groups = window if along_rows else 1
     # The strides between the block's rows (lines, or positions down the columns) are multiples of this.
     row_strides = problem.x_strides[:1] + problem.y_strides[:1]
     if not along_rows:
@@ -422,7 +443,7 @@ def plan(problem: Lines, accumulator_bytes: int, tuning: Tuning) -> Plan:
     alignment = min([16] + [stride & -stride for stride in row_strides if stride])
     num_warps = min(16, max(1, block_a * block_b // (32 * tuning.elements_per_thread)))
     return Plan(along_rows, (block_a, block_b), lanes, even_columns, tiles_per_line, chains, inner_blocks, window,
-                super_groups, alignment, num_warps)
+                alignment, num_warps)
 
 
 class _Scratch:
@@ -471,7 +492,7 @@ def cumulative(operation: str, x, out, axis: int, reverse: bool, exclusive: bool
     layout = plan(problem, accumulator_bytes, tuning or default_tuning(problem, accumulator_bytes, exclusive))
     tiles = layout.tiles_per_line * layout.chains
     if layout.window:
-        groups = layout.chains * triton.cdiv(layout.tiles_per_line, layout.window)
+        groups = layout.chains * triton.cdiv(layout.tiles_per_line, layout.window)  # group slots (along rows)
         scratch = _scratch_for(x.device, (tiles + groups) * layout.lanes * (2 if wide else 1))
         words, control = scratch.words, scratch.control
     else:
@@ -487,4 +508,4 @@ def cumulative(operation: str, x, out, axis: int, reverse: bool, exclusive: bool
             OPERATION=operation, IDENTITY=identity, ZERO=zero, ACCUMULATOR=accumulator, WIDE=wide,
             REVERSE=bool(reverse), EXCLUSIVE=bool(exclusive), ALONG_ROWS=layout.along_rows,
             BLOCK_A=layout.block[0], BLOCK_B=layout.block[1], EVEN_COLUMNS=layout.even_columns,
-            WINDOW=layout.window, SUPER=layout.super_groups, ALIGNMENT=layout.alignment, num_warps=layout.num_warps)
+            WINDOW=layout.window, ALIGNMENT=layout.alignment, num_warps=layout.num_warps)
