@@ -163,8 +163,10 @@ def exact_values(rng, operation: str, dtype, shape, axis: int) -> np.ndarray:
     return steps.astype(dtype)
 
 
-# Every tiling above, and one line of 64 tiles through several look-back groups.
-EXACT_TILINGS = TILINGS + [((4096,), 0, scan.Tuning(tile_bytes=256, tiles_in_flight=4))]
+# Every tiling above, one line of 64 tiles through several look-back groups and super-groups, and rows whose groups
+# are one tile each (a chain of tiles).
+EXACT_TILINGS = TILINGS + [((4096,), 0, scan.Tuning(tile_bytes=256, tiles_in_flight=4)),
+                           ((6, 40), 1, scan.Tuning(tile_bytes=64, tiles_in_flight=1))]
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=lambda d: np.dtype(d).name)
