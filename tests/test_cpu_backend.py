@@ -329,6 +329,15 @@ def test_compiled_float16_widening_matches_numpy():
 
 
 @COMPILED_HALF
+def test_compiled_float16_widening_by_integers_matches_numpy():
+    """Every FLOAT16, subnormals, infinities and NaNs (signalling ones too) included, bit for bit."""
+    bits = np.arange(1 << 16, dtype=np.uint16)
+    wide = np.empty(bits.shape, np.float32)
+    widen_all_by_integers(bits, wide)
+    np.testing.assert_array_equal(wide.view(np.uint32), bits.view(np.float16).astype(np.float32).view(np.uint32))
+
+
+@COMPILED_HALF
 @pytest.mark.parametrize("shape", [(5,), (5, 40)], ids=["a line", "rows"])
 def test_compiled_float16_copies_the_first(shape):
     """The first element of an inclusive scan is the input's, bit for bit, a signalling NaN included."""
@@ -350,6 +359,11 @@ if cpu_scan.numba is not None:
     def widen_all(bits, wide):
         for i in range(bits.size):
             wide[i] = cpu_scan.half_to_float(bits[i])
+
+    @cpu_scan.numba.njit
+    def widen_all_by_integers(bits, wide):
+        for i in range(bits.size):
+            wide[i] = cpu_scan.load_half_by_integers(bits, i)
 
 
 # -- quantized matmul ------------------------------------------------------------------------------------------
