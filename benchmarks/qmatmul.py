@@ -207,24 +207,7 @@ CANDIDATES = {  # by shape class: M ≤ 64 (decode-like) and the rest; programs_
               C(128, 256, 128, num_warps=8, num_stages=4, epilogue_n=32, gluon=True),
               C(256, 128, 128, num_warps=8, num_stages=4, epilogue_n=32, gluon=True),
               C(128, 128, 128, num_warps=4, num_stages=3, gluon=True),
-              C(128, 128, 128, num_warps=4, num_stages=4, gluon=True),
-              # warp-specialized Gluon kernel: a producer warp, two consumer warpgroups splitting each tile ...
-              C(256, 128, 128, num_warps=4, num_stages=4, epilogue_n=16, programs_per_sm=1, gluon=True,
-                consumer_registers=240),
-              C(256, 128, 128, num_warps=4, num_stages=4, epilogue_n=16, gluon=True, consumer_registers=240),
-              C(128, 256, 128, num_warps=4, num_stages=4, epilogue_n=16, programs_per_sm=1, gluon=True,
-                consumer_registers=240),
-              # ... or taking the tiles in turns (ping-pong)
-              C(128, 128, 128, num_warps=4, num_stages=6, epilogue_n=16, programs_per_sm=1, gluon=True,
-                consumer_registers=240, ping_pong=True),
-              C(128, 128, 128, num_warps=4, num_stages=6, epilogue_n=16, group_m=16, programs_per_sm=1, gluon=True,
-                consumer_registers=240, ping_pong=True),
-              # two wgmma groups left in flight
-              C(256, 128, 128, num_warps=8, num_stages=4, epilogue_n=32, gluon=True, in_flight=2),
-              C(256, 128, 128, num_warps=4, num_stages=4, epilogue_n=16, programs_per_sm=1, gluon=True,
-                consumer_registers=240, in_flight=2),
-              C(128, 128, 128, num_warps=4, num_stages=6, epilogue_n=16, programs_per_sm=1, gluon=True,
-                consumer_registers=240, ping_pong=True, in_flight=2)],
+              C(128, 128, 128, num_warps=4, num_stages=4, gluon=True)],
 }
 
 

@@ -61,12 +61,6 @@ class Config:
     group_m: int = 8  # row tiles that walk the columns together
     programs_per_sm: int = 0  # persistent: this many programs per SM walk the tiles; 0: one program per tile
     gluon: bool = False  # the kernel of qmatmul_hopper (sm_90 only, one tile per program): num_stages slots
-    # gluon, warp-specialized: a producer warp loads, two consumer warpgroups of num_warps = 4 multiply and requantize,
-    # each with consumer_registers per thread (setmaxnreg; the producer 24); tiles of block_m rows split between the
-    # two consumers, or (ping_pong) taken by them in turns
-    consumer_registers: int = 0
-    ping_pong: bool = False
-    in_flight: int = 1  # gluon: wgmma groups left running while the next step waits for its slot
 
 
 # Hand-picked per shape class from benchmarks/qmatmul.py --configs on an H100 (benchmarks/RESULTS.md). int8 dots run
@@ -83,12 +77,6 @@ LONG_K = Config(64, 64, 128, num_warps=4, num_stages=3)  # K > K_SLICE: the floa
 # On sm_90 the Gluon kernel keeps a wgmma in flight across K steps (qmatmul_hopper): 4 slots of 48 KiB. At 8192³ it
 # measured 1149 / 1174 TOPS (uint8 / int8 A) against LARGE's 1110 / 1136, at 4096³ 918 / 994 against 983 / 1033.
 WGMMA_LARGE = Config(256, 128, 128, num_warps=8, num_stages=4, epilogue_n=32, gluon=True)
-# Warp-specialized (qmatmul_hopper._qmatmul_ws_kernel), one program per SM: the consumers split each tile, or take
-# the tiles in turns.
-WGMMA_SPLIT = Config(256, 128, 128, num_warps=4, num_stages=4, epilogue_n=16, programs_per_sm=1, gluon=True,
-                     consumer_registers=240)
-WGMMA_PING_PONG = Config(128, 128, 128, num_warps=4, num_stages=6, epilogue_n=16, programs_per_sm=1, gluon=True,
-                         consumer_registers=240, ping_pong=True)
 
 
 def choose_config(batches: int, m: int, n: int, k: int, sm_count: int, wgmma_in_flight: bool = False) -> Config:
@@ -205,16 +193,25 @@ def _row_terms(in_tile, tile_m, a_row, b, c, row_args, ROW_SCALES: tl.constexpr,
 
 
 @triton.jit
-def _requantize_columns(acc, offs_n, rows, b_sums_ptr, column_args, ROW_SCALES: tl.constexpr):
-    """Requantize and store acc, the tile's columns offs_n (int64); ``rows`` holds the tile's per-row terms, the
-    column terms come from ``terms_ptr`` and ``b_sums_ptr`` (B's column sums of this batch and channel).
-    Elementwise operations only: the Gluon kernel calls it too, with offs_n and rows in its accumulator's layout."""
+def _column_terms(offs_n, b_sums_ptr, column_args):
+    """The per-column terms of the columns offs_n (int64), for ``_requantize_columns``: the multiplier (or B's
+    scale), zb' and B's column sums (of the batch and channel at ``b_sums_ptr``), in float64."""
+    N, K, stride_b_sums, terms_ptr, stride_on = column_args
+    mask_n = offs_n < N
+    return (tl.load(terms_ptr + offs_n, mask=mask_n, other=1.0), tl.load(terms_ptr + N + offs_n, mask=mask_n, other=0.0),
+            tl.load(b_sums_ptr + offs_n * stride_b_sums, mask=mask_n, other=0.0))
+
+
+@triton.jit
+def _requantize_columns(acc, offs_n, rows, columns, column_args, ROW_SCALES: tl.constexpr):
+    """Requantize and store acc, the tile's columns offs_n (int64); ``rows`` holds the tile's per-row terms,
+    ``columns`` those of the columns (``_column_terms``). Elementwise operations only: the Gluon kernel calls it
+    too, with offs_n, rows and columns in its accumulator's layout."""
     N, K, stride_b_sums, terms_ptr, stride_on = column_args
     za, a_sums, a_scale, out_scale, zo, low, high, out_rows, mask_m = rows
+    multiplier, zb, b_sums = columns
     mask_n = offs_n < N
-    multiplier = tl.load(terms_ptr + offs_n, mask=mask_n, other=1.0)[None, :]
-    zb = tl.load(terms_ptr + N + offs_n, mask=mask_n, other=0.0)
-    b_sums = tl.load(b_sums_ptr + offs_n * stride_b_sums, mask=mask_n, other=0.0)
+    multiplier = multiplier[None, :]
     # Σ(A' − za')(B' − zb') = Σ A'B' − za'·(Σ B' − K·zb') − zb'·Σ A', every term an integer below 2^53
     y = acc.to(tl.float64) - za[:, None] * (b_sums - K * zb)[None, :] - a_sums[:, None] * zb[None, :]
     if ROW_SCALES:
@@ -237,7 +234,8 @@ def _requantize_store(acc, n_start, rows, b_sums_ptr, column_args, ROW_SCALES: t
         _requantize_store(right, n_start + BLOCK_N // 2, rows, b_sums_ptr, column_args, ROW_SCALES, BLOCK_N // 2,
                           EPILOGUE_N)
     else:
-        _requantize_columns(acc, (n_start + tl.arange(0, BLOCK_N)).to(tl.int64), rows, b_sums_ptr, column_args,
+        offs_n = (n_start + tl.arange(0, BLOCK_N)).to(tl.int64)
+        _requantize_columns(acc, offs_n, rows, _column_terms(offs_n, b_sums_ptr, column_args), column_args,
                             ROW_SCALES)
 
 
@@ -478,19 +476,6 @@ def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, 
         *_vector(a_scale, device), *_vector(output_scale, device), *_zero_point(a_zero_point, device),
         128 if a_unsigned else 0, *_zero_point(output_zero_point, device), low, high,
         out.view(torch.int8), *out.stride())
-    if config.gluon and config.consumer_registers:
-        from . import qmatmul_hopper
-
-        a_parts = 1 if config.ping_pong else 2
-        qmatmul_hopper._qmatmul_ws_kernel[(programs,)](
-            qmatmul_hopper.operand_descriptor(a_operand.rows, config.block_m // a_parts, config.block_k),
-            qmatmul_hopper.operand_descriptor(b_operand.rows, config.block_n, config.block_k), *arguments,
-            ROW_SCALES=row_scales, GROUP_M=config.group_m, EPILOGUE_N=config.epilogue_n,
-            INSTR_N=math.gcd(config.block_n, 128), STAGES=config.num_stages, IN_FLIGHT=config.in_flight,
-            A_PARTS=a_parts,
-            CONSUMER_REGISTERS=config.consumer_registers, num_warps=config.num_warps,
-            maxnreg=qmatmul_hopper.launch_registers(config.consumer_registers))
-        return
     if config.gluon:
         from . import qmatmul_hopper
 
@@ -498,8 +483,7 @@ def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, 
             qmatmul_hopper.operand_descriptor(a_operand.rows, config.block_m, config.block_k),
             qmatmul_hopper.operand_descriptor(b_operand.rows, config.block_n, config.block_k), *arguments,
             ROW_SCALES=row_scales, GROUP_M=config.group_m, EPILOGUE_N=config.epilogue_n,
-            INSTR_N=math.gcd(config.block_n, 128), STAGES=config.num_stages, IN_FLIGHT=config.in_flight,
-            num_warps=config.num_warps)
+            INSTR_N=math.gcd(config.block_n, 128), STAGES=config.num_stages, num_warps=config.num_warps)
         return
     _qmatmul_kernel[(programs,)](
         TensorDescriptor.from_tensor(a_operand.rows, [config.block_m, config.block_k]),
