@@ -13,9 +13,9 @@ the cache for large outputs along an outer axis), and with its NumPy-only engine
 
 The quantized matmul counts 2·M·N·K operations and is compared with float32 BLAS (sgemm) of the same size, the
 ceiling of an exact product made through it. dmlops runs as installed (the integer GEMM on 16-bit products and the
-compiled requantization where numba is installed and the processor has AVX2) and as it runs with NumPy alone
-(float32 BLAS products, NumPy's requantization). NumPy's integer matmul never uses BLAS; it is timed on 64 rows and
-reported as a rate.
+compiled requantization where numba is installed and the processor has AVX2), on one core, and as it runs with
+NumPy alone (float32 BLAS products, NumPy's requantization). NumPy's integer matmul never uses BLAS; it is timed on
+64 rows and reported as a rate.
 
     python benchmarks/cpu.py --rows matmul     # only the quantized matmul (or: scans)
 """
@@ -157,12 +157,12 @@ def matmul_rows(repeats: int):
              helper.make_tensor("y_zero", TensorProto.UINT8, [], [out_zero])])
         out = np.empty((n, n), np.uint8)
 
-        def numpy_only():
-            """The backend's call as the array API makes it (4-D tensors, vectors of M or N), as without numba."""
+        def run_backend(**engine):
+            """The backend's call as the array API makes it: 4-D tensors, vectors of M or N."""
             vector = np.broadcast_to
-            cpu_qmatmul.quantized_linear_matmul(
+            return lambda: cpu_qmatmul.quantized_linear_matmul(
                 a[None, None], vector(a_scale, (n,)), vector(a_zero, (n,)), b[None, None], b_scale, b_zero,
-                vector(out_scale, (n,)), vector(out_zero, (n,)), out[None, None], compiled=False, products="float32")
+                vector(out_scale, (n,)), vector(out_zero, (n,)), out[None, None], **engine)
 
         sgemm_a = rng.standard_normal((n, n), dtype=np.float32)
         sgemm_b = rng.standard_normal((n, n), dtype=np.float32)
@@ -170,7 +170,8 @@ def matmul_rows(repeats: int):
         times = median_times({
             "dmlops": lambda: dmlops.quantized_linear_matmul(a, a_scale, a_zero, b, b_scale, b_zero, out_scale,
                                                              out_zero, out=out),
-            "dmlops NumPy-only": numpy_only,
+            "dmlops 1 core": run_backend(pieces=1),
+            "dmlops NumPy-only": run_backend(compiled=False, products="float32"),
             "ONNX Runtime": lambda: session.run(None, {"a": a, "b": b}),
             "sgemm": lambda: sgemm_a @ sgemm_b,
         }, repeats)
@@ -180,7 +181,8 @@ def matmul_rows(repeats: int):
         dmlops.quantized_linear_matmul(a, a_scale, a_zero, b, b_scale, b_zero, out_scale, out_zero, out=out)
         difference = np.abs(out.astype(np.int16) - session.run(None, {"a": a, "b": b})[0]).max()
         dml, ort, floor = rates["dmlops"], rates["ONNX Runtime"], rates["sgemm"]
-        print(f"| {n} | {dml:.1f} | {rates['dmlops NumPy-only']:.1f} | {ort:.1f} | {numpy_rate:.2f} | "
+        print(f"| {n} | {dml:.1f} | {rates['dmlops 1 core']:.1f} | {rates['dmlops NumPy-only']:.1f} | {ort:.1f} | "
+              f"{numpy_rate:.2f} | "
               f"{floor:.1f} | {dml / ort:.2f} | {dml / floor:.2f} | {difference} |", flush=True)
 
 
@@ -202,9 +204,9 @@ def main():
         scan_rows(repeats, copy)
     if arguments.rows == "scans":
         return
-    print("\n| quantized matmul n×n×n | dmlops GOPS | dmlops NumPy-only | ONNX Runtime | NumPy int32 matmul | "
-          "floor: sgemm GFLOP/s | dmlops / ORT | dmlops / sgemm | max |dmlops − ORT| |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("\n| quantized matmul n×n×n | dmlops GOPS | dmlops 1 core | dmlops NumPy-only | ONNX Runtime | "
+          "NumPy int32 matmul | floor: sgemm GFLOP/s | dmlops / ORT | dmlops / sgemm | max |dmlops − ORT| |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     matmul_rows(repeats)
 
 

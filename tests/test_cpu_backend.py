@@ -693,9 +693,10 @@ def test_int16_product_in_a_forked_child():
 @settings(max_examples=25, deadline=None)
 @given(types=st.tuples(*[st.sampled_from(QMM_TYPES)] * 3), zero_points=st.sampled_from(ZERO_POINTS),
        per_element=st.booleans(), compiled=st.sampled_from(REQUANTIZATIONS), seed=st.integers(0, 2**32 - 1),
-       k=st.sampled_from([1, 31, 300, 1100]), m=st.integers(1, 20), n=st.integers(1, 20))
+       k=st.sampled_from([1, 31, 300, 1100]), m=st.integers(1, 20), n=st.integers(1, 20),
+       pieces=st.sampled_from([None, 1, 5]))
 def test_both_products_through_batches_give_the_operators_bits(products, types, zero_points, per_element, compiled,
-                                                                 seed, k, m, n):
+                                                                 seed, k, m, n, pieces):
     """A batch of 2 × 3 with B repeated over the batch (stride 0) and A over the channel; out is a view of a larger
     poisoned buffer, whose other bytes must stay as they were."""
     rng = np.random.default_rng(seed)
@@ -707,7 +708,7 @@ def test_both_products_through_batches_give_the_operators_bits(products, types, 
     before = buffer.copy()
     out = buffer[:, :, 1:, 1:n + 1]
     cpu_qmatmul.quantized_linear_matmul(a, a_scale, zero_a, b, b_scale, zero_b, output_scale, zero_out, out,
-                                        compiled=compiled, products=products)
+                                        compiled=compiled, products=products, pieces=pieces)
     expected = reference.quantized_matmul(
         a, a_scale[:, None], None if zero_a is None else zero_a[:, None], b, b_scale, zero_b, output_scale[:, None],
         None if zero_out is None else zero_out[:, None], types[2])

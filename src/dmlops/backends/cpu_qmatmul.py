@@ -47,17 +47,25 @@ PARALLEL_OUTPUTS = 1 << 18
 
 
 def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point,
-                            out, compiled: bool | None = None, products: str | None = None) -> None:
+                            out, compiled: bool | None = None, products: str | None = None,
+                            pieces: int | None = None) -> None:
     """a {B, C, M, K}, b {B, C, K, N}, out {B, C, M, N}; scales and zero points are vectors of M or N, or None.
 
     ``compiled`` picks the requantization (None: the compiled one where numba is installed); ``products``, how the
-    exact sums are made: "int16" (the integer GEMM) or "float32" (BLAS); None: "int16" where it can run.
+    exact sums are made: "int16" (the integer GEMM) or "float32" (BLAS); None: "int16" where it can run;
+    ``pieces``, into how many pieces of rows the integer GEMM and the compiled requantization are cut for the cores
+    (None: by their size).
     """
     m, k = a.shape[2:]
     n = b.shape[3]
+
+    def pieces_for(work, parallel_work):
+        if pieces is not None:
+            return pieces
+        return PIECES_PER_CORE * CORES if CORES > 1 and work >= parallel_work else 1
+
     if numba is not None if compiled is None else compiled:
-        pieces = PIECES_PER_CORE * CORES if CORES > 1 and m * n >= PARALLEL_OUTPUTS else 1
-        requantize_sums = functools.partial(requantize_compiled, pieces=pieces)
+        requantize_sums = functools.partial(requantize_compiled, pieces=pieces_for(m * n, PARALLEL_OUTPUTS))
     else:
         requantize_sums = requantize_numpy
     if products is None:
@@ -65,10 +73,10 @@ def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, 
     if products == "int16":
         # ã, b̃ in blocks and the int32 sums, written afresh for each matrix of the batch
         buffers = in_one_block(list(zip(cpu_int16_gemm.packed_shapes(m, k, n), (np.int16, np.int16, np.int32))))
-        pieces = PIECES_PER_CORE * CORES if CORES > 1 and m * n * k >= PARALLEL_MULTIPLY_ADDS else 1
+        product_pieces = pieces_for(m * n * k, PARALLEL_MULTIPLY_ADDS)
 
         def exact_sums(a, b):
-            return cpu_int16_gemm.integer_product(a, a_zero_point, b, b_zero_point, *buffers, pieces), []
+            return cpu_int16_gemm.integer_product(a, a_zero_point, b, b_zero_point, *buffers, product_pieces), []
     else:
         # ã, b̃, the GEMM's result and, where K takes more than one GEMM, the float64 sum of their results
         sums = (m, n) if exact_chunk(a, b) < k else (0, 0)
