@@ -75,7 +75,8 @@ NARROW = [Config(64, 128, 128, num_warps=4, num_stages=4), Config(64, 64, 256, n
           Config(64, 32, 256, num_warps=4, num_stages=4)]
 LONG_K = Config(64, 64, 128, num_warps=4, num_stages=3)  # K > K_SLICE: the float64 accumulator lives in registers
 # On sm_90 the Gluon kernel keeps a wgmma in flight across K steps (qmatmul_hopper): 4 slots of 48 KiB. At 8192³ it
-# measured 1149 / 1174 TOPS (uint8 / int8 A) against LARGE's 1110 / 1136, at 4096³ 918 / 994 against 983 / 1033.
+# measured 1230 / 1242 TOPS (uint8 / int8 A) against LARGE's 1108 / 1133 and PAIRED's 1122 / 1198; at 4096³ 913 / 997
+# (before its epilogue's terms were read ahead of the main loop) against PAIRED's 1055 / 1132.
 WGMMA_LARGE = Config(256, 128, 128, num_warps=8, num_stages=4, epilogue_n=32, gluon=True)
 
 
