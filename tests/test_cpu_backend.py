@@ -655,6 +655,18 @@ def test_int16_product_adds_many_chunks(monkeypatch):
 
 
 @needs_madd
+@pytest.mark.parametrize("compiled", REQUANTIZATIONS)
+def test_int16_chunks_requantized_in_pieces(monkeypatch, compiled):
+    """Chunks of 48 along K = 301, added in float64 by each piece of rows, then requantized there."""
+    monkeypatch.setattr(cpu_int16_gemm, "INT32_CHUNK", 48)
+    rng = np.random.default_rng(14)
+    arguments, expected = quantized_case(rng, np.int8, np.uint8, np.int8, 301, (True, True, True), True, m=40, n=33)
+    out = poisoned(expected.shape, np.int8)
+    cpu_qmatmul.quantized_linear_matmul(*arguments, out, compiled=compiled, products="int16", pieces=3)
+    np.testing.assert_array_equal(out, expected)
+
+
+@needs_madd
 def test_int16_kernel_multiplies_in_pairs():
     """The kernel's loop is `vpmaddwd` (16 multiply-adds an instruction), not `vpmulld` (8). Compiled afresh: numba
     shows no assembly of code loaded from its cache."""

@@ -84,12 +84,13 @@ def packed_shapes(m: int, k: int, n: int):
     return (rows, length + LANES), (columns // COLUMNS, length // 2, COLUMNS, 2), (rows, columns)
 
 
-def integer_product(a, a_zero_point, b, b_zero_point, a_packed, b_packed, sums, pieces: int = 1):
+def integer_product(a, a_zero_point, b, b_zero_point, a_packed, b_packed, sums, pieces: int = 1, finish=None):
     """Σ_k (a − za)(b − zb) for a {M, K} and b {K, N}: int32 {M, N} where K ≤ INT32_CHUNK, else float64 {M, N}.
 
     a_packed, b_packed and sums are scratch arrays of ``packed_shapes``; the result is a view of sums, or a new
-    float64 array. The rows (and, to pack them, the columns) are cut into ``pieces`` that threads take in turn
-    (the compiled loops release the GIL)."""
+    float64 array. b̃ is packed in ``pieces`` (pairs of its rows), then the rows are cut into ``pieces`` that each
+    pack their rows of ã, make their sums and, where given, call ``finish(result, rows)`` (a slice) while those
+    sums are in cache. Threads take the pieces in turn (the compiled loops release the GIL)."""
     m, k = a.shape
     n = b.shape[1]
     za = np.zeros(1, a.dtype) if a_zero_point is None else a_zero_point
@@ -97,19 +98,25 @@ def integer_product(a, a_zero_point, b, b_zero_point, a_packed, b_packed, sums, 
     za, zb = np.broadcast_to(za, (m,)), np.broadcast_to(zb, (n,))
     a_packed[m:] = 0  # the padding adds nothing to the sums (b̃'s is written by pack_columns)
     a_packed[:, k:] = 0
-    run_in_pieces([functools.partial(pack_rows, a, za, a_packed, *rows) for rows in cut(m, pieces, 1)] +
-                  [functools.partial(pack_columns, b, zb, b_packed, *pairs)
+    run_in_pieces([functools.partial(pack_columns, b, zb, b_packed, *pairs)
                    for pairs in cut(b_packed.shape[1], pieces, 1)], pieces > 1)
-    row_ranges = cut(a_packed.shape[0], pieces, ROWS)
-    total = None
     length = padded(k, 2)
-    for start in range(0, length, INT32_CHUNK):
-        end = min(start + INT32_CHUNK, length)
-        run_in_pieces([functools.partial(multiply_rows, a_packed, b_packed, sums, *rows, start, end)
-                       for rows in row_ranges], pieces > 1)
-        if end < length or start > 0:
-            total = sums[:m, :n].astype(np.float64) if total is None else total + sums[:m, :n]
-    return sums[:m, :n] if total is None else total
+    chunks = [(start, min(start + INT32_CHUNK, length)) for start in range(0, length, INT32_CHUNK)]
+    result = sums[:m, :n] if len(chunks) == 1 else np.zeros((m, n))
+
+    def rows_piece(first, last):
+        rows = slice(first, min(last, m))  # every piece holds rows of a: there is less than a piece of padding
+        pack_rows(a, za, a_packed, first, rows.stop)
+        for start, end in chunks:
+            multiply_rows(a_packed, b_packed, sums, first, last, start, end)
+            if len(chunks) > 1:
+                result[rows] += sums[rows, :n]
+        if finish is not None:
+            finish(result, rows)
+
+    run_in_pieces([functools.partial(rows_piece, *rows) for rows in cut(a_packed.shape[0], pieces, ROWS)],
+                  pieces > 1)
+    return result
 
 
 def run_in_pieces(calls, threads: bool) -> None:

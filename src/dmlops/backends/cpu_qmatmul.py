@@ -64,30 +64,25 @@ def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, 
             return pieces
         return PIECES_PER_CORE * CORES if CORES > 1 and work >= parallel_work else 1
 
-    if numba is not None if compiled is None else compiled:
-        requantize_sums = functools.partial(requantize_compiled, pieces=pieces_for(m * n, PARALLEL_OUTPUTS))
-    else:
-        requantize_sums = requantize_numpy
-    if products is None:
-        products = "int16" if cpu_int16_gemm.MADD_INSTRUCTIONS else "float32"
-    if products == "int16":
-        # ã, b̃ in blocks and the int32 sums, written afresh for each matrix of the batch
-        buffers = in_one_block(list(zip(cpu_int16_gemm.packed_shapes(m, k, n), (np.int16, np.int16, np.int32))))
-        product_pieces = pieces_for(m * n * k, PARALLEL_MULTIPLY_ADDS)
-
-        def exact_sums(a, b):
-            return cpu_int16_gemm.integer_product(a, a_zero_point, b, b_zero_point, *buffers, product_pieces), []
-    else:
-        # ã, b̃, the GEMM's result and, where K takes more than one GEMM, the float64 sum of their results
-        sums = (m, n) if exact_chunk(a, b) < k else (0, 0)
-        buffers = in_one_block([((m, k), np.float32), ((k, n), np.float32), ((m, n), np.float32),
-                                (sums, np.float64)])
-
-        def exact_sums(a, b):
-            return integer_product(a, a_zero_point, b, b_zero_point, buffers)
+    compiled = numba is not None if compiled is None else compiled
     zero_point = np.zeros(m, out.dtype) if output_zero_point is None else output_zero_point
+    if (cpu_int16_gemm.MADD_INSTRUCTIONS if products is None else products == "int16"):
+        # ã, b̃ in blocks and the int32 sums, written afresh for each matrix of the batch; each piece of rows is
+        # requantized as soon as its sums are made, while they are in cache
+        buffers = in_one_block(list(zip(cpu_int16_gemm.packed_shapes(m, k, n), (np.int16, np.int16, np.int32))))
+        for index in np.ndindex(*out.shape[:2]):
+            requantize_slice = rows_requantization(compiled, [], a_scale, b_scale, output_scale, zero_point,
+                                                   out[index])
+            cpu_int16_gemm.integer_product(a[index], a_zero_point, b[index], b_zero_point, *buffers,
+                                           pieces_for(m * n * k, PARALLEL_MULTIPLY_ADDS), requantize_slice)
+        return
+    requantize_sums = functools.partial(requantize_compiled, pieces=pieces_for(m * n, PARALLEL_OUTPUTS)) \
+        if compiled else requantize_numpy
+    # ã, b̃, the GEMM's result and, where K takes more than one GEMM, the float64 sum of their results
+    sums = (m, n) if exact_chunk(a, b) < k else (0, 0)
+    buffers = in_one_block([((m, k), np.float32), ((k, n), np.float32), ((m, n), np.float32), (sums, np.float64)])
     for index in np.ndindex(*out.shape[:2]):
-        product, corrections = exact_sums(a[index], b[index])
+        product, corrections = integer_product(a[index], a_zero_point, b[index], b_zero_point, buffers)
         requantize_sums(product, corrections, a_scale, b_scale, output_scale, zero_point, out[index])
 
 
@@ -178,17 +173,31 @@ def requantize_numpy(product, corrections, a_scale, b_scale, output_scale, zero_
 def requantize_compiled(product, corrections, a_scale, b_scale, output_scale, zero_point, out, pieces=1) -> None:
     """The same bits as requantize_numpy, in one compiled pass over the product; its rows cut into ``pieces`` for
     the cores."""
-    low, high = OUTPUT_RANGE[DataType.from_numpy(out.dtype)]
+    requantize_slice = rows_requantization(True, corrections, a_scale, b_scale, output_scale, zero_point, out)
+    cpu_int16_gemm.run_in_pieces([functools.partial(requantize_slice, product, slice(*rows))
+                                  for rows in cpu_int16_gemm.cut(out.shape[0], pieces, 1)], pieces > 1)
+
+
+def rows_requantization(compiled, corrections, a_scale, b_scale, output_scale, zero_point, out):
+    """requantize_slice(product, rows): out[rows] = the requantization of product[rows] + the corrections' rows,
+    compiled (the vectors it reads prepared once for every slice) or by NumPy."""
+    if not compiled:
+        def requantize_slice(product, rows):
+            requantize_numpy(product[rows], [(row_term[rows], column_term) for row_term, column_term in corrections],
+                             a_scale[rows], b_scale, output_scale[rows], zero_point[rows], out[rows])
+        return requantize_slice
+    low, high = (float(bound) for bound in OUTPUT_RANGE[DataType.from_numpy(out.dtype)])
     row_terms, column_terms = np.zeros((out.shape[0], 2)), np.zeros((2, out.shape[1]))
     for i, (row_term, column_term) in enumerate(corrections):
         row_terms[:, i], column_terms[i] = row_term, column_term
     # contiguous vectors, so that one compiled loop serves every parameter form
     a_scale, b_scale, output_scale = (np.ascontiguousarray(v, np.float32) for v in (a_scale, b_scale, output_scale))
     zero_point = np.ascontiguousarray(zero_point, np.float64)
-    rows = [slice(*bounds) for bounds in cpu_int16_gemm.cut(out.shape[0], pieces, 1)]
-    cpu_int16_gemm.run_in_pieces([
-        functools.partial(requantize_rows, product[r], row_terms[r], column_terms, a_scale[r], b_scale,
-                          output_scale[r], zero_point[r], float(low), float(high), out[r]) for r in rows], pieces > 1)
+
+    def requantize_slice(product, rows):
+        requantize_rows(product[rows], row_terms[rows], column_terms, a_scale[rows], b_scale, output_scale[rows],
+                        zero_point[rows], low, high, out[rows])
+    return requantize_slice
 
 
 if numba is not None:
