@@ -132,12 +132,16 @@ def run_case(rng, operation, dtype, shape, axis, reverse, exclusive, x_kind="pac
 # -- every data type, operation, direction and exclusivity, through each kind of tiling ------------------------
 
 # (shape, axis, tuning): lines along rows over many tiles with several look-back groups; many short lines per
-# tile; down columns over many tiles; down columns, whole lines in one tile. Tiles hold 4 to 32 elements.
+# tile; down columns over many tiles; down columns, whole lines in one tile. Tiles hold 4 to 32 elements. Then
+# walks down columns: strips of 2 inner indices (the last one partial) over many blocks, the last one partial; a
+# strip as wide as the inner indices, one block a line.
 TILINGS = [
     ((150,), 0, scan.Tuning(tile_bytes=64, tiles_in_flight=4)),
     ((13, 9), 1, scan.Tuning(tile_bytes=256)),
     ((19, 3, 5), 0, scan.Tuning(tile_bytes=128, tiles_in_flight=4)),
     ((2, 6, 20), 1, scan.Tuning(tile_bytes=256)),
+    ((19, 3, 5), 0, scan.Walk(columns=2, rows=4, stages=2)),
+    ((2, 6, 4), 1, scan.Walk(columns=4, rows=8)),
 ]
 
 
@@ -197,8 +201,10 @@ def cases(draw):
         operation=draw(st.sampled_from(["sum", "product"])), dtype=draw(st.sampled_from(DTYPES)),
         shape=tuple(shape), axis=axis, reverse=draw(st.booleans()), exclusive=draw(st.booleans()),
         x_kind=x_kind, out_kind=draw(st.sampled_from(["packed", "padded", "permuted"])), in_place=in_place,
-        tuning=scan.Tuning(tile_bytes=draw(st.sampled_from([64, 256, 4096])),
-                           tiles_in_flight=draw(st.sampled_from([1, 4, 16]))),
+        tuning=draw(st.one_of(
+            st.builds(scan.Tuning, tile_bytes=st.sampled_from([64, 256, 4096]),
+                      tiles_in_flight=st.sampled_from([1, 4, 16])),
+            st.builds(scan.Walk, columns=st.sampled_from([1, 4, 32]), rows=st.sampled_from([2, 8, 64])))),
         seed=draw(st.integers(0, 2**32 - 1)))
 
 
@@ -229,10 +235,22 @@ def test_default_tuning():
     large = scan.lines((4097, 1024), 0, (1024, 1), (1024, 1))
     assert scan.default_tuning(small, 4, False) == scan.ALONG_ROWS
     assert scan.default_tuning(large, 4, True) == scan.DOWN_COLUMNS
-    # A few long lines of 4-byte accumulators take larger tiles, unless exclusive; many lines and short lines do not.
+    # Large columns walk in strips when there are about as many strips as multiprocessors, or more.
+    # Long columns walk in strips when there are about as many strips as multiprocessors, or more; short columns
+    # and few strips take tiles.
+    def columns(outer, length, inner):
+        strides = (length * inner, inner, 1)
+        return scan.lines((outer, length, inner), 1, strides, strides)
+
+    assert scan.default_tuning(columns(1, 65536, 4096), 4, True) == scan.WALK
+    assert scan.default_tuning(columns(8, 32768, 512), 4, False) == scan.WALK
+    assert scan.default_tuning(columns(32, 512, 16384), 4, False) == scan.DOWN_COLUMNS
+    assert scan.default_tuning(columns(1, 1 << 24, 2), 4, False) == scan.DOWN_COLUMNS
+    # A few long lines of 4-byte accumulators take larger tiles (exclusive ones fewer elements a thread); many lines
+    # and short lines do not.
     line = scan.lines((1 << 28,), 0, (1,), (1,))
     assert scan.default_tuning(line, 4, False) == scan.FEW_LONG_LINES
-    assert scan.default_tuning(line, 4, True) == scan.ALONG_ROWS
+    assert scan.default_tuning(line, 4, True) == scan.FEW_LONG_LINES_EXCLUSIVE
     assert scan.default_tuning(line, 8, False) == scan.ALONG_ROWS
     assert scan.default_tuning(scan.lines((4096, 65536), 1, (65536, 1), (65536, 1)), 4, False) == scan.ALONG_ROWS
     assert scan.default_tuning(scan.lines((8, 8192), 1, (8192, 1), (8192, 1)), 4, False) == scan.ALONG_ROWS
@@ -339,6 +357,15 @@ def test_large(shape, axis, operation, dtype, reverse, exclusive):
     if operation == "product" and np.dtype(dtype).kind == "f" and shape[axis] > 4096:
         shape = shape[:axis] + (4096,) + shape[axis + 1:]  # keep float products within range
     run_case(np.random.default_rng(), operation, dtype, shape, axis, reverse, exclusive)
+
+
+@gpu_only
+@pytest.mark.parametrize("operation, dtype", [("sum", np.float32), ("product", np.float32), ("sum", np.float16),
+                                              ("sum", np.int32), ("product", np.uint64)])
+@pytest.mark.parametrize("reverse, exclusive", [(False, False), (True, True), (False, True)])
+def test_large_walk(operation, dtype, reverse, exclusive):
+    # The default walk over many blocks, on a shape that takes tiles by default; the last strip is partial.
+    run_case(np.random.default_rng(), operation, dtype, (3000, 4099), 0, reverse, exclusive, tuning=scan.WALK)
 
 
 @gpu_only

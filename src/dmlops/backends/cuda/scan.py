@@ -321,6 +321,54 @@ def _scan_kernel(x, y, words, control,
             tl.store(control, tl.where(generation == MAX_GENERATION, 1, generation + 1))
 
 
+@triton.jit
+def _walk_kernel(x, y, length, inner, x_outer, x_step, x_inner, y_outer, y_step, y_inner, inner_blocks,
+                 OPERATION: tl.constexpr, IDENTITY: tl.constexpr, ZERO: tl.constexpr, ACCUMULATOR: tl.constexpr,
+                 REVERSE: tl.constexpr, EXCLUSIVE: tl.constexpr, BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr,
+                 EVEN_COLUMNS: tl.constexpr, ALIGNMENT: tl.constexpr, STAGES: tl.constexpr):
+    # One program walks a strip of BLOCK_B inner indices down the whole axis, BLOCK_A positions a block, in walk
+    # order (from the last position when decreasing), the running value in registers: no look-back, and the loop
+    # loads blocks ahead of the one it scans.
+    pid = tl.program_id(0)
+    o = (pid // inner_blocks).to(tl.int64)
+    column = (pid % inner_blocks).to(tl.int64) * BLOCK_B + tl.arange(0, BLOCK_B)[None, :]
+    x_rows = x + o * x_outer + column * x_inner
+    y_rows = y + o * y_outer + column * y_inner
+    row = tl.arange(0, BLOCK_A)[:, None]
+    column_valid = column < inner
+    # An exclusive line starts at exactly 0 (or 1), never -0.0.
+    carry = tl.full([1, BLOCK_B], 0 if EXCLUSIVE and OPERATION == "sum" else IDENTITY, ACCUMULATOR)
+    for block in tl.range(0, tl.cdiv(length, BLOCK_A), num_stages=STAGES):
+        walked = tl.cast(block, tl.int64) * BLOCK_A + row  # positions in walk order
+        position = (length - 1 - walked) if REVERSE else walked
+        if EVEN_COLUMNS:
+            valid = tl.broadcast_to(walked < length, [BLOCK_A, BLOCK_B])
+        else:
+            valid = (walked < length) & column_valid
+        if EXCLUSIVE:  # scan each element's predecessor in walk order within the block; the block's last element
+            # comes in through the carry
+            source = (position + 1) if REVERSE else (position - 1)
+            present = valid & (row != 0)
+            last = tl.minimum(tl.cast(block, tl.int64) * BLOCK_A + BLOCK_A, length) - 1
+            final = tl.load(x_rows + ((length - 1 - last) if REVERSE else last) * x_step, mask=column_valid,
+                            other=IDENTITY)
+        else:
+            source = position
+            present = valid
+        x_offsets = source * x_step
+        y_offsets = position * y_step
+        if ALIGNMENT > 1:  # offsets of whole rows: loads and stores along them may be vectors
+            x_offsets = tl.multiple_of(x_offsets, [ALIGNMENT, ALIGNMENT])
+            y_offsets = tl.multiple_of(y_offsets, [ALIGNMENT, ALIGNMENT])
+        values = tl.load(x_rows + x_offsets, mask=present, other=IDENTITY)
+        result = _combine(carry, _scan(values.to(ACCUMULATOR), 0, OPERATION, False), OPERATION)
+        tl.store(y_rows + y_offsets, result.to(y.dtype.element_ty), mask=valid)
+        # Rows past the line's end scanned the identity: the block's last row holds the running value.
+        carry = tl.sum(tl.where(row == BLOCK_A - 1, result, ZERO), 0, keep_dims=True)
+        if EXCLUSIVE:
+            carry = _combine(carry, final.to(ACCUMULATOR), OPERATION)
+
+
 # -- launcher --------------------------------------------------------------------------------------------------
 
 
@@ -333,17 +381,34 @@ class Tuning:
     elements_per_thread: int = 32
 
 
+@dataclasses.dataclass(frozen=True)
+class Walk:
+    """Strips of inner indices, each walked down the whole axis by one program (_walk_kernel)."""
+
+    columns: int = 32  # inner indices a strip: 128 bytes of float32
+    rows: int = 256  # positions along the axis a block
+    stages: int = 4  # the loop's pipeline: loads run this many blocks less one ahead
+    elements_per_thread: int = 32
+
+
 # The defaults, from the tuning sweeps of benchmarks/scan.py on an H100 (benchmarks/RESULTS.md): down columns,
 # smaller tiles keep more of them in flight on each multiprocessor; along rows, a few long lines reach further back.
 # Columns of a small tensor (16 MiB and less) are too few tiles for that: they do better with the rows' tuning.
-# A few long lines of 4-byte accumulators scanned inclusively take tiles twice as large: half the tiles, half the
-# waits (0.77 -> 0.84 of copy on one line of 2^28); exclusive scans keep the rows' tiles, their pairs needing all
-# 255 registers a thread at 128 elements (8 x 2^24: 0.82 -> 0.65).
+# A few long lines of 4-byte accumulators take tiles twice as large: half the tiles, half the waits (one line of
+# 2^28: 0.77 -> 0.84 of copy inclusive, 0.72 -> 0.76 reverse + exclusive); exclusive scans, whose pairs need all
+# 255 registers a thread at 128 elements (8 x 2^24: 0.82 -> 0.65), with 64 elements a thread.
+# Long columns side by side in at least as many strips as an H100 has multiprocessors (132, less a few) walk:
+# 65536 x 4096 0.77 -> 0.95 of copy; with 4 stages, since with 3 (64 KiB of loads in flight a multiprocessor) the
+# inclusive walk reached 0.68. Short columns walk too few blocks to fill the loop (32x512x64x256: 0.92 -> 0.58).
 ALONG_ROWS = Tuning(tiles_in_flight=1024)
 FEW_LONG_LINES = Tuning(tile_bytes=65536, tiles_in_flight=1024, elements_per_thread=128)
+FEW_LONG_LINES_EXCLUSIVE = Tuning(tile_bytes=65536, tiles_in_flight=1024, elements_per_thread=64)
 DOWN_COLUMNS = Tuning(tile_bytes=16384)
 SMALL_BYTES = 16 << 20
 FEW_LINES = 16
+WALK = Walk()
+MIN_WALK_STRIPS = 128
+MIN_WALK_LENGTH = 16384
 
 
 @dataclasses.dataclass(frozen=True)
@@ -398,13 +463,17 @@ class Plan:
     num_warps: int
 
 
-def default_tuning(problem: Lines, accumulator_bytes: int, exclusive: bool) -> Tuning:
+def default_tuning(problem: Lines, accumulator_bytes: int, exclusive: bool) -> Tuning | Walk:
     if problem.inner == 1:
         few_long_lines = (problem.outer <= FEW_LINES and problem.length * accumulator_bytes > ALONG_ROWS.tile_bytes
-                          and accumulator_bytes == 4 and not exclusive)
-        return FEW_LONG_LINES if few_long_lines else ALONG_ROWS
-    small = problem.outer * problem.length * problem.inner * accumulator_bytes <= SMALL_BYTES
-    return ALONG_ROWS if small else DOWN_COLUMNS
+                          and accumulator_bytes == 4)
+        if not few_long_lines:
+            return ALONG_ROWS
+        return FEW_LONG_LINES_EXCLUSIVE if exclusive else FEW_LONG_LINES
+    if problem.outer * problem.length * problem.inner * accumulator_bytes <= SMALL_BYTES:
+        return ALONG_ROWS
+    strips = problem.outer * triton.cdiv(problem.inner, WALK.columns)
+    return WALK if strips >= MIN_WALK_STRIPS and problem.length >= MIN_WALK_LENGTH else DOWN_COLUMNS
 
 
 def plan(problem: Lines, accumulator_bytes: int, tuning: Tuning) -> Plan:
@@ -436,14 +505,29 @@ def plan(problem: Lines, accumulator_bytes: int, tuning: Tuning) -> Plan:
         reach = MAX_WINDOW_WORDS // 2 if along_rows else min(MAX_CHAINED_WINDOW, MAX_WINDOW_WORDS // lanes)
         window = min(triton.next_power_of_2(triton.cdiv(tuning.tiles_in_flight, chains)), reach,
                      triton.next_power_of_2(tiles_per_line))
-    # The strides between the block's rows (lines, or positions down the columns) are multiples of this.
+    return Plan(along_rows, (block_a, block_b), lanes, even_columns, tiles_per_line, chains, inner_blocks, window,
+                alignment(problem, along_rows), warps(block_a * block_b, tuning.elements_per_thread))
+
+
+def walk_plan(problem: Lines, walk: Walk) -> Plan:
+    """The strips of a walk: a program a strip, its blocks BLOCK_A positions × BLOCK_B inner indices."""
+    block_b = min(walk.columns, triton.next_power_of_2(problem.inner))
+    block_a = min(walk.rows, triton.next_power_of_2(problem.length))
+    inner_blocks = triton.cdiv(problem.inner, block_b)
+    return Plan(False, (block_a, block_b), block_b, problem.inner % block_b == 0, 1, problem.outer * inner_blocks,
+                inner_blocks, 0, alignment(problem, False), warps(block_a * block_b, walk.elements_per_thread))
+
+
+def alignment(problem: Lines, along_rows: bool) -> int:
+    """What the strides between a block's rows (lines, or positions down the columns) are multiples of."""
     row_strides = problem.x_strides[:1] + problem.y_strides[:1]
     if not along_rows:
         row_strides += problem.x_strides[1:2] + problem.y_strides[1:2]
-    alignment = min([16] + [stride & -stride for stride in row_strides if stride])
-    num_warps = min(16, max(1, block_a * block_b // (32 * tuning.elements_per_thread)))
-    return Plan(along_rows, (block_a, block_b), lanes, even_columns, tiles_per_line, chains, inner_blocks, window,
-                alignment, num_warps)
+    return min([16] + [stride & -stride for stride in row_strides if stride])
+
+
+def warps(elements: int, elements_per_thread: int) -> int:
+    return min(16, max(1, elements // (32 * elements_per_thread)))
 
 
 class _Scratch:
@@ -472,7 +556,7 @@ def _scratch_for(device, words: int) -> _Scratch:
 
 
 def cumulative(operation: str, x, out, axis: int, reverse: bool, exclusive: bool, *,
-               tuning: Tuning | None = None) -> None:
+               tuning: Tuning | Walk | None = None) -> None:
     """out = the running sum or product of x along axis (see dmlops.ops.cumulative.reference).
 
     tuning None takes the defaults for the tiling and size the shape has (default_tuning).
@@ -489,7 +573,21 @@ def cumulative(operation: str, x, out, axis: int, reverse: bool, exclusive: bool
         return
     wide = accumulator.primitive_bitwidth == 64
     accumulator_bytes = accumulator.primitive_bitwidth // 8
-    layout = plan(problem, accumulator_bytes, tuning or default_tuning(problem, accumulator_bytes, exclusive))
+    tuning = tuning or default_tuning(problem, accumulator_bytes, exclusive)
+    zero = -0.0 if accumulator.is_floating() else 0  # x + -0.0 is x for every x, -0.0 included
+    identity = zero if operation == "sum" else 1
+    device = torch.cuda.device(x.device) if x.device.type == "cuda" else contextlib.nullcontext()
+    if isinstance(tuning, Walk):
+        layout = walk_plan(problem, tuning)
+        with device:
+            _walk_kernel[(layout.chains,)](
+                x, out, problem.length, problem.inner, *problem.x_strides, *problem.y_strides, layout.inner_blocks,
+                OPERATION=operation, IDENTITY=identity, ZERO=zero, ACCUMULATOR=accumulator, REVERSE=bool(reverse),
+                EXCLUSIVE=bool(exclusive), BLOCK_A=layout.block[0], BLOCK_B=layout.block[1],
+                EVEN_COLUMNS=layout.even_columns, ALIGNMENT=layout.alignment, STAGES=tuning.stages,
+                num_warps=layout.num_warps)
+        return
+    layout = plan(problem, accumulator_bytes, tuning)
     tiles = layout.tiles_per_line * layout.chains
     if layout.window:
         groups = layout.chains * triton.cdiv(layout.tiles_per_line, layout.window)  # group slots (along rows)
@@ -497,9 +595,6 @@ def cumulative(operation: str, x, out, axis: int, reverse: bool, exclusive: bool
         words, control = scratch.words, scratch.control
     else:
         words = control = out  # not read
-    zero = -0.0 if accumulator.is_floating() else 0  # x + -0.0 is x for every x, -0.0 included
-    identity = zero if operation == "sum" else 1
-    device = torch.cuda.device(x.device) if x.device.type == "cuda" else contextlib.nullcontext()
     with device:
         _scan_kernel[(tiles,)](
             x, out, words, control,
