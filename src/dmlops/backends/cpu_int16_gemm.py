@@ -88,7 +88,7 @@ def integer_product(a, a_zero_point, b, b_zero_point, a_packed, b_packed, sums, 
     """Σ_k (a − za)(b − zb) for a {M, K} and b {K, N}: int32 {M, N} where K ≤ INT32_CHUNK, else float64 {M, N}.
 
     a_packed, b_packed and sums are scratch arrays of ``packed_shapes``; the result is a view of sums, or a new
-    float64 array. b̃ is packed in ``pieces`` (pairs of its rows), then the rows are cut into ``pieces`` that each
+    float64 array. b̃ is packed on the cores, then the rows are cut into ``pieces`` that each
     pack their rows of ã, make their sums and, where given, call ``finish(result, rows)`` (a slice) while those
     sums are in cache. Threads take the pieces in turn (the compiled loops release the GIL)."""
     m, k = a.shape
@@ -98,8 +98,9 @@ def integer_product(a, a_zero_point, b, b_zero_point, a_packed, b_packed, sums, 
     za, zb = np.broadcast_to(za, (m,)), np.broadcast_to(zb, (n,))
     a_packed[m:] = 0  # the padding adds nothing to the sums (b̃'s is written by pack_columns)
     a_packed[:, k:] = 0
+    # b̃ in one piece a core: packing is short, and a piece costs about 10 µs to hand out
     run_in_pieces([functools.partial(pack_columns, b, zb, b_packed, *pairs)
-                   for pairs in cut(b_packed.shape[1], pieces, 1)], pieces > 1)
+                   for pairs in cut(b_packed.shape[1], min(pieces, CORES), 1)], pieces > 1)
     length = padded(k, 2)
     chunks = [(start, min(start + INT32_CHUNK, length)) for start in range(0, length, INT32_CHUNK)]
     result = sums[:m, :n] if len(chunks) == 1 else np.zeros((m, n))
