@@ -246,14 +246,20 @@ def test_streamed_rows(monkeypatch, dtype, shape, axis):
 @STREAMED
 def test_large_outputs_stream(monkeypatch):
     """By default rows stream where out has STREAM_BYTES or more, and only where the rows of x and out are
-    contiguous and not FLOAT16."""
+    contiguous, out's elements on boundaries of their size (x's may be anywhere), and not FLOAT16."""
     calls = streamed_rows_taken(monkeypatch)
     monkeypatch.setattr(cpu_scan, "STREAM_BYTES", 40 * 16 * 4)
     rng = np.random.default_rng(14)
-    for shape, dtype, step, streams in [((40, 16), np.int32, 1, True), ((40, 15), np.int32, 1, False),
-                                        ((40, 16), np.int32, 2, False), ((80, 16), np.float16, 1, False)]:
+    for shape, dtype, step, misaligned, streams in [
+            ((40, 16), np.int32, 1, None, True), ((40, 15), np.int32, 1, None, False),
+            ((40, 16), np.int32, 2, None, False), ((80, 16), np.float16, 1, None, False),
+            ((40, 16), np.int32, 1, "x", True), ((40, 16), np.int32, 1, "out", False)]:
         x = random_values(rng, (shape[0], shape[1] * step), dtype)[:, ::step]
         out = poisoned(shape, dtype)
+        if misaligned:  # a copy one byte into a buffer
+            moved = np.frombuffer(bytearray(x.nbytes + 1), np.dtype(dtype), x.size, offset=1).reshape(shape)
+            moved[...] = x if misaligned == "x" else out
+            x, out = (moved, out) if misaligned == "x" else (x, moved)
         del calls[:]
         cpu_scan.cumulative("sum", x, out, 0, False, False)
         assert_cumulative_matches(out, "sum", x, 0, False, False)
