@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import os
+import queue
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -46,14 +47,16 @@ COLUMNS = 16  # columns of one kernel call (a block of b̃): two vectors of 8 in
 K_BLOCK = 1024  # even
 PANEL_BLOCKS = 8  # column blocks of a panel: K_BLOCK · COLUMNS · PANEL_BLOCKS int16 = 256 KiB
 INT32_CHUNK = 32 * K_BLOCK  # 32 768 · 255² < 2^31: int32 sums of one chunk are exact
-# Threads for the pieces of a product, started on first use and kept: starting a pool for each call costs about
-# 0.3 ms, a sixth of a 512³ product. A forked child has none of its parent's threads, so it gets a pool of its own.
-PIECE_THREADS = ThreadPoolExecutor(CORES)
+# Threads that take pieces of a product beside the calling thread, started on first use and kept: starting a pool
+# for each call costs about 0.3 ms, a sixth of a 512³ product. A forked child has none of its parent's threads, so
+# it gets a pool of its own.
+HELPERS = max(1, CORES - 1)
+PIECE_THREADS = ThreadPoolExecutor(HELPERS)
 
 
 def new_pool_in_child() -> None:
     global PIECE_THREADS
-    PIECE_THREADS = ThreadPoolExecutor(CORES)
+    PIECE_THREADS = ThreadPoolExecutor(HELPERS)
 
 
 if hasattr(os, "register_at_fork"):
@@ -121,14 +124,29 @@ def integer_product(a, a_zero_point, b, b_zero_point, a_packed, b_packed, sums, 
 
 
 def run_in_pieces(calls, threads: bool) -> None:
-    """The calls on the pool's threads, each taking the next call when it is done with one, or in turn; errors are
-    raised here."""
-    if not threads:
-        for call in calls:
+    """The calls, taken one after another by this thread and, where ``threads``, by the pool's threads at the same
+    time; errors are raised here. This thread takes part, so that no call waits for a thread to wake up where it
+    could start at once (on a busy machine the pool's threads may wait a while for a core)."""
+    pending = queue.SimpleQueue()
+    for call in calls:
+        pending.put(call)
+
+    def take():
+        while True:
+            try:
+                call = pending.get_nowait()
+            except queue.Empty:
+                return
             call()
-        return
-    for done in [PIECE_THREADS.submit(call) for call in calls]:
-        done.result()
+
+    helpers = [PIECE_THREADS.submit(take) for _ in range(HELPERS)] if threads else []
+    try:
+        take()
+    finally:
+        errors = [helper.exception() for helper in helpers]  # waits for every helper: they write into our arrays
+    for error in errors:
+        if error is not None:
+            raise error
 
 
 def cut(size: int, pieces: int, multiple: int):
