@@ -8,7 +8,8 @@ that bandwidth reached, counting the same 2·n·itemsize bytes (FLOAT16 counts 2
 a device copy of the same float32 tensor: what one read and one write cost at that size, launch and tail included.
 torch has no reverse or exclusive scan: it flips, scans, flips back and subtracts the input. Each dmlops variant is
 checked against a float64 reference and against its own second run (bit for bit) before it is timed. ``--sweep``
-also times dmlops' tunings (tile size, threads, look-back reach) on the shapes named.
+also times dmlops' tunings (tiles: size, threads, look-back reach; walks down columns: strip width, block
+length, pipeline stages) on the shapes named.
 
 Timing is GPU time: a batch of calls is enqueued behind a GPU sleep long enough for the host to enqueue them all, so
 that the host's launch overhead stays out (it is printed beside), and timed with CUDA events (median of 5 batches);
@@ -52,7 +53,7 @@ VARIANTS = [  # name, operation, dtype, reverse, exclusive
     ("f16", "sum", torch.float16, False, False),
 ]
 SWEEP = [scan.Tuning(32768, 1024, 32), scan.Tuning(65536, 1024, 128), scan.Tuning(16384, 256, 32),
-         scan.Tuning(16384, 256, 64)]
+         scan.Tuning(16384, 256, 64), scan.WALK, scan.Walk(stages=3)]
 L2_BYTES = 50 << 20
 HOST_SECONDS_PER_CALL = 100e-6  # the least time the GPU waits a call while the host enqueues
 
@@ -151,6 +152,12 @@ def warm(task) -> None:
     torch.cuda.synchronize()
 
 
+def tuning_name(tuning) -> str:
+    if isinstance(tuning, scan.Walk):
+        return f"walk {tuning.columns}/{tuning.rows}/{tuning.stages}"
+    return f"{tuning.tile_bytes // 1024}K/{tuning.elements_per_thread}/{tuning.tiles_in_flight}"
+
+
 def time_dmlops(label, shape, axis, tunings, copy, variants=VARIANTS, named=False) -> dict:
     """Fractions of copy bandwidth for dmlops; named: columns named after the tunings too."""
     row = {}
@@ -160,8 +167,7 @@ def time_dmlops(label, shape, axis, tunings, copy, variants=VARIANTS, named=Fals
         xs = [x] + [inputs(shape, operation, dtype) for _ in range(sets - 1)]
         outs = [torch.empty_like(x) for _ in range(sets)]
         for tuning in tunings:
-            name = variant if not named else \
-                f"{variant} {tuning.tile_bytes // 1024}K/{tuning.elements_per_thread}/{tuning.tiles_in_flight}"
+            name = f"{variant} {tuning_name(tuning)}" if named else variant
             check = verify(x, axis, operation, reverse, exclusive, tuning)
             seconds, host = timed(lambda i: scan.cumulative(operation, xs[i], outs[i], axis, reverse, exclusive,
                                                             tuning=tuning), sets)
@@ -284,7 +290,8 @@ def main():
         rows.append((label, shape, time_dmlops(label, shape, axis, SWEEP, copy, sweep_variants, named=True)))
         torch.cuda.empty_cache()
     if rows:
-        table("dmlops tunings (tile KiB / elements a thread / tiles in flight)", rows, copy)
+        table("dmlops tunings (tile KiB / elements a thread / tiles in flight; walk columns / rows / stages)", rows,
+              copy)
 
 
 if __name__ == "__main__":

@@ -230,30 +230,45 @@ def test_lines_coalesce():
 
 
 def test_default_tuning():
+    def tuning(problem, accumulator_bytes=4, exclusive=False, reverse=False):
+        return scan.default_tuning(problem, accumulator_bytes, exclusive, reverse, scan.H100_PROCESSORS)
+
     # Down columns, small tensors take the rows' tuning; from just over 16 MiB of accumulators, the columns'.
     small = scan.lines((4096, 1024), 0, (1024, 1), (1024, 1))
     large = scan.lines((4097, 1024), 0, (1024, 1), (1024, 1))
-    assert scan.default_tuning(small, 4, False) == scan.ALONG_ROWS
-    assert scan.default_tuning(large, 4, True) == scan.DOWN_COLUMNS
-    # Large columns walk in strips when there are about as many strips as multiprocessors, or more.
-    # Long columns walk in strips when there are about as many strips as multiprocessors, or more; short columns
-    # and few strips take tiles.
+    assert tuning(small) == scan.ALONG_ROWS
+    assert tuning(large, exclusive=True) == scan.DOWN_COLUMNS
+
+    # Long columns walk where their strips of 32 fill the waves of one program a multiprocessor (132) to 0.9: 128
+    # strips, 256 strips; not 192 strips, short columns, few strips or rows off 4-element alignment.
     def columns(outer, length, inner):
         strides = (length * inner, inner, 1)
         return scan.lines((outer, length, inner), 1, strides, strides)
 
-    assert scan.default_tuning(columns(1, 65536, 4096), 4, True) == scan.WALK
-    assert scan.default_tuning(columns(8, 32768, 512), 4, False) == scan.WALK
-    assert scan.default_tuning(columns(32, 512, 16384), 4, False) == scan.DOWN_COLUMNS
-    assert scan.default_tuning(columns(1, 1 << 24, 2), 4, False) == scan.DOWN_COLUMNS
-    # A few long lines of 4-byte accumulators take larger tiles (exclusive ones fewer elements a thread); many lines
-    # and short lines do not.
+    assert tuning(columns(1, 65536, 4096), exclusive=True, reverse=True) == scan.WALK
+    assert tuning(columns(1, 32768, 8192)) == scan.WALK
+    assert tuning(columns(16, 8192, 256)) == scan.WALK
+    assert tuning(columns(1, 65536, 6144)) == scan.DOWN_COLUMNS
+    assert tuning(columns(1, 65536, 4100)) == scan.WALK
+    assert tuning(columns(1, 65536, 4098)) == scan.DOWN_COLUMNS  # rows 2 elements apart from alignment
+    assert tuning(columns(32, 512, 16384)) == scan.DOWN_COLUMNS
+    assert tuning(columns(1, 1 << 24, 2)) == scan.DOWN_COLUMNS
+    # A few long lines of 4-byte accumulators take larger tiles (decreasing exclusive ones fewer elements a thread;
+    # increasing exclusive ones the rows' tiles); many lines and short lines do not.
     line = scan.lines((1 << 28,), 0, (1,), (1,))
-    assert scan.default_tuning(line, 4, False) == scan.FEW_LONG_LINES
-    assert scan.default_tuning(line, 4, True) == scan.FEW_LONG_LINES_EXCLUSIVE
-    assert scan.default_tuning(line, 8, False) == scan.ALONG_ROWS
-    assert scan.default_tuning(scan.lines((4096, 65536), 1, (65536, 1), (65536, 1)), 4, False) == scan.ALONG_ROWS
-    assert scan.default_tuning(scan.lines((8, 8192), 1, (8192, 1), (8192, 1)), 4, False) == scan.ALONG_ROWS
+    assert tuning(line) == scan.FEW_LONG_LINES
+    assert tuning(line, exclusive=True, reverse=True) == scan.FEW_LONG_LINES_EXCLUSIVE
+    assert tuning(line, exclusive=True) == scan.ALONG_ROWS
+    assert tuning(line, accumulator_bytes=8) == scan.ALONG_ROWS
+    assert tuning(scan.lines((4096, 65536), 1, (65536, 1), (65536, 1))) == scan.ALONG_ROWS
+    assert tuning(scan.lines((8, 8192), 1, (8192, 1), (8192, 1))) == scan.ALONG_ROWS
+
+
+def test_walk_blocks():
+    # A block is 32 KiB of 4-byte elements, 16 KiB of 2-byte ones; 8-byte elements walk half the positions.
+    problem = scan.lines((65536, 4096), 0, (4096, 1), (4096, 1))
+    assert [scan.walk_plan(problem, size, scan.WALK).block for size in (2, 4, 8)] == [(256, 32), (256, 32),
+                                                                                       (128, 32)]
 
 
 def test_look_back_reach():
@@ -360,12 +375,13 @@ def test_large(shape, axis, operation, dtype, reverse, exclusive):
 
 
 @gpu_only
+@pytest.mark.parametrize("shape", [(2000, 4100), (3000, 4099)])  # rows of vectors; rows of single elements
 @pytest.mark.parametrize("operation, dtype", [("sum", np.float32), ("product", np.float32), ("sum", np.float16),
                                               ("sum", np.int32), ("product", np.uint64)])
 @pytest.mark.parametrize("reverse, exclusive", [(False, False), (True, True), (False, True)])
-def test_large_walk(operation, dtype, reverse, exclusive):
-    # The default walk over many blocks, on a shape that takes tiles by default; the last strip is partial.
-    run_case(np.random.default_rng(), operation, dtype, (3000, 4099), 0, reverse, exclusive, tuning=scan.WALK)
+def test_large_walk(shape, operation, dtype, reverse, exclusive):
+    # The default walk over many blocks, on shapes that take tiles by default; the last strip is partial.
+    run_case(np.random.default_rng(), operation, dtype, shape, 0, reverse, exclusive, tuning=scan.WALK)
 
 
 @gpu_only

@@ -395,11 +395,15 @@ class Walk:
 # smaller tiles keep more of them in flight on each multiprocessor; along rows, a few long lines reach further back.
 # Columns of a small tensor (16 MiB and less) are too few tiles for that: they do better with the rows' tuning.
 # A few long lines of 4-byte accumulators take tiles twice as large: half the tiles, half the waits (one line of
-# 2^28: 0.77 -> 0.84 of copy inclusive, 0.72 -> 0.76 reverse + exclusive); exclusive scans, whose pairs need all
-# 255 registers a thread at 128 elements (8 x 2^24: 0.82 -> 0.65), with 64 elements a thread.
-# Long columns side by side in at least as many strips as an H100 has multiprocessors (132, less a few) walk:
-# 65536 x 4096 0.77 -> 0.95 of copy; with 4 stages, since with 3 (64 KiB of loads in flight a multiprocessor) the
-# inclusive walk reached 0.68. Short columns walk too few blocks to fill the loop (32x512x64x256: 0.92 -> 0.58).
+# 2^28: 0.77 -> 0.84 of copy inclusive, 0.72 -> 0.76 reverse + exclusive); decreasing exclusive scans, whose pairs
+# need all 255 registers a thread at 128 elements (8 x 2^24: 0.82 -> 0.65), with 64 elements a thread. Increasing
+# exclusive scans keep the rows' tiles: at 64 KiB their pairs compile to 171-181 registers a thread (one line:
+# 0.77 -> 0.69).
+# Long columns walk where their strips fill the waves of one program a multiprocessor (the walk's registers allow
+# no second) to WAVE_FILL: 65536 x 4096 (128 strips on 132) 0.77 -> 0.95 of copy, 32768 x 8192 (256) 0.80 ->
+# 0.88, but 65536 x 6144 (192) 0.79 -> 0.70. With 4 stages: with 3 (64 KiB of loads in flight a multiprocessor)
+# the inclusive walk reached 0.68. Short columns walk too few blocks to fill the loop: lines of 8192 gain
+# (0.73 -> 0.82), of 512 lose (32x512x64x256: 0.92 -> 0.58).
 ALONG_ROWS = Tuning(tiles_in_flight=1024)
 FEW_LONG_LINES = Tuning(tile_bytes=65536, tiles_in_flight=1024, elements_per_thread=128)
 FEW_LONG_LINES_EXCLUSIVE = Tuning(tile_bytes=65536, tiles_in_flight=1024, elements_per_thread=64)
@@ -407,8 +411,9 @@ DOWN_COLUMNS = Tuning(tile_bytes=16384)
 SMALL_BYTES = 16 << 20
 FEW_LINES = 16
 WALK = Walk()
-MIN_WALK_STRIPS = 128
-MIN_WALK_LENGTH = 16384
+WAVE_FILL = 0.9
+MIN_WALK_LENGTH = 8192
+H100_PROCESSORS = 132  # what tilings are chosen for where there is no device (Triton's interpreter)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -463,17 +468,22 @@ class Plan:
     num_warps: int
 
 
-def default_tuning(problem: Lines, accumulator_bytes: int, exclusive: bool) -> Tuning | Walk:
+def default_tuning(problem: Lines, accumulator_bytes: int, exclusive: bool, reverse: bool,
+                   processors: int) -> Tuning | Walk:
     if problem.inner == 1:
         few_long_lines = (problem.outer <= FEW_LINES and problem.length * accumulator_bytes > ALONG_ROWS.tile_bytes
                           and accumulator_bytes == 4)
-        if not few_long_lines:
+        if not few_long_lines or (exclusive and not reverse):
             return ALONG_ROWS
         return FEW_LONG_LINES_EXCLUSIVE if exclusive else FEW_LONG_LINES
     if problem.outer * problem.length * problem.inner * accumulator_bytes <= SMALL_BYTES:
         return ALONG_ROWS
     strips = problem.outer * triton.cdiv(problem.inner, WALK.columns)
-    return WALK if strips >= MIN_WALK_STRIPS and problem.length >= MIN_WALK_LENGTH else DOWN_COLUMNS
+    fill = strips / (triton.cdiv(strips, processors) * processors)
+    # (Rows whose offsets are not multiples of 4 elements load one element at a time: not measured, and the walk's
+    # loop then compiles to spills.)
+    walk = fill >= WAVE_FILL and problem.length >= MIN_WALK_LENGTH and alignment(problem, False) >= 4
+    return WALK if walk else DOWN_COLUMNS
 
 
 def plan(problem: Lines, accumulator_bytes: int, tuning: Tuning) -> Plan:
@@ -509,10 +519,11 @@ def plan(problem: Lines, accumulator_bytes: int, tuning: Tuning) -> Plan:
                 alignment(problem, along_rows), warps(block_a * block_b, tuning.elements_per_thread))
 
 
-def walk_plan(problem: Lines, walk: Walk) -> Plan:
-    """The strips of a walk: a program a strip, its blocks BLOCK_A positions × BLOCK_B inner indices."""
+def walk_plan(problem: Lines, element_bytes: int, walk: Walk) -> Plan:
+    """The strips of a walk: a program a strip, its blocks BLOCK_A positions × BLOCK_B inner indices (8-byte
+    elements half the positions, so that the loop's buffers in shared memory stay the size of 4-byte ones)."""
     block_b = min(walk.columns, triton.next_power_of_2(problem.inner))
-    block_a = min(walk.rows, triton.next_power_of_2(problem.length))
+    block_a = min(max(1, walk.rows * 4 // max(4, element_bytes)), triton.next_power_of_2(problem.length))
     inner_blocks = triton.cdiv(problem.inner, block_b)
     return Plan(False, (block_a, block_b), block_b, problem.inner % block_b == 0, 1, problem.outer * inner_blocks,
                 inner_blocks, 0, alignment(problem, False), warps(block_a * block_b, walk.elements_per_thread))
@@ -573,12 +584,15 @@ def cumulative(operation: str, x, out, axis: int, reverse: bool, exclusive: bool
         return
     wide = accumulator.primitive_bitwidth == 64
     accumulator_bytes = accumulator.primitive_bitwidth // 8
-    tuning = tuning or default_tuning(problem, accumulator_bytes, exclusive)
+    if tuning is None:
+        processors = (torch.cuda.get_device_properties(x.device).multi_processor_count if x.device.type == "cuda"
+                      else H100_PROCESSORS)
+        tuning = default_tuning(problem, accumulator_bytes, exclusive, reverse, processors)
     zero = -0.0 if accumulator.is_floating() else 0  # x + -0.0 is x for every x, -0.0 included
     identity = zero if operation == "sum" else 1
     device = torch.cuda.device(x.device) if x.device.type == "cuda" else contextlib.nullcontext()
     if isinstance(tuning, Walk):
-        layout = walk_plan(problem, tuning)
+        layout = walk_plan(problem, x.element_size(), tuning)
         with device:
             _walk_kernel[(layout.chains,)](
                 x, out, problem.length, problem.inner, *problem.x_strides, *problem.y_strides, layout.inner_blocks,
