@@ -8,6 +8,10 @@ inner indices (the scan runs down the block's columns, over contiguous rows). Ev
 written once whatever the direction and exclusivity: a decreasing scan takes its tiles from the last and scans
 each in reverse.
 
+Down columns, where long lines side by side make about as many strips of inner indices as the GPU has
+multiprocessors, a program walks a strip down the whole axis instead, block by block, the running value in
+registers (_walk_kernel): no look-back at all, and a loop whose loads run a few blocks ahead.
+
 A line longer than one tile is cut into tiles chained by a look-back. Every tile has a slot of scratch memory where
 it publishes the total of its elements, and tiles come in groups of WINDOW. A tile's carry combines slots in a tree
 whose shape depends on the tile's position alone, never on which tile finished first: float results are the same
@@ -328,7 +332,8 @@ def _walk_kernel(x, y, length, inner, x_outer, x_step, x_inner, y_outer, y_step,
                  EVEN_COLUMNS: tl.constexpr, ALIGNMENT: tl.constexpr, STAGES: tl.constexpr):
     # One program walks a strip of BLOCK_B inner indices down the whole axis, BLOCK_A positions a block, in walk
     # order (from the last position when decreasing), the running value in registers: no look-back, and the loop
-    # loads blocks ahead of the one it scans.
+    # loads blocks ahead of the one it scans. A block reads only its own positions, so that in place those loads
+    # never see an earlier block's stores.
     pid = tl.program_id(0)
     o = (pid // inner_blocks).to(tl.int64)
     column = (pid % inner_blocks).to(tl.int64) * BLOCK_B + tl.arange(0, BLOCK_B)[None, :]
