@@ -202,13 +202,14 @@ STREAMED_CASES = [((40, 3), 0), ((33, 8), 0), ((29, 13), 0), ((3, 21, 37), 1), (
 def streamed_rows_taken(monkeypatch) -> list:
     """Calls of the compiled rows loop that writes with streaming stores, from now on."""
     calls = []
-    streamed = cpu_scan.scan_rows_streamed
+    call = cpu_scan.call
 
-    def counted(*arguments):
-        calls.append(arguments[0].shape)
-        streamed(*arguments)
+    def counted(kernel, *arguments):
+        if kernel is cpu_scan.scan_rows_streamed:
+            calls.append(arguments[0].shape)
+        call(kernel, *arguments)
 
-    monkeypatch.setattr(cpu_scan, "scan_rows_streamed", counted)
+    monkeypatch.setattr(cpu_scan, "call", counted)
     return calls
 
 
@@ -293,6 +294,20 @@ def test_compiled_engine_gives_the_reference_bits(dtype):
         scan(True, operation, x, out, axis, reverse, exclusive)
         expected = cumulative_op.reference(operation, x, axis, reverse, exclusive)
         np.testing.assert_array_equal(out.view(f"u{out.itemsize}"), expected.view(f"u{out.itemsize}"))
+
+
+@pytest.mark.skipif(cpu_scan.numba is None, reason="no numba")
+def test_compiled_entry_points_follow_the_arguments_types():
+    """Entry points are kept by the arguments' types: one kernel called in turn with arrays that differ only in
+    layout, writability (a broadcast input is read-only) or type takes the entry point compiled for each."""
+    rng = np.random.default_rng(9)
+    base = rng.integers(-50, 50, (6, 10)).astype(np.int32)
+    inputs = [base, base[:, ::3], base.T, np.broadcast_to(base[:1], (6, 10)), base.astype(np.int64),
+              base.astype(np.float32)[::-1]]
+    for x in inputs * 2:
+        out = poisoned(x.shape, x.dtype)
+        cpu_scan.cumulative("sum", x, out, 0, False, False, compiled=True)
+        np.testing.assert_array_equal(out, np.cumsum(x, axis=0, dtype=x.dtype))
 
 
 COMPILED_HALF = pytest.mark.skipif(cpu_scan.numba is None or not cpu_scan.HALF_INSTRUCTIONS,

@@ -343,8 +343,8 @@ def scan_compiled(operation, x3, out3, accumulation, reverse, exclusive, stream=
     identity = accumulation.type(IDENTITIES[operation])
     width = x3.shape[2]
     if stream and width > 1 and out3.flags.aligned and x3.strides[2] == out3.strides[2] == x3.itemsize:
-        scan_rows_streamed(x3, out3, combine, identity, reverse, exclusive,
-                           vector_aligned(width, accumulation, out3.ctypes.data))
+        call(scan_rows_streamed, x3, out3, combine, identity, reverse, exclusive,
+             vector_aligned(width, accumulation, out3.ctypes.data))
         return
     if x3.dtype == np.float16:  # numba has no float16: the loops read and write its bits
         x3, out3, load, store = x3.view(np.uint16), out3.view(np.uint16), load_half, store_half
@@ -353,10 +353,33 @@ def scan_compiled(operation, x3, out3, accumulation, reverse, exclusive, stream=
     if width == 1:  # 2-D, so that contiguous lines compile as such
         if load is load_half and not exclusive:  # see load_half_by_integers (exclusive lines do not stall)
             load = load_half_by_integers
-        scan_lines_compiled(x3[:, :, 0], out3[:, :, 0], combine, load, store, identity, reverse, exclusive)
+        call(scan_lines_compiled, x3[:, :, 0], out3[:, :, 0], combine, load, store, identity, reverse, exclusive)
     else:
-        scan_rows_compiled(x3, out3, combine, load, store, identity, reverse, exclusive,
-                           np.empty(width, accumulation))
+        call(scan_rows_compiled, x3, out3, combine, load, store, identity, reverse, exclusive,
+             np.empty(width, accumulation))
+
+
+# Entry points of compiled kernels by their arguments' types: numba types a compiled function passed as an argument
+# anew at every call (~10 µs each), which would be most of the cost of a small scan.
+ENTRY_POINTS: dict = {}
+
+
+def call(kernel, *args) -> None:
+    """kernel(*args) through the entry point compiled for the arguments' numba types."""
+    key = (kernel, *map(argument_key, args))
+    entry = ENTRY_POINTS.get(key)
+    if entry is None:
+        entry = ENTRY_POINTS[key] = kernel.compile(tuple(numba.typeof(arg) for arg in args))
+    entry(*args)
+
+
+def argument_key(arg):
+    """What numba's type of arg depends on, cheaply: an array's dtype, rank, layout, writability and alignment; a
+    NumPy scalar's or bool's type; anything else (compiled functions) itself."""
+    if isinstance(arg, np.ndarray):
+        flags = arg.flags
+        return arg.dtype, arg.ndim, flags.c_contiguous, flags.f_contiguous, flags.writeable, flags.aligned
+    return type(arg) if isinstance(arg, np.generic | bool) else arg
 
 
 def vector_aligned(size: int, dtype: np.dtype, address: int) -> np.ndarray:
