@@ -9,7 +9,8 @@ a device copy of the same float32 tensor: what one read and one write cost at th
 torch has no reverse or exclusive scan: it flips, scans, flips back and subtracts the input. Each dmlops variant is
 checked against a float64 reference and against its own second run (bit for bit) before it is timed. ``--sweep``
 also times dmlops' tunings (tiles: size, threads, look-back reach; walks down columns: strip width, block
-length, pipeline stages) on the shapes named.
+length, pipeline stages; exclusive rows stored one element along, "shifted") on the shapes named, forward exclusive
+scans too.
 
 Timing is GPU time: a batch of calls is enqueued behind a GPU sleep long enough for the host to enqueue them all, so
 that the host's launch overhead stays out (it is printed beside), and timed with CUDA events (median of 5 batches);
@@ -52,8 +53,10 @@ VARIANTS = [  # name, operation, dtype, reverse, exclusive
     ("product", "product", torch.float32, False, False),
     ("f16", "sum", torch.float16, False, False),
 ]
-SWEEP = [scan.Tuning(32768, 1024, 32), scan.Tuning(65536, 1024, 128), scan.Tuning(16384, 256, 32),
-         scan.Tuning(16384, 256, 64), scan.WALK, scan.Walk(stages=3)]
+SWEEP = [scan.Tuning(32768, 1024, 32), scan.Tuning(65536, 1024, 128), scan.Tuning(65536, 1024, 64),
+         scan.Tuning(65536, 1024, 128, shift_stores=True), scan.Tuning(16384, 256, 32), scan.Tuning(16384, 256, 64),
+         scan.WALK, scan.Walk(stages=3)]
+SWEEP_VARIANTS = [VARIANTS[0], VARIANTS[1], ("excl", "sum", torch.float32, False, True), VARIANTS[3]]
 L2_BYTES = 50 << 20
 HOST_SECONDS_PER_CALL = 100e-6  # the least time the GPU waits a call while the host enqueues
 
@@ -155,7 +158,8 @@ def warm(task) -> None:
 def tuning_name(tuning) -> str:
     if isinstance(tuning, scan.Walk):
         return f"walk {tuning.columns}/{tuning.rows}/{tuning.stages}"
-    return f"{tuning.tile_bytes // 1024}K/{tuning.elements_per_thread}/{tuning.tiles_in_flight}"
+    shifted = " shifted" if tuning.shift_stores else ""
+    return f"{tuning.tile_bytes // 1024}K/{tuning.elements_per_thread}/{tuning.tiles_in_flight}{shifted}"
 
 
 def time_dmlops(label, shape, axis, tunings, copy, variants=VARIANTS, named=False) -> dict:
@@ -257,13 +261,12 @@ def main():
         return [s for s in SHAPES if prefixes is None or any(s[0].startswith(p) for p in prefixes)]
 
     shapes, swept = chosen(args.only), chosen(args.sweep) if args.sweep is not None else []
-    sweep_variants = [VARIANTS[i] for i in (0, 1, 3)]
     print(f"{torch.cuda.get_device_name()}, {datetime.datetime.now():%Y-%m-%d %H:%M}, {versions()}", flush=True)
     started = time.perf_counter()
     tasks = [(shape, axis, op, dtype, rev, exc, None) for _, shape, axis in shapes
              for _, op, dtype, rev, exc in VARIANTS]
     tasks += [(shape, axis, op, dtype, rev, exc, tuning) for _, shape, axis in swept
-              for _, op, dtype, rev, exc in sweep_variants for tuning in SWEEP]
+              for _, op, dtype, rev, exc in SWEEP_VARIANTS for tuning in SWEEP]
     with multiprocessing.get_context("spawn").Pool(args.processes) as pool:
         pool.map(warm, tasks, chunksize=1)
     print(f"compiled {len(tasks)} cases in {time.perf_counter() - started:.0f} s", flush=True)
@@ -287,7 +290,7 @@ def main():
 
     rows = []
     for label, shape, axis in swept:
-        rows.append((label, shape, time_dmlops(label, shape, axis, SWEEP, copy, sweep_variants, named=True)))
+        rows.append((label, shape, time_dmlops(label, shape, axis, SWEEP, copy, SWEEP_VARIANTS, named=True)))
         torch.cuda.empty_cache()
     if rows:
         table("dmlops tunings (tile KiB / elements a thread / tiles in flight; walk columns / rows / stages)", rows,

@@ -24,8 +24,10 @@ super-group, the line's prefix through it; a tile combines the earlier groups of
 super-group's last) and the earlier tiles of its group. Only super-group prefixes (WINDOW² tiles) chain.
 
 An exclusive scan along rows scans pairs (total of a run, total of the run less its last element), whose second
-half is the exclusive scan of the elements as loaded, so that loads stay aligned vectors. Down columns each
-element's predecessor in walk order lies a whole row away, as aligned as the element: it is loaded instead.
+half is the exclusive scan of the elements as loaded, so that loads stay aligned vectors; or (Tuning.shift_stores)
+it scans inclusively and stores each value one element further along the walk, the tile's first element taking
+the carry: loads stay aligned vectors, stores are single elements. Down columns each element's predecessor in walk
+order lies a whole row away, as aligned as the element: it is loaded instead.
 
 The published words carry the launch's generation number in their high half and 32 bits of value in their low
 half (64-bit values take two words), so a reader sees a whole value or none without fences, and the scratch memory
@@ -221,7 +223,7 @@ def _scan_kernel(x, y, words, control,
                  OPERATION: tl.constexpr, IDENTITY: tl.constexpr, ZERO: tl.constexpr, ACCUMULATOR: tl.constexpr,
                  WIDE: tl.constexpr, REVERSE: tl.constexpr, EXCLUSIVE: tl.constexpr, ALONG_ROWS: tl.constexpr,
                  BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr, EVEN_COLUMNS: tl.constexpr, WINDOW: tl.constexpr,
-                 ALIGNMENT: tl.constexpr):
+                 ALIGNMENT: tl.constexpr, SHIFT_STORES: tl.constexpr):
     # A tile waits only for earlier tiles of its line in walk order; programs take tiles walk position by walk
     # position, all lines side by side, so that every tile a program waits for was launched before it.
     pid = tl.program_id(0)
@@ -275,7 +277,8 @@ def _scan_kernel(x, y, words, control,
     # Down columns, the offsets of the block's rows are multiples of ALIGNMENT: loads and stores may be vectors.
     HINT_ROWS: tl.constexpr = not ALONG_ROWS and ALIGNMENT > 1 and BLOCK_A > 1
 
-    PAIRS: tl.constexpr = EXCLUSIVE and ALONG_ROWS
+    PAIRS: tl.constexpr = EXCLUSIVE and ALONG_ROWS and not SHIFT_STORES
+    STORES_SHIFTED: tl.constexpr = EXCLUSIVE and ALONG_ROWS and SHIFT_STORES
     SHIFTED: tl.constexpr = EXCLUSIVE and not ALONG_ROWS
     if SHIFTED:  # scan each element's predecessor in walk order within the tile
         source = position + 1 if REVERSE else position - 1
@@ -310,10 +313,22 @@ def _scan_kernel(x, y, words, control,
             carry = _chained_carry(total, words, chain, walk_tile, tiles_per_line, generation, OPERATION, IDENTITY,
                                    ACCUMULATOR, WIDE, LANES, WINDOW)
         result = _combine(tl.expand_dims(carry, AXIS), result, OPERATION)
-    if EXCLUSIVE:  # the first element of a line is exactly 0 (or 1), never -0.0
-        line_start = (along == first) & (walk_tile == 0)
-        result = tl.where(line_start, 1 if OPERATION == "product" else 0, result)
-    y_offsets = y_origin + position.to(tl.int64) * y_step
+    # The first element of an exclusive line is exactly 0 (or 1), never -0.0.
+    LINE_START: tl.constexpr = 1 if OPERATION == "product" else 0
+    if STORES_SHIFTED:
+        # Each element's inclusive value is the exclusive value of the next one in walk order: stored there (the
+        # walk's last element's is only the tile's total), and the tile's first element takes the carry.
+        destination = position + (-1 if REVERSE else 1)
+        valid = valid & (along != last)
+        starts = tl.full([BLOCK_A, 1], LINE_START, ACCUMULATOR)
+        if WINDOW > 0:
+            starts = tl.where(walk_tile == 0, starts, tl.expand_dims(carry, AXIS))
+        tl.store(y_rows + (y_origin + first * y_step), starts.to(y.dtype.element_ty), mask=row_valid)
+    else:
+        destination = position
+        if EXCLUSIVE:
+            result = tl.where((along == first) & (walk_tile == 0), LINE_START, result)
+    y_offsets = y_origin + destination.to(tl.int64) * y_step
     if HINT_ROWS:
         y_offsets = tl.multiple_of(y_offsets, [ALIGNMENT, ALIGNMENT])
     tl.store(y_rows + y_offsets, result.to(y.dtype.element_ty), mask=valid)
@@ -384,6 +399,10 @@ class Tuning:
     tile_bytes: int = 32768  # accumulator bytes scanned by one program
     tiles_in_flight: int = 256  # tiles whose totals one round trip through L2 should settle, over all lines
     elements_per_thread: int = 32
+    # Exclusive scans along rows: the inclusive scan stored one element further along the walk (single-element
+    # stores, after a change of register layout through shared memory) rather than a scan of pairs (a second
+    # scanned value, aligned vector stores)
+    shift_stores: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -402,8 +421,8 @@ class Walk:
 # A few long lines of 4-byte accumulators take tiles twice as large: half the tiles, half the waits (one line of
 # 2^28: 0.77 -> 0.84 of copy inclusive, 0.72 -> 0.76 reverse + exclusive); decreasing exclusive scans, whose pairs
 # need all 255 registers a thread at 128 elements (8 x 2^24: 0.82 -> 0.65), with 64 elements a thread. Increasing
-# exclusive scans keep the rows' tiles: at 64 KiB their pairs compile to 171-181 registers a thread (one line:
-# 0.77 -> 0.69).
+# exclusive scans store the inclusive scan one element along instead, at the inclusive scan's size (pairs at 32 KiB
+# against that: one line 0.77 -> 0.80, 8 x 2^24 0.76 -> 0.86); decreasing ones lost so (0.77 -> 0.71-0.73).
 # Long columns walk where their strips fill the waves of one program a multiprocessor (the walk's registers allow
 # no second) to WAVE_FILL: 65536 x 4096 (128 strips on 132) 0.77 -> 0.95 of copy, 32768 x 8192 (256) 0.80 ->
 # 0.88, but 65536 x 6144 (192) 0.79 -> 0.70. With 4 stages: with 3 (64 KiB of loads in flight a multiprocessor)
@@ -411,7 +430,8 @@ class Walk:
 # (0.73 -> 0.82), of 512 lose (32x512x64x256: 0.92 -> 0.58).
 ALONG_ROWS = Tuning(tiles_in_flight=1024)
 FEW_LONG_LINES = Tuning(tile_bytes=65536, tiles_in_flight=1024, elements_per_thread=128)
-FEW_LONG_LINES_EXCLUSIVE = Tuning(tile_bytes=65536, tiles_in_flight=1024, elements_per_thread=64)
+FEW_LONG_LINES_EXCLUSIVE = Tuning(tile_bytes=65536, tiles_in_flight=1024, elements_per_thread=128, shift_stores=True)
+FEW_LONG_LINES_DECREASING_EXCLUSIVE = Tuning(tile_bytes=65536, tiles_in_flight=1024, elements_per_thread=64)
 DOWN_COLUMNS = Tuning(tile_bytes=16384)
 SMALL_BYTES = 16 << 20
 FEW_LINES = 16
@@ -478,9 +498,11 @@ def default_tuning(problem: Lines, accumulator_bytes: int, exclusive: bool, reve
     if problem.inner == 1:
         few_long_lines = (problem.outer <= FEW_LINES and problem.length * accumulator_bytes > ALONG_ROWS.tile_bytes
                           and accumulator_bytes == 4)
-        if not few_long_lines or (exclusive and not reverse):
+        if not few_long_lines:
             return ALONG_ROWS
-        return FEW_LONG_LINES_EXCLUSIVE if exclusive else FEW_LONG_LINES
+        if exclusive:
+            return FEW_LONG_LINES_DECREASING_EXCLUSIVE if reverse else FEW_LONG_LINES_EXCLUSIVE
+        return FEW_LONG_LINES
     if problem.outer * problem.length * problem.inner * accumulator_bytes <= SMALL_BYTES:
         return ALONG_ROWS
     strips = problem.outer * triton.cdiv(problem.inner, WALK.columns)
@@ -622,4 +644,5 @@ def cumulative(operation: str, x, out, axis: int, reverse: bool, exclusive: bool
             OPERATION=operation, IDENTITY=identity, ZERO=zero, ACCUMULATOR=accumulator, WIDE=wide,
             REVERSE=bool(reverse), EXCLUSIVE=bool(exclusive), ALONG_ROWS=layout.along_rows,
             BLOCK_A=layout.block[0], BLOCK_B=layout.block[1], EVEN_COLUMNS=layout.even_columns,
-            WINDOW=layout.window, ALIGNMENT=layout.alignment, num_warps=layout.num_warps)
+            WINDOW=layout.window, ALIGNMENT=layout.alignment, SHIFT_STORES=tuning.shift_stores,
+            num_warps=layout.num_warps)
