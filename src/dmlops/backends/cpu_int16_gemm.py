@@ -104,9 +104,9 @@ def integer_product(a, a_zero_point, b, b_zero_point, a_packed, b_packed, sums, 
     """Σ_k (a − za)(b − zb) for a {M, K} and b {K, N}: int32 {M, N} where K ≤ INT32_CHUNK, else float64 {M, N}.
 
     a_packed, b_packed and sums are scratch arrays of ``packed_shapes``; the result is a view of sums, or a new
-    float64 array. b̃ is packed on the cores, then the rows are cut into ``pieces`` that each
-    pack their rows of ã, make their sums and, where given, call ``finish(result, rows)`` (a slice) while those
-    sums are in cache. Threads take the pieces in turn (the compiled loops release the GIL)."""
+    float64 array. b̃ is packed on the cores, then the rows are cut into ``pieces`` that each pack their rows of ã,
+    make their sums and, where given, call ``finish(result, rows)`` (a slice) while those sums are in cache.
+    Threads take the pieces in turn (the compiled loops release the GIL)."""
     m, k = a.shape
     n = b.shape[1]
     za = np.zeros(1, a.dtype) if a_zero_point is None else a_zero_point
@@ -152,7 +152,7 @@ def run_in_pieces(calls, threads: bool) -> None:
                 return
             call()
 
-    def help():
+    def take_as_helper():
         HELPER_IDS.add(threading.get_native_id())
         take()
 
@@ -160,7 +160,7 @@ def run_in_pieces(calls, threads: bool) -> None:
         elsewhere = os.sched_getaffinity(0) - {CURRENT_CORE()}
         for helper in HELPER_IDS if elsewhere else ():
             os.sched_setaffinity(helper, elsewhere)
-    helpers = [PIECE_THREADS.submit(help) for _ in range(HELPERS)] if threads else []
+    helpers = [PIECE_THREADS.submit(take_as_helper) for _ in range(HELPERS)] if threads else []
     try:
         take()
     finally:
