@@ -701,6 +701,25 @@ def test_int16_kernel_multiplies_in_pairs():
     assert "vpmaddwd" in assembly and "vpmulld" not in assembly
 
 
+@needs_madd
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="no thread affinity")
+def test_pieces_leave_the_calling_threads_cores_as_they_were():
+    """The calling thread keeps to its core while it hands out pieces, then gets its cores back, also where a piece
+    fails."""
+    allowed = os.sched_getaffinity(0)
+    rng = np.random.default_rng(15)
+    a, b = random_values(rng, (50, 40), np.int8), random_values(rng, (40, 30), np.uint8)
+    np.testing.assert_array_equal(int16_product(a, None, b, None, 3), exact_product(a, None, b, None))
+    assert os.sched_getaffinity(0) == allowed
+
+    def fail():
+        raise ZeroDivisionError
+
+    with pytest.raises(ZeroDivisionError):
+        cpu_int16_gemm.run_in_pieces([fail] * 3, True)
+    assert os.sched_getaffinity(0) == allowed
+
+
 def product_in_pieces(a, b, exact):
     """Exit status 0 where the product, cut into pieces for the threads, is exact."""
     os._exit(0 if np.array_equal(int16_product(a, None, b, None, 3), exact) else 1)
