@@ -15,6 +15,7 @@ import functools
 import itertools
 import multiprocessing
 import os
+import time
 
 import numpy as np
 import pytest
@@ -718,6 +719,28 @@ def test_pieces_leave_the_calling_threads_cores_as_they_were():
     with pytest.raises(ZeroDivisionError):
         cpu_int16_gemm.run_in_pieces([fail] * 3, True)
     assert os.sched_getaffinity(0) == allowed
+
+
+@pytest.mark.parametrize("threads", [False, True])
+def test_pieces_then_start_after_every_first_piece(threads):
+    """``then`` calls start only once every first call has ended, whichever thread took it; a failed first call
+    counts as ended (no thread waits forever) and its error is raised."""
+    events = []
+
+    def first(index):
+        time.sleep(0.002 * index)  # the later ones end last, on whichever thread
+        events.append(("first", index))
+
+    cpu_int16_gemm.run_in_pieces([functools.partial(first, i) for i in range(4)], threads,
+                                 then=[functools.partial(events.append, ("then", i)) for i in range(4)])
+    assert sorted(events[:4]) == [("first", i) for i in range(4)]
+    assert sorted(events[4:]) == [("then", i) for i in range(4)]
+
+    def fail():
+        raise ZeroDivisionError
+
+    with pytest.raises(ZeroDivisionError):
+        cpu_int16_gemm.run_in_pieces([fail, functools.partial(first, 1)], threads, then=[lambda: None] * 2)
 
 
 def product_in_pieces(a, b, exact):

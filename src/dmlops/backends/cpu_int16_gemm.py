@@ -116,9 +116,6 @@ def integer_product(a, a_zero_point, b, b_zero_point, a_packed, b_packed, sums, 
     za, zb = np.broadcast_to(za, (m,)), np.broadcast_to(zb, (n,))
     a_packed[m:] = 0  # the padding adds nothing to the sums (b̃'s is written by pack_columns)
     a_packed[:, k:] = 0
-    # b̃ in one piece a core: packing is short, and a piece costs about 10 µs to hand out
-    run_in_pieces([functools.partial(pack_columns, b, zb, b_packed, *pairs)
-                   for pairs in cut(b_packed.shape[1], min(pieces, CORES), 1)], pieces > 1)
     length = padded(k, 2)
     chunks = [(start, min(start + INT32_CHUNK, length)) for start in range(0, length, INT32_CHUNK)]
     result = sums[:m, :n] if len(chunks) == 1 else np.zeros((m, n))
@@ -133,26 +130,44 @@ def integer_product(a, a_zero_point, b, b_zero_point, a_packed, b_packed, sums, 
         if finish is not None:
             finish(result, rows)
 
-    run_in_pieces([functools.partial(rows_piece, *rows) for rows in cut(a_packed.shape[0], pieces, ROWS)],
-                  pieces > 1)
+    # b̃ in one piece a core (packing is short, and a piece costs about 10 µs to hand out), then the rows, in one
+    # hand-out: the threads are woken once, and the rows start as soon as b̃ is packed
+    run_in_pieces([functools.partial(pack_columns, b, zb, b_packed, *pairs)
+                   for pairs in cut(b_packed.shape[1], min(pieces, CORES), 1)], pieces > 1,
+                  then=[functools.partial(rows_piece, *rows) for rows in cut(a_packed.shape[0], pieces, ROWS)])
     return result
 
 
-def run_in_pieces(calls, threads: bool) -> None:
-    """The calls, taken one after another by this thread and, where ``threads``, by the pool's threads at the same
-    time; errors are raised here. This thread takes part, so that no call waits for a thread to wake up where it
-    could start at once (on a busy machine the pool's threads may wait a while for a core)."""
+def run_in_pieces(calls, threads: bool, then=()) -> None:
+    """The calls, then those of ``then`` once every one of ``calls`` has ended, taken one after another by this
+    thread and, where ``threads``, by the pool's threads at the same time; errors are raised here. This thread takes
+    part, so that no call waits for a thread to wake up where it could start at once (on a busy machine the pool's
+    threads may wait a while for a core)."""
     pending = queue.SimpleQueue()
     for call in calls:
-        pending.put(call)
+        pending.put((False, call))
+    for call in then:
+        pending.put((True, call))
+    first_ended = [0]  # calls of the first stage ended (or failed)
+    ended = threading.Condition()
 
     def take():
         while True:
             try:
-                call = pending.get_nowait()
+                second, call = pending.get_nowait()
             except queue.Empty:
                 return
-            call()
+            if second:
+                with ended:
+                    ended.wait_for(lambda: first_ended[0] == len(calls))
+                call()
+                continue
+            try:
+                call()
+            finally:
+                with ended:
+                    first_ended[0] += 1
+                    ended.notify_all()
 
     def take_as_helper():
         HELPER_IDS.add(threading.get_native_id())
