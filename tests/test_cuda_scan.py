@@ -133,7 +133,9 @@ def run_case(rng, operation, dtype, shape, axis, reverse, exclusive, x_kind="pac
 
 # (shape, axis, tuning): lines along rows over many tiles with several look-back groups; many short lines per
 # tile; down columns over many tiles; down columns, whole lines in one tile; the first two again with exclusive
-# scans stored one element along rather than scanned as pairs. Tiles hold 4 to 32 elements. Then
+# scans stored one element along rather than scanned as pairs; lines along rows held as chunks in walk order (a
+# partial last tile; two lines of whole tiles, exclusive ones stored one element along). Tiles hold 4 to 32
+# elements. Then
 # walks down columns: strips of 2 inner indices (the last one partial) over many blocks, the last one partial; a
 # strip as wide as the inner indices, one block a line.
 TILINGS = [
@@ -143,6 +145,8 @@ TILINGS = [
     ((2, 6, 20), 1, scan.Tuning(tile_bytes=256)),
     ((150,), 0, scan.Tuning(tile_bytes=64, tiles_in_flight=4, shift_stores=True)),
     ((13, 9), 1, scan.Tuning(tile_bytes=256, shift_stores=True)),
+    ((150,), 0, scan.Tuning(tile_bytes=64, tiles_in_flight=4, chunks=4)),
+    ((2, 96), 1, scan.Tuning(tile_bytes=64, tiles_in_flight=4, shift_stores=True, chunks=4)),
     ((19, 3, 5), 0, scan.Walk(columns=2, rows=4, stages=2)),
     ((2, 6, 4), 1, scan.Walk(columns=4, rows=8)),
 ]
@@ -206,7 +210,8 @@ def cases(draw):
         x_kind=x_kind, out_kind=draw(st.sampled_from(["packed", "padded", "permuted"])), in_place=in_place,
         tuning=draw(st.one_of(
             st.builds(scan.Tuning, tile_bytes=st.sampled_from([64, 256, 4096]),
-                      tiles_in_flight=st.sampled_from([1, 4, 16]), shift_stores=st.booleans()),
+                      tiles_in_flight=st.sampled_from([1, 4, 16]), shift_stores=st.booleans(),
+                      chunks=st.sampled_from([1, 4])),
             st.builds(scan.Walk, columns=st.sampled_from([1, 4, 32]), rows=st.sampled_from([2, 8, 64])))),
         seed=draw(st.integers(0, 2**32 - 1)))
 
@@ -256,13 +261,16 @@ def test_default_tuning():
     assert tuning(columns(1, 65536, 4098)) == scan.DOWN_COLUMNS  # rows 2 elements apart from alignment
     assert tuning(columns(32, 512, 16384)) == scan.DOWN_COLUMNS
     assert tuning(columns(1, 1 << 24, 2)) == scan.DOWN_COLUMNS
-    # A few long lines of 4-byte accumulators take larger tiles (decreasing exclusive ones fewer elements a thread;
-    # increasing exclusive ones store one element along); many lines and short lines do not.
+    # A few long lines of 4-byte accumulators take larger tiles, exclusive ones stored one element along, decreasing
+    # ones held as chunks (one line's decreasing exclusive scan with fewer elements a thread); many lines and short
+    # lines do not.
     line = scan.lines((1 << 28,), 0, (1,), (1,))
-    assert tuning(line) == scan.FEW_LONG_LINES
-    assert tuning(line, exclusive=True, reverse=True) == scan.FEW_LONG_LINES_DECREASING_EXCLUSIVE
-    assert tuning(line, exclusive=True) == scan.FEW_LONG_LINES_EXCLUSIVE
-    assert scan.FEW_LONG_LINES_EXCLUSIVE.shift_stores
+    eight = scan.lines((8, 1 << 24), 1, (1 << 24, 1), (1 << 24, 1))
+    assert tuning(line) == tuning(line, reverse=True) == tuning(eight, reverse=True) == scan.FEW_LONG_LINES
+    assert tuning(line, exclusive=True, reverse=True) == scan.ONE_LINE_DECREASING_EXCLUSIVE
+    assert tuning(line, exclusive=True) == tuning(eight, exclusive=True, reverse=True) == scan.FEW_LONG_LINES_EXCLUSIVE
+    assert scan.FEW_LONG_LINES_EXCLUSIVE.shift_stores and scan.ONE_LINE_DECREASING_EXCLUSIVE.shift_stores
+    assert scan.FEW_LONG_LINES.chunks == scan.FEW_LONG_LINES_EXCLUSIVE.chunks == 4
     assert tuning(line, accumulator_bytes=8) == scan.ALONG_ROWS
     assert tuning(scan.lines((4096, 65536), 1, (65536, 1), (65536, 1))) == scan.ALONG_ROWS
     assert tuning(scan.lines((8, 8192), 1, (8192, 1), (8192, 1))) == scan.ALONG_ROWS

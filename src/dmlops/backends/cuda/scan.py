@@ -6,7 +6,8 @@ strides go through packed copies). A program scans a tile: when the scan axis is
 or partial lines (the scan runs along the block's rows); otherwise a block of positions along the axis × a run of
 inner indices (the scan runs down the block's columns, over contiguous rows). Every element is read once and
 written once whatever the direction and exclusivity: a decreasing scan takes its tiles from the last and scans
-each in reverse.
+each in reverse (or, along rows, Tuning.chunks: holds the tile as vector-sized chunks in walk order, each in address
+order, and scans it forward).
 
 Down columns, where long lines side by side make about as many strips of inner indices as the GPU has
 multiprocessors, a program walks a strip down the whole axis instead, block by block, the running value in
@@ -113,6 +114,18 @@ def _scan_pairs(values, identity, AXIS: tl.constexpr, OPERATION: tl.constexpr, R
         return tl.associative_scan((values, identity), AXIS, _add_pairs, reverse=REVERSE)
     else:
         return tl.associative_scan((values, identity), AXIS, _multiply_pairs, reverse=REVERSE)
+
+
+@triton.jit
+def _scan_chunks_decreasing(chunks, identity, OPERATION: tl.constexpr):
+    """The decreasing inclusive scan of a tile held as chunks in walk order, each chunk's elements in address order
+    (so that a chunk loads as one vector): a scan within each chunk (flipped within its thread) and one of the
+    chunks' totals in their own order. Triton's decreasing scan would reverse every register through the warp
+    before and after (5 shuffles each, twice: 1280 a thread for a 64 KiB tile)."""
+    within = tl.flip(_scan(tl.flip(chunks, 1), 1, OPERATION, False), 1)
+    totals = _reduce(chunks, 1, OPERATION)
+    _, before = _scan_pairs(totals, tl.full(totals.shape, identity, totals.dtype), 0, OPERATION, False)
+    return _combine(before[:, None], within, OPERATION)
 
 
 @triton.jit
@@ -223,7 +236,7 @@ def _scan_kernel(x, y, words, control,
                  OPERATION: tl.constexpr, IDENTITY: tl.constexpr, ZERO: tl.constexpr, ACCUMULATOR: tl.constexpr,
                  WIDE: tl.constexpr, REVERSE: tl.constexpr, EXCLUSIVE: tl.constexpr, ALONG_ROWS: tl.constexpr,
                  BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr, EVEN_COLUMNS: tl.constexpr, WINDOW: tl.constexpr,
-                 ALIGNMENT: tl.constexpr, SHIFT_STORES: tl.constexpr):
+                 ALIGNMENT: tl.constexpr, SHIFT_STORES: tl.constexpr, CHUNKS: tl.constexpr):
     # A tile waits only for earlier tiles of its line in walk order; programs take tiles walk position by walk
     # position, all lines side by side, so that every tile a program waits for was launched before it.
     pid = tl.program_id(0)
@@ -234,6 +247,8 @@ def _scan_kernel(x, y, words, control,
     b = tl.arange(0, BLOCK_B)
     start = tile.to(tl.int64) * (BLOCK_B if ALONG_ROWS else BLOCK_A)  # the tile's first position on the axis
     count = tl.minimum(length - start, BLOCK_B if ALONG_ROWS else BLOCK_A).to(tl.int32)  # its positions
+    CHUNKED: tl.constexpr = (CHUNKS > 1 and ALONG_ROWS and REVERSE and BLOCK_A == 1 and BLOCK_B >= CHUNKS
+                             and (SHIFT_STORES or not EXCLUSIVE))
     if ALONG_ROWS:  # block rows are lines (outer indices), block columns run along the scan axis
         AXIS: tl.constexpr = 1
         LANES: tl.constexpr = BLOCK_A
@@ -248,10 +263,14 @@ def _scan_kernel(x, y, words, control,
         x_origin = start * x_step
         y_origin = start * y_step
         along = b[None, :]  # index along the scan axis in the block
-        position = along  # its position in the tile: a decreasing scan scans the block in reverse
-        SCAN_REVERSE: tl.constexpr = REVERSE
+        if CHUNKED:  # the block holds chunks of CHUNKS elements in walk order, each in address order
+            chunk_position = ((BLOCK_B // CHUNKS - 1 - tl.arange(0, BLOCK_B // CHUNKS))[:, None] * CHUNKS
+                              + tl.arange(0, CHUNKS)[None, :])
+            position = tl.reshape(chunk_position, [1, BLOCK_B])
+        else:  # the block holds the tile in address order: a decreasing scan scans it in reverse
+            position = along
         row_valid = line < outer
-        column_valid = along < count
+        column_valid = position < count
     else:  # block rows run along the scan axis, block columns are inner indices of one outer index
         AXIS: tl.constexpr = 0
         LANES: tl.constexpr = BLOCK_B
@@ -263,17 +282,15 @@ def _scan_kernel(x, y, words, control,
         y_origin = o * y_outer + start * y_step
         along = a[:, None]
         position = along
-        SCAN_REVERSE: tl.constexpr = REVERSE
         row_valid = along < count
         column_valid = column < inner
     if EVEN_COLUMNS:  # no mask along the rows, so that loads and stores along them can be vectors
         valid = tl.broadcast_to(row_valid, [BLOCK_A, BLOCK_B])
     else:
         valid = row_valid & column_valid
-    # The tile's first and last elements in walk order: their index along the block, and the last's position.
-    first = count - 1 if SCAN_REVERSE else 0
-    last = 0 if SCAN_REVERSE else count - 1
-    last_position = 0 if REVERSE else count - 1
+    # The positions of the tile's first and last elements in walk order.
+    first = count - 1 if REVERSE else 0
+    last = 0 if REVERSE else count - 1
     # Down columns, the offsets of the block's rows are multiples of ALIGNMENT: loads and stores may be vectors.
     HINT_ROWS: tl.constexpr = not ALONG_ROWS and ALIGNMENT > 1 and BLOCK_A > 1
 
@@ -282,28 +299,35 @@ def _scan_kernel(x, y, words, control,
     SHIFTED: tl.constexpr = EXCLUSIVE and not ALONG_ROWS
     if SHIFTED:  # scan each element's predecessor in walk order within the tile
         source = position + 1 if REVERSE else position - 1
-        present = valid & (along != first)
+        present = valid & (position != first)
     else:
         source = position
         present = valid
     x_offsets = x_origin + source.to(tl.int64) * x_step
     if HINT_ROWS:
         x_offsets = tl.multiple_of(x_offsets, [ALIGNMENT, ALIGNMENT])
-    values = tl.load(x_rows + x_offsets, mask=present, other=IDENTITY)
+    if CHUNKED:
+        chunk_valid = row_valid if EVEN_COLUMNS else row_valid & (chunk_position < count)
+        chunks = tl.load(x_rows + (x_origin + chunk_position * x_step), mask=chunk_valid, other=IDENTITY)
+    else:
+        values = tl.load(x_rows + x_offsets, mask=present, other=IDENTITY)
     if WINDOW > 0:
         generation = tl.load(control, volatile=True)
         if SHIFTED:  # the element that the shifted scan leaves out, for the tile's total
             lane_valid = row_valid if ALONG_ROWS else column_valid
-            final = tl.load(x_rows + (x_origin + last_position * x_step), mask=lane_valid, other=IDENTITY)
+            final = tl.load(x_rows + (x_origin + last * x_step), mask=lane_valid, other=IDENTITY)
     if PAIRS:
         inclusive, result = _scan_pairs(values.to(ACCUMULATOR), tl.full([BLOCK_A, BLOCK_B], IDENTITY, ACCUMULATOR),
-                                        AXIS, OPERATION, SCAN_REVERSE)
+                                        AXIS, OPERATION, REVERSE)
+    elif CHUNKED:
+        inclusive = tl.reshape(_scan_chunks_decreasing(chunks.to(ACCUMULATOR), IDENTITY, OPERATION), [1, BLOCK_B])
+        result = inclusive
     else:
-        inclusive = _scan(values.to(ACCUMULATOR), AXIS, OPERATION, SCAN_REVERSE)
+        inclusive = _scan(values.to(ACCUMULATOR), AXIS, OPERATION, REVERSE)
         result = inclusive
     if WINDOW > 0:
         # The tile's total is its inclusive scan's last element in walk order (and, when shifted, that element).
-        total = tl.sum(tl.where(along == last, inclusive, ZERO), AXIS)
+        total = tl.sum(tl.where(position == last, inclusive, ZERO), AXIS)
         if SHIFTED:
             total = _combine(total, tl.sum(final.to(ACCUMULATOR), AXIS), OPERATION)
         if ALONG_ROWS and WINDOW > 1:  # (with one tile a group, two levels are one chain)
@@ -319,7 +343,7 @@ def _scan_kernel(x, y, words, control,
         # Each element's inclusive value is the exclusive value of the next one in walk order: stored there (the
         # walk's last element's is only the tile's total), and the tile's first element takes the carry.
         destination = position + (-1 if REVERSE else 1)
-        valid = valid & (along != last)
+        valid = valid & (position != last)
         starts = tl.full([BLOCK_A, 1], LINE_START, ACCUMULATOR)
         if WINDOW > 0:
             starts = tl.where(walk_tile == 0, starts, tl.expand_dims(carry, AXIS))
@@ -327,11 +351,15 @@ def _scan_kernel(x, y, words, control,
     else:
         destination = position
         if EXCLUSIVE:
-            result = tl.where((along == first) & (walk_tile == 0), LINE_START, result)
-    y_offsets = y_origin + destination.to(tl.int64) * y_step
-    if HINT_ROWS:
-        y_offsets = tl.multiple_of(y_offsets, [ALIGNMENT, ALIGNMENT])
-    tl.store(y_rows + y_offsets, result.to(y.dtype.element_ty), mask=valid)
+            result = tl.where((position == first) & (walk_tile == 0), LINE_START, result)
+    if CHUNKED and not STORES_SHIFTED:  # chunks store as vectors, like they load
+        tl.store(y_rows + (y_origin + chunk_position * y_step),
+                 tl.reshape(result, [BLOCK_B // CHUNKS, CHUNKS]).to(y.dtype.element_ty), mask=chunk_valid)
+    else:
+        y_offsets = y_origin + destination.to(tl.int64) * y_step
+        if HINT_ROWS:
+            y_offsets = tl.multiple_of(y_offsets, [ALIGNMENT, ALIGNMENT])
+        tl.store(y_rows + y_offsets, result.to(y.dtype.element_ty), mask=valid)
 
     if WINDOW > 0:  # the last program to finish moves the scratch memory on to the next generation
         finished = tl.atomic_add(control + 1, 1, sem="acq_rel")
@@ -403,6 +431,10 @@ class Tuning:
     # stores, after a change of register layout through shared memory) rather than a scan of pairs (a second
     # scanned value, aligned vector stores)
     shift_stores: bool = False
+    # Decreasing scans along rows, one line a tile (inclusive, or exclusive with shifted stores): the tile held as
+    # chunks of this many elements in walk order, each loaded as a vector and scanned within its thread, rather
+    # than scanned in reverse across lanes (which reverses every register through the warp, twice); 1: no chunks
+    chunks: int = 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -419,19 +451,22 @@ class Walk:
 # smaller tiles keep more of them in flight on each multiprocessor; along rows, a few long lines reach further back.
 # Columns of a small tensor (16 MiB and less) are too few tiles for that: they do better with the rows' tuning.
 # A few long lines of 4-byte accumulators take tiles twice as large: half the tiles, half the waits (one line of
-# 2^28: 0.77 -> 0.84 of copy inclusive, 0.72 -> 0.76 reverse + exclusive); decreasing exclusive scans, whose pairs
-# need all 255 registers a thread at 128 elements (8 x 2^24: 0.82 -> 0.65), with 64 elements a thread. Increasing
-# exclusive scans store the inclusive scan one element along instead, at the inclusive scan's size (pairs at 32 KiB
-# against that: one line 0.77 -> 0.80, 8 x 2^24 0.76 -> 0.86); decreasing ones lost so (0.77 -> 0.71-0.73).
+# 2^28: 0.77 -> 0.84 of copy inclusive). Their exclusive scans store the inclusive scan one element along (pairs at
+# 32 KiB against that: one line 0.77 -> 0.80, 8 x 2^24 0.76 -> 0.86). Their decreasing scans hold tiles as chunks
+# (reverse scans across lanes: one line 0.73 -> 0.84 inclusive, 0.77 -> 0.81 reverse + exclusive; 8 x 2^24
+# 0.81 -> 0.89 and 0.81 -> 0.85); one line's decreasing exclusive scan at 64 elements a thread (128 registers: two
+# programs a multiprocessor, 0.79 -> 0.81; several lines' take 130 registers there, one program: 0.85 -> 0.68).
 # Long columns walk where their strips fill the waves of one program a multiprocessor (the walk's registers allow
 # no second) to WAVE_FILL: 65536 x 4096 (128 strips on 132) 0.77 -> 0.95 of copy, 32768 x 8192 (256) 0.80 ->
 # 0.88, but 65536 x 6144 (192) 0.79 -> 0.70. With 4 stages: with 3 (64 KiB of loads in flight a multiprocessor)
 # the inclusive walk reached 0.68. Short columns walk too few blocks to fill the loop: lines of 8192 gain
 # (0.73 -> 0.82), of 512 lose (32x512x64x256: 0.92 -> 0.58).
 ALONG_ROWS = Tuning(tiles_in_flight=1024)
-FEW_LONG_LINES = Tuning(tile_bytes=65536, tiles_in_flight=1024, elements_per_thread=128)
-FEW_LONG_LINES_EXCLUSIVE = Tuning(tile_bytes=65536, tiles_in_flight=1024, elements_per_thread=128, shift_stores=True)
-FEW_LONG_LINES_DECREASING_EXCLUSIVE = Tuning(tile_bytes=65536, tiles_in_flight=1024, elements_per_thread=64)
+FEW_LONG_LINES = Tuning(tile_bytes=65536, tiles_in_flight=1024, elements_per_thread=128, chunks=4)
+FEW_LONG_LINES_EXCLUSIVE = Tuning(tile_bytes=65536, tiles_in_flight=1024, elements_per_thread=128, shift_stores=True,
+                                  chunks=4)
+ONE_LINE_DECREASING_EXCLUSIVE = Tuning(tile_bytes=65536, tiles_in_flight=1024, elements_per_thread=64,
+                                       shift_stores=True, chunks=4)
 DOWN_COLUMNS = Tuning(tile_bytes=16384)
 SMALL_BYTES = 16 << 20
 FEW_LINES = 16
@@ -500,9 +535,9 @@ def default_tuning(problem: Lines, accumulator_bytes: int, exclusive: bool, reve
                           and accumulator_bytes == 4)
         if not few_long_lines:
             return ALONG_ROWS
-        if exclusive:
-            return FEW_LONG_LINES_DECREASING_EXCLUSIVE if reverse else FEW_LONG_LINES_EXCLUSIVE
-        return FEW_LONG_LINES
+        if exclusive and reverse and problem.outer == 1:
+            return ONE_LINE_DECREASING_EXCLUSIVE
+        return FEW_LONG_LINES_EXCLUSIVE if exclusive else FEW_LONG_LINES
     if problem.outer * problem.length * problem.inner * accumulator_bytes <= SMALL_BYTES:
         return ALONG_ROWS
     strips = problem.outer * triton.cdiv(problem.inner, WALK.columns)
@@ -645,4 +680,5 @@ def cumulative(operation: str, x, out, axis: int, reverse: bool, exclusive: bool
             REVERSE=bool(reverse), EXCLUSIVE=bool(exclusive), ALONG_ROWS=layout.along_rows,
             BLOCK_A=layout.block[0], BLOCK_B=layout.block[1], EVEN_COLUMNS=layout.even_columns,
             WINDOW=layout.window, ALIGNMENT=layout.alignment, SHIFT_STORES=tuning.shift_stores,
+            CHUNKS=tuning.chunks,
             num_warps=layout.num_warps)
