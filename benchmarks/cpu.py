@@ -52,9 +52,10 @@ SHORT_CALL = 0.1
 
 def median_times(runs: dict, repeats: int) -> dict:
     """name → median seconds of ``repeats`` rounds, each round timing every run once (after one warm-up call each:
-    compilation, allocation, first touch)."""
+    compilation, allocation, first touch; a second call tells whether it is short)."""
     short = {}
     for name, run in runs.items():
+        run()
         start = time.perf_counter()
         run()
         short[name] = time.perf_counter() - start < SHORT_CALL
