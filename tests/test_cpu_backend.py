@@ -22,7 +22,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dmlops.backends import cpu_int16_gemm, cpu_qmatmul, cpu_scan
+from dmlops.backends import cpu_int16_gemm, cpu_pieces, cpu_qmatmul, cpu_scan
 from dmlops import DataType
 from dmlops.ops import cumulative as cumulative_op
 from dmlops.ops import quantized_matmul as quantized_matmul_op
@@ -162,12 +162,12 @@ def test_large_tensors_are_cut_into_pieces(monkeypatch):
     monkeypatch.setattr(cpu_scan, "CORES", 2)
     counts = []
 
-    def run_on_cores(calls):
+    def run_in_pieces(calls, threads):
         counts.append(len(calls))
         for call in calls:
             call()
 
-    monkeypatch.setattr(cpu_scan, "run_on_cores", run_on_cores)
+    monkeypatch.setattr(cpu_scan, "run_in_pieces", run_in_pieces)
     x = random_values(np.random.default_rng(13), (9, 11), np.float32)
     for rows, columns in [(9, 11), (3, 3)]:
         out = poisoned((rows, columns), np.float32)
@@ -181,13 +181,13 @@ def test_errors_on_other_threads_are_raised():
         raise ValueError("from a piece")
 
     with pytest.raises(ValueError, match="from a piece"):
-        cpu_scan.run_on_cores([lambda: None, fail, lambda: None])
+        cpu_pieces.run_in_pieces([lambda: None, fail, lambda: None], True)
 
 
 @settings(max_examples=100, deadline=None)
 @given(st.integers(1, 300), st.integers(1, 9))
 def test_pieces_cover_each_line_once(size, pieces):
-    slices = cpu_scan.even_slices(size, pieces)
+    slices = [slice(*bounds) for bounds in cpu_pieces.cut(size, pieces, 1)]
     assert len(slices) == min(size, pieces)
     assert [s.start for s in slices] + [size] == [0] + [s.stop for s in slices]
     assert all(s.stop > s.start for s in slices)
@@ -717,7 +717,7 @@ def test_pieces_leave_the_calling_threads_cores_as_they_were():
         raise ZeroDivisionError
 
     with pytest.raises(ZeroDivisionError):
-        cpu_int16_gemm.run_in_pieces([fail] * 3, True)
+        cpu_pieces.run_in_pieces([fail] * 3, True)
     assert os.sched_getaffinity(0) == allowed
 
 
@@ -731,7 +731,7 @@ def test_pieces_then_start_after_every_first_piece(threads):
         time.sleep(0.002 * index)  # the later ones end last, on whichever thread
         events.append(("first", index))
 
-    cpu_int16_gemm.run_in_pieces([functools.partial(first, i) for i in range(4)], threads,
+    cpu_pieces.run_in_pieces([functools.partial(first, i) for i in range(4)], threads,
                                  then=[functools.partial(events.append, ("then", i)) for i in range(4)])
     assert sorted(events[:4]) == [("first", i) for i in range(4)]
     assert sorted(events[4:]) == [("then", i) for i in range(4)]
@@ -740,7 +740,7 @@ def test_pieces_then_start_after_every_first_piece(threads):
         raise ZeroDivisionError
 
     with pytest.raises(ZeroDivisionError):
-        cpu_int16_gemm.run_in_pieces([fail, functools.partial(first, 1)], threads, then=[lambda: None] * 2)
+        cpu_pieces.run_in_pieces([fail, functools.partial(first, 1)], threads, then=[lambda: None] * 2)
 
 
 def product_in_pieces(a, b, exact):

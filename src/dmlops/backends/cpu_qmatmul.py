@@ -28,7 +28,7 @@ import numpy as np
 from ..ops.quantized_matmul import OUTPUT_RANGE, requantize
 from ..types import DataType
 from . import cpu_int16_gemm
-from .cpu_scan import CORES, PIECES_PER_CORE
+from .cpu_pieces import CORES, PIECES_PER_CORE, cut, run_in_pieces
 
 try:
     import numba
@@ -174,8 +174,8 @@ def requantize_compiled(product, corrections, a_scale, b_scale, output_scale, ze
     """The same bits as requantize_numpy, in one compiled pass over the product; its rows cut into ``pieces`` for
     the cores."""
     requantize_slice = rows_requantization(True, corrections, a_scale, b_scale, output_scale, zero_point, out)
-    cpu_int16_gemm.run_in_pieces([functools.partial(requantize_slice, product, slice(*rows))
-                                  for rows in cpu_int16_gemm.cut(out.shape[0], pieces, 1)], pieces > 1)
+    run_in_pieces([functools.partial(requantize_slice, product, slice(*rows))
+                                  for rows in cut(out.shape[0], pieces, 1)], pieces > 1)
 
 
 def rows_requantization(compiled, corrections, a_scale, b_scale, output_scale, zero_point, out):

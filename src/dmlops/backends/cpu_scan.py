@@ -22,14 +22,13 @@ from __future__ import annotations
 
 import functools
 import itertools
-import os
 import platform
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from ..ops.cumulative import ACCUMULATION_DTYPE
 from ..types import DataType
+from .cpu_pieces import CORES, PIECES_PER_CORE, cut, run_in_pieces
 
 try:
     import numba
@@ -46,8 +45,6 @@ SHORT_AXIS = 64
 # A view this large is scanned in pieces on all cores (both engines release the GIL); below it, threads cost more
 # than they save. There are more pieces than cores, so that a core busy with other work takes fewer of them.
 PARALLEL_ELEMENTS = 1 << 20
-PIECES_PER_CORE = 4
-CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 # Compiled engine: an output of this many bytes or more is written with streaming stores along an outer axis, where
 # the rows loop takes it. Smaller ones are left in the cache for the next reader, which streaming stores would send
@@ -81,25 +78,9 @@ def cumulative(operation: str, x: np.ndarray, out: np.ndarray, axis: int, revers
         count = pieces
         if count is None:
             count = PIECES_PER_CORE * CORES if CORES > 1 and x3.size >= PARALLEL_ELEMENTS else 1
-        run_on_cores([functools.partial(scan, operation, x3[lines], out3[lines], accumulation, reverse, exclusive)
-                      for lines in even_slices(x3.shape[0], count)])
-
-
-def even_slices(size: int, pieces: int):
-    """Up to ``pieces`` slices of about the same length that cover range(size), none empty."""
-    pieces = max(1, min(size, pieces))
-    return [slice(size * i // pieces, size * (i + 1) // pieces) for i in range(pieces)]
-
-
-def run_on_cores(calls) -> None:
-    """Run the calls on up to CORES threads, each taking the next call when it is done with one; errors are raised
-    here."""
-    if len(calls) == 1:
-        calls[0]()
-        return
-    with ThreadPoolExecutor(min(CORES, len(calls))) as pool:
-        for done in [pool.submit(call) for call in calls]:
-            done.result()
+        calls = [functools.partial(scan, operation, x3[first:last], out3[first:last], accumulation, reverse, exclusive)
+                 for first, last in cut(x3.shape[0], count, 1)]
+        run_in_pieces(calls, len(calls) > 1)
 
 
 # -- 3-D views ----------------------------------------------------------------------------------------------------
