@@ -22,7 +22,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dmlops.backends import cpu_int16_gemm, cpu_pieces, cpu_qmatmul, cpu_scan
+from dmlops.backends import cpu, cpu_int16_gemm, cpu_pieces, cpu_qmatmul, cpu_scan
 from dmlops import DataType
 from dmlops.ops import cumulative as cumulative_op
 from dmlops.ops import quantized_matmul as quantized_matmul_op
@@ -391,6 +391,32 @@ if cpu_scan.numba is not None:
 # -- quantized matmul ------------------------------------------------------------------------------------------
 
 QMM_TYPES = [np.int8, np.uint8]
+
+
+# (array made from a base, strides within the array's memory)
+@pytest.mark.parametrize("make, strides", [
+    pytest.param(lambda base: base, (1, 2), id="contiguous"),
+    pytest.param(lambda base: base, (0, 1), id="contiguous, broadcast"),
+    pytest.param(lambda base: np.frombuffer(base.tobytes(), base.dtype).reshape(base.shape), (1, 2),
+                 id="contiguous, read-only"),
+    pytest.param(lambda base: base[:, ::2], (1, 2), id="strided"),
+    pytest.param(lambda base: base[::-1], (1, 2), id="negative strides"),
+    pytest.param(lambda base: np.broadcast_to(base[2:3, 1:2], (4, 6)), (0, 0), id="broadcast, read-only"),
+    pytest.param(lambda base: base[1:2, 3:4], (0, 0), id="one element"),
+])
+def test_restride_views_the_same_memory_from_the_first_element(make, strides):
+    """A restrided view starts at the array's first element, has the sizes and element strides asked for, writes
+    through to the array's memory, and is read-only where the array is."""
+    base = np.arange(48, dtype=np.int32).reshape(8, 6)  # each element holds its offset in the memory
+    array = make(base)
+    first = array[(0,) * array.ndim]
+    view = cpu.restride(array, (2, 3), strides)
+    assert view.shape == (2, 3) and cpu.element_strides(view) == strides
+    np.testing.assert_array_equal(view, first + np.arange(2)[:, None] * strides[0] + np.arange(3) * strides[1])
+    assert view.flags.writeable == array.flags.writeable
+    if view.flags.writeable:
+        view[1, 2] = -1
+        assert base.reshape(-1)[first + strides[0] + 2 * strides[1]] == -1
 
 
 def quantized_case(rng, a_type, b_type, out_type, k, zero_points, per_element, batch=(1, 1), m=3, n=4):

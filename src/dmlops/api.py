@@ -87,19 +87,19 @@ def _strided(backend, array):
 
 
 def _output_through(backend, out, like):
-    """(array the kernels write, caller's view to copy it into or None): a view DirectML strides cannot describe
-    is written through a packed array."""
-    if backend.element_strides(out) is not None:
-        return out, None
-    return backend.empty(tuple(out.shape), backend.data_type(out), like=like), out
+    """(array the kernels write, its element strides, caller's view to copy it into or None): a view DirectML
+    strides cannot describe is written through a packed array."""
+    strides = backend.element_strides(out)
+    if strides is not None:
+        return out, strides, None
+    written = backend.empty(tuple(out.shape), backend.data_type(out), like=like)
+    return written, backend.element_strides(written), out
 
 
-def _described(backend, array, where: str):
-    """(array, TensorDesc) for an array, copied only where DirectML strides cannot describe it."""
-    data_type = backend.data_type(array)
-    array, strides = _strided(backend, array)
+def _described(backend, array, strides, where: str) -> TensorDesc:
+    """The TensorDesc of an array whose element strides are ``strides``."""
     try:
-        return array, _tensor_desc(data_type, tuple(array.shape), strides)
+        return _tensor_desc(backend.data_type(array), tuple(array.shape), strides)
     except ValidationError as error:
         raise ValidationError(f"{where}: {error}") from None
 
@@ -109,7 +109,8 @@ def _cumulative(desc_type, x, axis, reverse, exclusive, out, backend):
     device = _device(_pick_backend([x, out], backend))
     be = device.backend
     native_x, restore = _adopt(device, x, f"{name}.input_tensor")
-    native_x, x_desc = _described(be, native_x, f"{name}.input_tensor")
+    native_x, x_strides = _strided(be, native_x)
+    x_desc = _described(be, native_x, x_strides, f"{name}.input_tensor")
     ndim = x_desc.dimension_count
     if isinstance(axis, bool) or not isinstance(axis, int | np.integer) or not -ndim <= axis < ndim:
         raise ValidationError(f"{name}.axis: {axis!r} is out of range for {ndim} dimensions")
@@ -118,8 +119,8 @@ def _cumulative(desc_type, x, axis, reverse, exclusive, out, backend):
         native_out = be.empty(x_desc.sizes, x_desc.data_type, like=native_x)
     else:
         native_out = _adopt_output(device, out, f"{name}.output_tensor")
-    native_out, target = _output_through(be, native_out, like=native_x)
-    native_out, out_desc = _described(be, native_out, f"{name}.output_tensor")
+    native_out, out_strides, target = _output_through(be, native_out, like=native_x)
+    out_desc = _described(be, native_out, out_strides, f"{name}.output_tensor")
     direction = AxisDirection.DECREASING if reverse else AxisDirection.INCREASING
     desc = desc_type(x_desc, out_desc, axis, direction, bool(exclusive))
     _compiled(device.backend_name, desc).run_views({"input_tensor": native_x, "output_tensor": native_out})
@@ -152,7 +153,7 @@ def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, 
              "output_zero_point_tensor": output_zero_point}
     device = _device(_pick_backend([*given.values(), out], backend))
     be = device.backend
-    native, restore = {}, None
+    native, strides, restore = {}, {}, None  # the arrays bound and their element strides, by field
     for field in ("a_tensor", "b_tensor"):
         native[field], restore_field = _adopt(device, given[field], f"{QMM_NAME}.{field}")
         restore = restore or restore_field
@@ -167,7 +168,7 @@ def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, 
         raise ValidationError(f"{QMM_NAME}.b_tensor: batch dimensions {b_batch} do not broadcast with A's "
                               f"{a_batch}") from None
     for field in ("a_tensor", "b_tensor"):
-        native[field] = _broadcast(be, native[field], batch)
+        native[field], strides[field] = _broadcast(be, native[field], batch)
 
     output_type = _output_type(be, output_dtype, output_zero_point, out)
     element_types = {"a_tensor": be.data_type(native["a_tensor"]), "b_tensor": be.data_type(native["b_tensor"]),
@@ -179,8 +180,8 @@ def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, 
             native[field] = None
             continue
         parameter_type = DataType.FLOAT32 if "scale" in field else element_types[data_field]
-        native[field] = _parameter(be, given[field], parameter_type, lengths[data_field], free_axis, rank,
-                                   native["a_tensor"], f"{QMM_NAME}.{field}")
+        native[field], strides[field] = _parameter(be, given[field], parameter_type, lengths[data_field],
+                                                   free_axis, rank, native["a_tensor"], f"{QMM_NAME}.{field}")
 
     if out is None:
         native["output_tensor"] = be.empty((*batch, m, n), output_type, like=native["a_tensor"])
@@ -190,12 +191,10 @@ def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, 
         if out_type != output_type:
             raise ValidationError(f"{QMM_NAME}.output_tensor: out is {out_type.name} but the output type "
                                   f"(output_dtype, else the output zero point's) is {output_type.name}")
-    native["output_tensor"], target = _output_through(be, native["output_tensor"], like=native["a_tensor"])
+    native["output_tensor"], strides["output_tensor"], target = _output_through(be, native["output_tensor"],
+                                                                                 like=native["a_tensor"])
 
-    descs = {}
-    for field, array in native.items():
-        if array is not None:
-            native[field], descs[field] = _described(be, array, f"{QMM_NAME}.{field}")
+    descs = {field: _described(be, native[field], strides[field], f"{QMM_NAME}.{field}") for field in strides}
     desc = QuantizedLinearMatrixMultiplyOperatorDesc(**{field: descs.get(field) for field in
                                                         QuantizedLinearMatrixMultiplyOperatorDesc.input_fields +
                                                         ("output_tensor",)})
@@ -206,13 +205,14 @@ def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, 
 
 
 def _broadcast(be, array, batch):
-    """A view of A or B with the broadcast batch dimensions (zero strides where it repeats)."""
+    """(view, element strides) of A or B with the broadcast batch dimensions (zero strides where it repeats)."""
     array, strides = _strided(be, array)
     *own_batch, rows, columns = array.shape
     pad = len(batch) - len(own_batch)
     own_batch, batch_strides = [1] * pad + own_batch, [0] * pad + list(strides[:-2])
     batch_strides = [0 if size == 1 else stride for size, stride in zip(own_batch, batch_strides)]
-    return be.restride(array, (*batch, rows, columns), (*batch_strides, *strides[-2:]))
+    strides = (*batch_strides, *strides[-2:])
+    return be.restride(array, (*batch, rows, columns), strides), strides
 
 
 def _output_type(be, output_dtype, output_zero_point, out) -> DataType:
@@ -231,7 +231,8 @@ def _output_type(be, output_dtype, output_zero_point, out) -> DataType:
 
 
 def _parameter(be, value, data_type: DataType, length: int, free_axis: int, rank: int, like, where: str):
-    """A scale or zero point in DirectML's shape: per tensor {1, …}, per row {…, M, 1} or per column {…, 1, N}."""
+    """(view, element strides) of a scale or zero point in DirectML's shape: per tensor {1, …}, per row
+    {…, M, 1} or per column {…, 1, N}."""
     adopted = _try_adopt(be, value, where) if hasattr(value, "shape") else None
     if adopted is None:  # a number or a list
         values = np.asarray(value)
@@ -248,7 +249,7 @@ def _parameter(be, value, data_type: DataType, length: int, free_axis: int, rank
         if data_type == DataType.FLOAT32 and be.data_type(array) in (DataType.FLOAT16, DataType.FLOAT64):
             array = be.asarray(array, DataType.FLOAT32, like=like)  # DirectML scales are FLOAT32
     if len(array.shape) > 1:
-        return array.reshape((1,) * (rank - len(array.shape)) + tuple(array.shape))
+        return _strided(be, array.reshape((1,) * (rank - len(array.shape)) + tuple(array.shape)))
     vector, (stride,) = _strided(be, array.reshape((-1,)))
     count = vector.shape[0]
     if count == 1:
@@ -257,4 +258,5 @@ def _parameter(be, value, data_type: DataType, length: int, free_axis: int, rank
         sizes = (1,) * (rank - 2) + ((length, 1) if free_axis == -2 else (1, length))
     else:
         raise ValidationError(f"{where}: a vector of {count} values; expected 1 or {length}")
-    return be.restride(vector, sizes, tuple(0 if size == 1 else stride for size in sizes))
+    strides = tuple(0 if size == 1 else stride for size in sizes)
+    return be.restride(vector, sizes, strides), strides

@@ -10,6 +10,7 @@ and Output ({…, M, 1}) or per column of B ({…, 1, N}), right-aligned to 1 to
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -105,6 +106,8 @@ def validate(desc: QuantizedLinearMatrixMultiplyOperatorDesc, feature_level: Fea
 
 def check_scale(field: str, values: np.ndarray) -> None:
     """A zero, NaN or infinite scale has no meaning (DirectML leaves it undefined)."""
+    if np.isfinite(values).all() and values.all():
+        return
     bad = ~np.isfinite(values) | (values == 0)
     if bad.any():
         raise ValidationError(f"{NAME}.{field}: scales must be finite and non-zero, found {values[bad][0]!r}")
@@ -133,14 +136,17 @@ def reference(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, 
     return requantize(acc, np.asarray(a_scale), np.asarray(b_scale), np.asarray(output_scale), zero, output_type)
 
 
-def kernel_layouts(desc: QuantizedLinearMatrixMultiplyOperatorDesc, strides: dict) -> dict:
+@functools.lru_cache(maxsize=256)
+def kernel_layouts(desc: QuantizedLinearMatrixMultiplyOperatorDesc, owned_strides: tuple = ()) -> dict:
     """How the backends see the tensors: A, B and Output as 4-D {batch, channel, rows, columns}; every scale and
     zero point as a 1-D vector of length M (A, Output) or N (B), with stride 0 when it is per tensor.
 
-    ``strides`` maps each bound field to the element strides of the array bound for it: those of its desc, except
-    for an OWNED_BY_DML tensor, which the backend keeps in a layout of its own.
-    Returns field → (sizes, element strides) relative to each binding's first element.
+    The array bound for a field has its desc's strides, except an OWNED_BY_DML tensor, which the backend keeps in a
+    layout of its own: ``owned_strides`` holds (field, element strides) for those. Returns field → (sizes, element
+    strides) relative to each binding's first element; cached, as it depends on nothing else.
     """
+    strides = {field: getattr(desc, field).element_strides for field in desc.input_fields + desc.output_fields
+               if getattr(desc, field) is not None} | dict(owned_strides)
     layouts = {}
     for field in ("a_tensor", "b_tensor", "output_tensor"):
         tensor = getattr(desc, field)
@@ -156,9 +162,15 @@ def kernel_layouts(desc: QuantizedLinearMatrixMultiplyOperatorDesc, strides: dic
     return layouts
 
 
+@functools.lru_cache(maxsize=256)
+def owned(desc: QuantizedLinearMatrixMultiplyOperatorDesc) -> tuple:
+    """The OWNED_BY_DML inputs."""
+    return tuple(field for field in desc.input_fields if getattr(desc, field) is not None and
+                 getattr(desc, field).owned_by_dml)
+
+
 def run(desc: QuantizedLinearMatrixMultiplyOperatorDesc, backend, views: dict) -> None:
-    layouts = kernel_layouts(desc, {field: backend.element_strides(view) for field, view in views.items()
-                                    if view is not None})
+    layouts = kernel_layouts(desc, tuple((field, backend.element_strides(views[field])) for field in owned(desc)))
     tensors = {field: None if views.get(field) is None else backend.restride(views[field], *layouts[field])
                for field in desc.input_fields + desc.output_fields}
     scale_fields = ("a_scale_tensor", "b_scale_tensor", "output_scale_tensor")
