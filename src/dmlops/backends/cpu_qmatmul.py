@@ -22,6 +22,8 @@ so the bits are the reference's: by a compiled loop that reads each sum once (nu
 from __future__ import annotations
 
 import functools
+import itertools
+import math
 
 import numpy as np
 
@@ -120,8 +122,8 @@ def in_one_block(layouts):
     scratch memory of a call goes back to the allocator in one piece, which hands it out again to the next call:
     separate arrays of a few MiB go back to the system instead, and the next call's first touch of fresh pages
     costs as much as a 512³ GEMM."""
-    sizes = [int(np.prod(shape)) * np.dtype(dtype).itemsize for shape, dtype in layouts]
-    starts = np.cumsum([0] + [-(-size // 64) * 64 for size in sizes])
+    sizes = [math.prod(shape) * np.dtype(dtype).itemsize for shape, dtype in layouts]
+    starts = list(itertools.accumulate((-(-size // 64) * 64 for size in sizes), initial=0))
     memory = np.empty(starts[-1] + 64, np.uint8)
     base = -memory.ctypes.data % 64
     return [memory[base + start:base + start + size].view(dtype).reshape(shape)
