@@ -70,7 +70,8 @@ def packed_shapes(m: int, k: int, n: int):
 
 
 def integer_product(a, a_zero_point, b, b_zero_point, a_packed, b_packed, sums, pieces: int = 1, finish=None):
-    """Σ_k (a − za)(b − zb) for a {M, K} and b {K, N}: int32 {M, N} where K ≤ INT32_CHUNK, else float64 {M, N}.
+    """Σ_k (a − za)(b − zb) for a {M, K} and b {K, N}, the zero points vectors of M and N or None (0): int32 {M, N}
+    where K ≤ INT32_CHUNK, else float64 {M, N}.
 
     a_packed, b_packed and sums are scratch arrays of ``packed_shapes``; the result is a view of sums, or a new
     float64 array. b̃ is packed on the cores, then the rows are cut into ``pieces`` that each pack their rows of ã,
@@ -78,18 +79,15 @@ def integer_product(a, a_zero_point, b, b_zero_point, a_packed, b_packed, sums, 
     Threads take the pieces in turn (the compiled loops release the GIL)."""
     m, k = a.shape
     n = b.shape[1]
-    za = np.zeros(1, a.dtype) if a_zero_point is None else a_zero_point
-    zb = np.zeros(1, b.dtype) if b_zero_point is None else b_zero_point
-    za, zb = np.broadcast_to(za, (m,)), np.broadcast_to(zb, (n,))
-    a_packed[m:] = 0  # the padding adds nothing to the sums (b̃'s is written by pack_columns)
-    a_packed[:, k:] = 0
+    za = np.zeros(m, a.dtype) if a_zero_point is None else a_zero_point
+    zb = np.zeros(n, b.dtype) if b_zero_point is None else b_zero_point
     length = padded(k, 2)
     chunks = [(start, min(start + INT32_CHUNK, length)) for start in range(0, length, INT32_CHUNK)]
     result = sums[:m, :n] if len(chunks) == 1 else np.zeros((m, n))
 
     def rows_piece(first, last):
         rows = slice(first, min(last, m))  # every piece holds rows of a: there is less than a piece of padding
-        pack_rows(a, za, a_packed, first, rows.stop)
+        pack_rows(a, za, a_packed, first, last)
         for start, end in chunks:
             multiply_rows(a_packed, b_packed, sums, first, last, start, end)
             if len(chunks) > 1:
@@ -194,12 +192,16 @@ if MADD_INSTRUCTIONS:
 
     @compiled
     def pack_rows(a, zero_point, packed, first, last):
-        """packed[first:last, :K] = a[first:last] − zero point (per row)."""
+        """packed[first:last] = a[first:last] − zero point (per row), and 0 past the end of a: the padding adds
+        nothing to the sums."""
+        rows, length = a.shape
         for i in range(first, last):
-            shift = np.int16(zero_point[i])
             target = packed[i]
-            for k in range(a.shape[1]):
-                target[k] = np.int16(a[i, k]) - shift
+            if i < rows:
+                shift = np.int16(zero_point[i])
+                for k in range(length):
+                    target[k] = np.int16(a[i, k]) - shift
+            target[length if i < rows else 0:] = 0
 
     @compiled
     def pack_columns(b, zero_point, pairs, first, last):
