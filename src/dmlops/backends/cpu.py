@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..types import DataType, ValidationError
@@ -116,7 +118,11 @@ def element_strides(array: np.ndarray):
 
 
 def data_type(array: np.ndarray) -> DataType:
-    return DataType.from_numpy(array.dtype)
+    return _data_type_of(array.dtype)
+
+
+# An array API call asks for the data type of each of its arrays, some more than once: kept by dtype.
+_data_type_of = functools.lru_cache(maxsize=64)(DataType.from_numpy)
 
 
 def empty(sizes, data_type: DataType, like=None) -> np.ndarray:
