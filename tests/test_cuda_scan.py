@@ -134,10 +134,11 @@ def run_case(rng, operation, dtype, shape, axis, reverse, exclusive, x_kind="pac
 # (shape, axis, tuning): lines along rows over many tiles with several look-back groups; many short lines per
 # tile; down columns over many tiles; down columns, whole lines in one tile; the first two again with exclusive
 # scans stored one element along rather than scanned as pairs; lines along rows held as chunks in walk order (a
-# partial last tile; two lines of whole tiles, exclusive ones stored one element along). Tiles hold 4 to 32
-# elements. Then
+# partial last tile; two lines of whole tiles, exclusive ones stored one element along); down columns in blocks of 2
+# columns (the last one partial). Tiles hold 4 to 32 elements. Then
 # walks down columns: strips of 2 inner indices (the last one partial) over many blocks, the last one partial; a
-# strip as wide as the inner indices, one block a line.
+# strip as wide as the inner indices, one block a line; strips of one inner index (8-byte types: one position a
+# block).
 TILINGS = [
     ((150,), 0, scan.Tuning(tile_bytes=64, tiles_in_flight=4)),
     ((13, 9), 1, scan.Tuning(tile_bytes=256)),
@@ -147,8 +148,10 @@ TILINGS = [
     ((13, 9), 1, scan.Tuning(tile_bytes=256, shift_stores=True)),
     ((150,), 0, scan.Tuning(tile_bytes=64, tiles_in_flight=4, chunks=4)),
     ((2, 96), 1, scan.Tuning(tile_bytes=64, tiles_in_flight=4, shift_stores=True, chunks=4)),
+    ((19, 3, 5), 0, scan.Tuning(tile_bytes=128, tiles_in_flight=4, columns=2)),
     ((19, 3, 5), 0, scan.Walk(columns=2, rows=4, stages=2)),
     ((2, 6, 4), 1, scan.Walk(columns=4, rows=8)),
+    ((5, 3), 0, scan.Walk(columns=1, rows=2)),
 ]
 
 
@@ -211,7 +214,7 @@ def cases(draw):
         tuning=draw(st.one_of(
             st.builds(scan.Tuning, tile_bytes=st.sampled_from([64, 256, 4096]),
                       tiles_in_flight=st.sampled_from([1, 4, 16]), shift_stores=st.booleans(),
-                      chunks=st.sampled_from([1, 4])),
+                      chunks=st.sampled_from([1, 4]), columns=st.sampled_from([1, 4, 128])),
             st.builds(scan.Walk, columns=st.sampled_from([1, 4, 32]), rows=st.sampled_from([2, 8, 64])))),
         seed=draw(st.integers(0, 2**32 - 1)))
 
@@ -241,10 +244,12 @@ def test_default_tuning():
     def tuning(problem, accumulator_bytes=4, exclusive=False, reverse=False):
         return scan.default_tuning(problem, accumulator_bytes, exclusive, reverse, scan.H100_PROCESSORS)
 
-    # Down columns, small tensors take the rows' tuning; from just over 16 MiB of accumulators, the columns'.
+    # Down columns, small tensors take the rows' reach in blocks of 32 columns (or the rows' tuning, with 32 columns
+    # or fewer); from just over 16 MiB of accumulators, the columns' tuning.
     small = scan.lines((4096, 1024), 0, (1024, 1), (1024, 1))
     large = scan.lines((4097, 1024), 0, (1024, 1), (1024, 1))
-    assert tuning(small) == scan.ALONG_ROWS
+    assert tuning(small) == scan.SMALL_COLUMNS
+    assert tuning(scan.lines((1 << 17, 32), 0, (32, 1), (32, 1))) == scan.ALONG_ROWS
     assert tuning(large, exclusive=True) == scan.DOWN_COLUMNS
 
     # Long columns walk where their strips of 32 fill the waves of one program a multiprocessor (132) to 0.9: 128

@@ -405,7 +405,7 @@ def _walk_kernel(x, y, length, inner, x_outer, x_step, x_inner, y_outer, y_step,
             present = valid
         x_offsets = source * x_step
         y_offsets = position * y_step
-        if ALIGNMENT > 1:  # offsets of whole rows: loads and stores along them may be vectors
+        if ALIGNMENT > 1 and BLOCK_A > 1:  # offsets of whole rows: loads and stores along them may be vectors
             x_offsets = tl.multiple_of(x_offsets, [ALIGNMENT, ALIGNMENT])
             y_offsets = tl.multiple_of(y_offsets, [ALIGNMENT, ALIGNMENT])
         values = tl.load(x_rows + x_offsets, mask=present, other=IDENTITY)
@@ -435,6 +435,7 @@ class Tuning:
     # chunks of this many elements in walk order, each loaded as a vector and scanned within its thread, rather
     # than scanned in reverse across lanes (which reverses every register through the warp, twice); 1: no chunks
     chunks: int = 1
+    columns: int = 128  # down columns, the fewest inner indices a block holds (where the tensor has that many)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -449,7 +450,11 @@ class Walk:
 
 # The defaults, from the tuning sweeps of benchmarks/scan.py on an H100 (benchmarks/RESULTS.md): down columns,
 # smaller tiles keep more of them in flight on each multiprocessor; along rows, a few long lines reach further back.
-# Columns of a small tensor (16 MiB and less) are too few tiles for that: they do better with the rows' tuning.
+# Columns of a small tensor (16 MiB and less) are too few tiles for that: they do better with the rows' reach, in
+# 16 KiB blocks of 32 columns where they have more, so that a line is one group of tiles (no chained prefixes):
+# 4096 x 1024 0.45 -> 0.59 of copy inclusive, 0.35 -> 0.51 reverse + exclusive (32 KiB blocks of 32 columns: 0.56,
+# 0.43); with 32 columns or fewer the blocks are as narrow either way, and 32 KiB ones do better (2^20 x 2 at
+# 16 KiB: 0.40 -> 0.36).
 # A few long lines of 4-byte accumulators take tiles twice as large: half the tiles, half the waits (one line of
 # 2^28: 0.77 -> 0.84 of copy inclusive). Their exclusive scans store the inclusive scan one element along (pairs at
 # 32 KiB against that: one line 0.77 -> 0.80, 8 x 2^24 0.76 -> 0.86). Their decreasing scans hold tiles as chunks
@@ -462,6 +467,7 @@ class Walk:
 # the inclusive walk reached 0.68. Short columns walk too few blocks to fill the loop: lines of 8192 gain
 # (0.73 -> 0.82), of 512 lose (32x512x64x256: 0.92 -> 0.58).
 ALONG_ROWS = Tuning(tiles_in_flight=1024)
+SMALL_COLUMNS = Tuning(tile_bytes=16384, tiles_in_flight=1024, columns=32)
 FEW_LONG_LINES = Tuning(tile_bytes=65536, tiles_in_flight=1024, elements_per_thread=128, chunks=4)
 FEW_LONG_LINES_EXCLUSIVE = Tuning(tile_bytes=65536, tiles_in_flight=1024, elements_per_thread=128, shift_stores=True,
                                   chunks=4)
@@ -539,7 +545,7 @@ def default_tuning(problem: Lines, accumulator_bytes: int, exclusive: bool, reve
             return ONE_LINE_DECREASING_EXCLUSIVE
         return FEW_LONG_LINES_EXCLUSIVE if exclusive else FEW_LONG_LINES
     if problem.outer * problem.length * problem.inner * accumulator_bytes <= SMALL_BYTES:
-        return ALONG_ROWS
+        return SMALL_COLUMNS if problem.inner > SMALL_COLUMNS.columns else ALONG_ROWS
     strips = problem.outer * triton.cdiv(problem.inner, WALK.columns)
     fill = strips / (triton.cdiv(strips, processors) * processors)
     # (Rows whose offsets are not multiples of 4 elements load one element at a time: not measured, and the walk's
@@ -561,7 +567,7 @@ def plan(problem: Lines, accumulator_bytes: int, tuning: Tuning) -> Plan:
         even_columns = problem.length % block_b == 0
     else:
         block_b = min(triton.next_power_of_2(problem.inner),
-                      max(128, tile_elements // triton.next_power_of_2(problem.length)), tile_elements)
+                      max(tuning.columns, tile_elements // triton.next_power_of_2(problem.length)), tile_elements)
         block_a = min(triton.next_power_of_2(problem.length), tile_elements // block_b)
         tiles_per_line = triton.cdiv(problem.length, block_a)
         inner_blocks = triton.cdiv(problem.inner, block_b)
