@@ -523,6 +523,28 @@ def test_scratch_arrays_share_one_block_without_overlapping():
         assert not np.shares_memory(x, y)
 
 
+
+def test_scratch_is_kept_for_the_next_call_only_where_small():
+    small = [((3, 5), np.int16), ((7,), np.int32)]
+    assert cpu_qmatmul.scratch(small)[0] is cpu_qmatmul.scratch(list(small))[0]
+    assert cpu_qmatmul.scratch(small)[0] is not cpu_qmatmul.scratch([((3, 5), np.int16), ((8,), np.int32)])[0]
+    large = [((cpu_qmatmul.KEPT_SCRATCH_BYTES // 2 + 1,), np.int16)]
+    assert cpu_qmatmul.scratch(large)[0] is not cpu_qmatmul.scratch(large)[0]
+
+
+@pytest.mark.parametrize("products", PRODUCT_ENGINES)
+def test_calls_through_kept_scratch_give_the_operators_bits(products):
+    """Calls of the same sizes one after another reuse their scratch memory: nothing of one call's values, zero
+    points or data types may reach the next (sizes that are multiples of no block, so that padding is read)."""
+    rng = np.random.default_rng(23)
+    for types, zero_points in [((np.uint8, np.int8, np.uint8), (True, True, True)),
+                               ((np.int8, np.uint8, np.int8), (False, False, False)),
+                               ((np.uint8, np.uint8, np.int8), (True, False, True))]:
+        arguments, expected = quantized_case(rng, *types, 37, zero_points, True, m=29, n=21)
+        out = poisoned(expected.shape, types[2])
+        cpu_qmatmul.quantized_linear_matmul(*arguments, out, products=products, pieces=3)
+        np.testing.assert_array_equal(out, expected)
+
 @pytest.mark.parametrize("out_type", QMM_TYPES, ids=lambda t: np.dtype(t).name)
 def test_ties_round_half_to_even(out_type):
     """sa · sb / so = 0.5: every odd accumulator is a tie."""
