@@ -267,9 +267,13 @@ def test_default_tuning():
     assert tuning(columns(32, 512, 16384)) == scan.DOWN_COLUMNS
     assert tuning(columns(1, 1 << 24, 2)) == scan.DOWN_COLUMNS
     # A few long lines of 4-byte accumulators take larger tiles, exclusive ones stored one element along, decreasing
-    # ones held as chunks (one line's decreasing exclusive scan with fewer elements a thread); many lines and short
-    # lines do not.
+    # ones held as chunks (one line's decreasing exclusive scan of more than 16 MiB with fewer elements a thread);
+    # many lines and short lines do not.
     line = scan.lines((1 << 28,), 0, (1,), (1,))
+    small_line = scan.lines((1 << 22,), 0, (1,), (1,))
+    assert tuning(small_line, exclusive=True, reverse=True) == scan.FEW_LONG_LINES_EXCLUSIVE
+    assert (tuning(scan.lines(((1 << 22) + 1,), 0, (1,), (1,)), exclusive=True, reverse=True)
+            == scan.ONE_LINE_DECREASING_EXCLUSIVE)
     eight = scan.lines((8, 1 << 24), 1, (1 << 24, 1), (1 << 24, 1))
     assert tuning(line) == tuning(line, reverse=True) == tuning(eight, reverse=True) == scan.FEW_LONG_LINES
     assert tuning(line, exclusive=True, reverse=True) == scan.ONE_LINE_DECREASING_EXCLUSIVE

@@ -460,7 +460,8 @@ class Walk:
 # 32 KiB against that: one line 0.77 -> 0.80, 8 x 2^24 0.76 -> 0.86). Their decreasing scans hold tiles as chunks
 # (reverse scans across lanes: one line 0.73 -> 0.84 inclusive, 0.77 -> 0.81 reverse + exclusive; 8 x 2^24
 # 0.81 -> 0.89 and 0.81 -> 0.85); one line's decreasing exclusive scan at 64 elements a thread (128 registers: two
-# programs a multiprocessor, 0.79 -> 0.81; several lines' take 130 registers there, one program: 0.85 -> 0.68).
+# programs a multiprocessor, 0.79 -> 0.81; several lines' take 130 registers there, one program: 0.85 -> 0.68), where
+# the line is longer than 16 MiB: one of 16 MiB, a single wave of tiles, does better at 128 (0.48 -> 0.57-0.58).
 # Long columns walk where their strips fill the waves of one program a multiprocessor (the walk's registers allow
 # no second) to WAVE_FILL: 65536 x 4096 (128 strips on 132) 0.77 -> 0.95 of copy, 32768 x 8192 (256) 0.80 ->
 # 0.88, but 65536 x 6144 (192) 0.79 -> 0.70. With 4 stages: with 3 (64 KiB of loads in flight a multiprocessor)
@@ -541,7 +542,7 @@ def default_tuning(problem: Lines, accumulator_bytes: int, exclusive: bool, reve
                           and accumulator_bytes == 4)
         if not few_long_lines:
             return ALONG_ROWS
-        if exclusive and reverse and problem.outer == 1:
+        if exclusive and reverse and problem.outer == 1 and problem.length * accumulator_bytes > SMALL_BYTES:
             return ONE_LINE_DECREASING_EXCLUSIVE
         return FEW_LONG_LINES_EXCLUSIVE if exclusive else FEW_LONG_LINES
     if problem.outer * problem.length * problem.inner * accumulator_bytes <= SMALL_BYTES:
