@@ -15,6 +15,8 @@ import functools
 import itertools
 import multiprocessing
 import os
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -243,6 +245,30 @@ def test_streamed_rows(monkeypatch, dtype, shape, axis):
         outside[..., offset:offset + shape[-1]] = False
         np.testing.assert_array_equal(buffer[outside], before[outside])
     assert len(calls) >= len(VARIANTS) * 6
+
+
+COMPILED = pytest.mark.skipif(cpu_scan.numba is None, reason="no numba")
+CACHED_SCANS = """
+import sys
+import numpy as np
+from dmlops.backends import cpu_scan
+x = np.arange(1.0, 25.0, dtype=np.float32).reshape(2, 3, 4)
+for axis, operation, dtype in [(2, "sum", np.float32), (0, "product", np.float16)]:
+    out = np.empty_like(x, dtype)
+    cpu_scan.cumulative(operation, x.astype(dtype), out, axis, True, True, compiled=True, pieces=1)
+kernels = (cpu_scan.scan_lines_compiled, cpu_scan.scan_rows_compiled)
+print(sum(kernel.stats.cache_hits.total() for kernel in kernels), sum(kernel.stats.cache_misses.total() for kernel in kernels))
+"""
+
+
+@COMPILED
+def test_compiled_scans_cached_across_processes(tmp_path):
+    """A second process loads the compiled loops from numba's on-disk cache rather than compiling them again (and
+    its cache index, keyed by the loops' argument types, can be saved again: no compiled functions among them)."""
+    environment = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
+    runs = [subprocess.run([sys.executable, "-c", CACHED_SCANS], env=environment, capture_output=True, text=True,
+                           check=True).stdout.split() for _ in range(2)]
+    assert runs == [["0", "2"], ["2", "0"]]
 
 
 @STREAMED

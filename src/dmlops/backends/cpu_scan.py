@@ -33,7 +33,7 @@ from .cpu_pieces import CORES, PIECES_PER_CORE, cut, run_in_pieces
 try:
     import numba
     from llvmlite import ir
-    from numba.extending import intrinsic
+    from numba.extending import intrinsic, overload
 except ImportError:  # NumPy alone is enough; numba only makes it faster
     numba = None
 
@@ -199,7 +199,10 @@ def scan_lines_numpy(ufunc, identity, x, out, carry, fresh, exclusive) -> None:
 # -- the compiled engine ------------------------------------------------------------------------------------------
 #
 # One loop per layout: the running value of each line lives in a register (Q = 1), or in a row that stays in L1 and
-# is updated a vector at a time (Q > 1). ``combine`` (add or multiply), ``load`` and ``store`` are compiled in.
+# is updated a vector at a time (Q > 1). The loops take the operation ("sum", "product") and the way elements are
+# read and written ("value", "half", "half by integers") as string literals, so that ``combine``, ``load`` and
+# ``store`` are compiled in: names rather than compiled functions, whose numba types the on-disk cache cannot keep
+# from one process to the next (it failed to save its index, and grew by an entry a process).
 # FLOAT16 is read and written as its bits, converted by the processor's own instructions (F16C on x86), which round
 # half to even as NumPy does; the first element is copied as it is, so that even a signalling NaN keeps its bits.
 # Each element is read before its output is written, so out may be x itself, exclusive or not.
@@ -262,32 +265,49 @@ if numba is not None:
     def store_half(line, i, value):
         line[i] = float_to_half(value)
 
+    def chosen_by_name(functions: dict):
+        """A compiled function f(name, *args) = functions[name](*args), for a name known when compiling."""
+        def chosen(name, *args):
+            raise NotImplementedError("compiled code only")
+
+        @overload(chosen)
+        def choose(name, *args):
+            if isinstance(name, numba.types.StringLiteral):
+                function = functions[name.literal_value]
+                return lambda name, *args: function(*args)
+
+        return chosen
+
+    combine = chosen_by_name({"sum": add, "product": multiply})
+    load = chosen_by_name({"value": load_value, "half": load_half, "half by integers": load_half_by_integers})
+    store = chosen_by_name({"value": store_value, "half": store_half, "half by integers": store_half})
+
     @compiled
-    def scan_lines_compiled(x, out, combine, load, store, identity, reverse, exclusive):
+    def scan_lines_compiled(x, out, operation, element, identity, reverse, exclusive):
         """Q = 1 (x, out {P, L}): each line walks the axis with its running value in a register."""
         length = x.shape[1]
         step = -1 if reverse else 1
         for p in range(x.shape[0]):
             source, target = x[p], out[p]
             i = length - 1 if reverse else 0
-            tally = load(source, i)  # the first element as it is: identity ⊕ x turns -0.0 into +0.0
+            tally = load(element, source, i)  # the first element as it is: identity ⊕ x turns -0.0 into +0.0
             if exclusive:
-                store(target, i, identity)
+                store(element, target, i, identity)
             else:
                 target[i] = source[i]
             for _ in range(length - 1):
                 i += step
                 at = np.uint64(i)  # unsigned: no check for i < 0
-                value = load(source, at)
+                value = load(element, source, at)
                 if exclusive:
-                    store(target, at, tally)
-                    tally = combine(tally, value)
+                    store(element, target, at, tally)
+                    tally = combine(operation, tally, value)
                 else:
-                    tally = combine(tally, value)
-                    store(target, at, tally)
+                    tally = combine(operation, tally, value)
+                    store(element, target, at, tally)
 
     @compiled
-    def scan_rows_compiled(x, out, combine, load, store, identity, reverse, exclusive, tally):
+    def scan_rows_compiled(x, out, operation, element, identity, reverse, exclusive, tally):
         """Q > 1: the axis walks rows of Q lines, carrying a row of running values ({Q}). The loops over a row are
         vectorised where it is contiguous; reverse walks it from its end, so that memory is read and written in one
         direction (a walk that goes back by rows but forwards within them is a third slower)."""
@@ -297,9 +317,9 @@ if numba is not None:
             i = length - 1 if reverse else 0
             source, target = x[p, i], out[p, i]
             for q in range(width):
-                tally[q] = load(source, q)
+                tally[q] = load(element, source, q)
                 if exclusive:
-                    store(target, q, identity)
+                    store(element, target, q, identity)
                 else:
                     target[q] = source[q]
             for _ in range(length - 1):
@@ -308,55 +328,54 @@ if numba is not None:
                 for j in range(width):
                     q = np.uint64(width - 1 - j) if reverse else np.uint64(j)  # unsigned: no check for q < 0
                     if exclusive:
-                        value, before = load(source, q), tally[q]
-                        store(target, q, before)
-                        tally[q] = combine(before, value)
+                        value, before = load(element, source, q), tally[q]
+                        store(element, target, q, before)
+                        tally[q] = combine(operation, before, value)
                     else:
-                        after = combine(tally[q], load(source, q))
+                        after = combine(operation, tally[q], load(element, source, q))
                         tally[q] = after
-                        store(target, q, after)
+                        store(element, target, q, after)
 
 
 def scan_compiled(operation, x3, out3, accumulation, reverse, exclusive, stream=False) -> None:
     """Scan (P, L, Q) views in one compiled pass; x3 may be out3 (in place). ``stream``: streaming stores pay
     and can write x3's type (``streams``); the rows take them where both x3's and out3's are contiguous."""
-    combine = add if operation == "sum" else multiply
     identity = accumulation.type(IDENTITIES[operation])
     width = x3.shape[2]
     if stream and width > 1 and out3.flags.aligned and x3.strides[2] == out3.strides[2] == x3.itemsize:
-        call(scan_rows_streamed, x3, out3, combine, identity, reverse, exclusive,
+        call(scan_rows_streamed, x3, out3, operation, identity, reverse, exclusive,
              vector_aligned(width, accumulation, out3.ctypes.data))
         return
+    element = "value"
     if x3.dtype == np.float16:  # numba has no float16: the loops read and write its bits
-        x3, out3, load, store = x3.view(np.uint16), out3.view(np.uint16), load_half, store_half
-    else:
-        load, store = load_value, store_value
+        x3, out3, element = x3.view(np.uint16), out3.view(np.uint16), "half"
     if width == 1:  # 2-D, so that contiguous lines compile as such
-        if load is load_half and not exclusive:  # see load_half_by_integers (exclusive lines do not stall)
-            load = load_half_by_integers
-        call(scan_lines_compiled, x3[:, :, 0], out3[:, :, 0], combine, load, store, identity, reverse, exclusive)
+        if element == "half" and not exclusive:  # see load_half_by_integers (exclusive lines do not stall)
+            element = "half by integers"
+        call(scan_lines_compiled, x3[:, :, 0], out3[:, :, 0], operation, element, identity, reverse, exclusive)
     else:
-        call(scan_rows_compiled, x3, out3, combine, load, store, identity, reverse, exclusive,
+        call(scan_rows_compiled, x3, out3, operation, element, identity, reverse, exclusive,
              np.empty(width, accumulation))
 
 
-# Entry points of compiled kernels by their arguments' types: numba types a compiled function passed as an argument
-# anew at every call (~10 µs each), which would be most of the cost of a small scan.
+# Entry points of compiled kernels by their arguments' types: finding them through numba's dispatcher at every call
+# costs more than a small scan.
 ENTRY_POINTS: dict = {}
 
 
 def call(kernel, *args) -> None:
-    """kernel(*args) through the entry point compiled for the arguments' numba types."""
+    """kernel(*args) through the entry point compiled for the arguments' numba types, strings as literals."""
     key = (kernel, *map(argument_key, args))
     entry = ENTRY_POINTS.get(key)
     if entry is None:
-        entry = ENTRY_POINTS[key] = kernel.compile(tuple(numba.typeof(arg) for arg in args))
+        entry = ENTRY_POINTS[key] = kernel.compile(tuple(numba.types.literal(arg) if isinstance(arg, str)
+                                                         else numba.typeof(arg) for arg in args))
     entry(*args)
 
 
 def argument_key(arg):
     """What numba's type of arg depends on, cheaply: an array's dtype, rank, layout, writability and alignment; a
-    NumPy scalar's or bool's type; anything else (compiled functions) itself."""
+    NumPy scalar's or bool's type; a string itself."""
     if isinstance(arg, np.ndarray):
         flags = arg.flags
         return arg.dtype, arg.ndim, flags.c_contiguous, flags.f_contiguous, flags.writeable, flags.aligned
@@ -379,16 +398,18 @@ if numba is not None and STREAM_STORES:
     # values computed lane by lane stops the loop around it vectorising).
 
     def streamed_step(vector: bool):
-        """An intrinsic step(combine, source, tally, target, q, exclusive): for the VECTOR_BYTES // itemsize
+        """An intrinsic step(operation, source, tally, target, q, exclusive): for the VECTOR_BYTES // itemsize
         elements from q on (one if not ``vector``), tally ⊕= source, and target = the tally after (before, if
-        exclusive) through a streaming store, which needs target[q] on a boundary of its size. combine is add or
-        multiply."""
+        exclusive) through a streaming store, which needs target[q] on a boundary of its size. operation is "sum"
+        or "product", a literal."""
         @intrinsic
-        def step(typing_context, combine, source, tally, target, q, exclusive):
+        def step(typing_context, operation, source, tally, target, q, exclusive):
+            if not isinstance(operation, numba.types.StringLiteral):
+                return None
             dtype = source.dtype
             lanes = VECTOR_BYTES // (dtype.bitwidth // 8) if vector else 1
             floating = isinstance(dtype, numba.types.Float)
-            instruction = {"add": ("fadd", "add"), "multiply": ("fmul", "mul")}[combine.dispatcher.py_func.__name__]
+            instruction = {"sum": ("fadd", "add"), "product": ("fmul", "mul")}[operation.literal_value]
 
             def codegen(context, builder, signature, arguments):
                 def pointer(array_type, array, value_type):
@@ -409,7 +430,7 @@ if numba is not None and STREAM_STORES:
                 stored.set_metadata("nontemporal", builder.module.add_metadata([ir.IntType(32)(1)]))
                 return context.get_dummy_value()
 
-            return numba.types.none(combine, source, tally, target, q, exclusive), codegen
+            return numba.types.none(operation, source, tally, target, q, exclusive), codegen
 
         return step
 
@@ -427,7 +448,7 @@ if numba is not None and STREAM_STORES:
         return numba.types.none(), codegen
 
     @compiled
-    def scan_rows_streamed(x, out, combine, identity, reverse, exclusive, tally):
+    def scan_rows_streamed(x, out, operation, identity, reverse, exclusive, tally):
         """scan_rows_compiled for rows contiguous in x and out (not FLOAT16), rows after the first written with
         streaming stores: elements one at a time up to a VECTOR_BYTES boundary of out, vectors, and the elements
         left, in the direction of the walk. tally ({Q}) is as aligned as out's rows."""
@@ -448,22 +469,22 @@ if numba is not None and STREAM_STORES:
                 # the vectors in while loops: a range of step ``lanes`` made the loop slower (28 against 32 GB/s)
                 if reverse:
                     for q in range(width - 1, tail - 1, -1):
-                        stream_element(combine, source, tally, target, q, exclusive)
+                        stream_element(operation, source, tally, target, q, exclusive)
                     q = tail - lanes
                     while q >= head:
-                        stream_vector(combine, source, tally, target, q, exclusive)
+                        stream_vector(operation, source, tally, target, q, exclusive)
                         q -= lanes
                     for q in range(head - 1, -1, -1):
-                        stream_element(combine, source, tally, target, q, exclusive)
+                        stream_element(operation, source, tally, target, q, exclusive)
                 else:
                     for q in range(head):
-                        stream_element(combine, source, tally, target, q, exclusive)
+                        stream_element(operation, source, tally, target, q, exclusive)
                     q = head
                     while q < tail:
-                        stream_vector(combine, source, tally, target, q, exclusive)
+                        stream_vector(operation, source, tally, target, q, exclusive)
                         q += lanes
                     for q in range(tail, width):
-                        stream_element(combine, source, tally, target, q, exclusive)
+                        stream_element(operation, source, tally, target, q, exclusive)
         store_fence()
 
 
