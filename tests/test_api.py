@@ -3,6 +3,8 @@ backends, and every rejection of its own."""
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import dmlops
 import dmlops.backends.cpu
@@ -235,6 +237,142 @@ SQUARE_Q = np.arange(16, dtype=np.uint8).reshape(4, 4)
 
 def qmm(a=A, sa=0.05, za=None, b=B, sb=0.05, zb=None, so=2.0, zo=None, **options):
     return dmlops.quantized_linear_matmul(a, sa, za, b, sb, zb, so, zo, **options)
+
+
+# -- repeated calls: the kept plans ----------------------------------------------------------------------------
+
+M, K, N = 5, 12, 7
+
+
+def qmm_arguments(rng, a_layout, a_type, b_type, out_type, zero_points, scales, out_layout):
+    """Arguments of one call with fresh values in the layout named: (arguments for the array API, out's backing
+    array or None, the same values shaped for the reference)."""
+    def integers(dtype, shape):
+        info = np.iinfo(dtype)
+        return rng.integers(info.min, info.max + 1, shape, dtype=dtype)
+
+    a = {"plain": lambda: integers(a_type, (M, K)),
+         "transposed": lambda: integers(a_type, (K, M)).T,
+         "strided": lambda: integers(a_type, (M, 2 * K))[:, ::2],
+         "batch": lambda: integers(a_type, (2, M, K)),
+         "broadcast batch": lambda: np.broadcast_to(integers(a_type, (M, K)), (2, M, K))}[a_layout]()
+    b = integers(b_type, (K, N))
+
+    def scale(length):
+        values = rng.uniform(0.002, 0.05, 2 * length).astype(np.float32)
+        return {"scalar": values[0], "vector": values[:length], "strided vector": values[::2]}[scales]
+
+    def zero_point(dtype, length):
+        value = integers(dtype, 2 * length)
+        return {"none": None, "scalar": value[0], "0-d": value[0].reshape(()), "vector": value[:length]}[zero_points]
+
+    sa, za, sb, zb, so, zo = scale(M), zero_point(a_type, M), scale(N), zero_point(b_type, N), scale(M), \
+        zero_point(out_type, M)
+    so = so * K * 40  # outputs mostly within range, some saturated
+    batch = a.shape[:-2]
+    backing = None
+    if out_layout == "new":
+        out = None
+    else:
+        backing = integers(out_type, (*batch, M, 2 * N))  # poisoned with random values
+        out = backing[..., ::2] if out_layout == "strided" else backing[..., :N].copy()
+        backing = backing if out_layout == "strided" else out
+
+    def per_row(v):
+        return v if v is None or np.ndim(v) == 0 else v[:, None]
+
+    arguments = (a, sa, za, b, sb, zb, so, zo if out_type == np.int8 or zo is not None else None)
+    expected = expected_qmm(a, per_row(sa), per_row(za), b, sb, zb, per_row(so), per_row(zo),
+                            out_type if zo is not None or out is not None else np.uint8)
+    return arguments, out, backing, expected
+
+
+LAYOUTS = dict(a_layout=["plain", "transposed", "strided", "batch", "broadcast batch"],
+               a_type=[np.int8, np.uint8], b_type=[np.int8, np.uint8], out_type=[np.int8, np.uint8],
+               zero_points=["none", "scalar", "0-d", "vector"], scales=["scalar", "vector", "strided vector"],
+               out_layout=["new", "contiguous", "strided"])
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.fixed_dictionaries({name: st.sampled_from(choices) for name, choices in LAYOUTS.items()}),
+                min_size=2, max_size=6), st.integers(0, 2**32 - 1))
+def test_repeated_and_changed_layouts_give_the_reference(calls, seed):
+    """A sequence of calls whose layouts repeat or differ in one thing or many (strides, dtypes, broadcasting, out
+    given or not, zero points absent, scalar, 0-d or vectors): every result is the reference's, with fresh values
+    each time, and a given out is written exactly where it is and nowhere else."""
+    rng = np.random.default_rng(seed)
+    for layout in calls + calls[:1]:  # the first layout again, after the others were kept
+        if layout["zero_points"] == "none" and layout["out_layout"] == "new":
+            layout = layout | {"out_type": np.uint8}  # the output type comes from the zero point or out
+        arguments, out, backing, expected = qmm_arguments(rng, **layout)
+        before = None if backing is None else backing.copy()
+        result = dmlops.quantized_linear_matmul(*arguments, out=out)
+        assert out is None or result is out
+        np.testing.assert_array_equal(result, expected)
+        if layout["out_layout"] == "strided":
+            np.testing.assert_array_equal(backing[..., 1::2], before[..., 1::2])
+
+
+@pytest.fixture
+def described(monkeypatch):
+    """The number of TensorDescs the array API has described so far, in a one-element list."""
+    count = [0]
+    described = dmlops.api._described
+
+    def spy(*arguments):
+        count[0] += 1
+        return described(*arguments)
+
+    monkeypatch.setattr(dmlops.api, "_described", spy)
+    return count
+
+
+def test_a_repeated_layout_skips_descs_and_a_changed_one_does_not(described):
+    rng = np.random.default_rng(5)
+    layout = dict(a_layout="transposed", a_type=np.uint8, b_type=np.int8, out_type=np.int8, zero_points="vector",
+                  scales="strided vector", out_layout="strided")
+    dmlops.api._PLANS.clear()
+    for changed, expected_descs in [({}, 9), ({}, 0), ({"a_layout": "strided"}, 9), ({}, 0),
+                                    ({"out_layout": "new"}, 9), ({"out_layout": "contiguous"}, 9),
+                                    ({"b_type": np.uint8}, 9), ({"zero_points": "0-d"}, 9),
+                                    ({"zero_points": "scalar"}, 0),  # a NumPy scalar is taken as a 0-d array
+                                    ({"scales": "vector"}, 9), ({}, 0)]:
+        arguments, out, _, expected = qmm_arguments(rng, **layout | changed)
+        count = described[0]
+        result = dmlops.quantized_linear_matmul(*arguments, out=out)
+        np.testing.assert_array_equal(result, expected)
+        assert described[0] - count == expected_descs, changed
+
+
+def test_python_numbers_and_copies_always_take_the_whole_path(described):
+    a = RNG.integers(-128, 128, (M, K), dtype=np.int8)
+    scale = np.float32(0.05)
+    for _ in range(2):
+        count = described[0]
+        qmm(a=a, sa=scale, za=-3, sb=scale, so=scale)  # a number whose value validation reads: never kept
+        qmm(a=a[::-1], sa=scale, sb=scale, so=scale)  # A copied (negative strides)
+        qmm(a=a, sa=scale, sb=np.float64(0.05), so=scale)  # B's scale copied to float32
+        assert described[0] - count == 7 + 6 + 6
+
+
+def test_kept_plans_still_reject():
+    """What a plan cannot know: values, and memory shared between arguments of a kept layout."""
+    buffer = RNG.integers(0, 256, (2, 4, 4), dtype=np.uint8)
+    b = RNG.integers(0, 256, (4, 4), dtype=np.uint8)
+
+    def square(sa=np.float32(0.5), sb=np.ones(4, np.float32), out=buffer[1]):
+        return dmlops.quantized_linear_matmul(buffer[0], sa, None, b, sb, None, np.float32(2.0), None, out=out)
+
+    for _ in range(2):
+        square()
+        rejects([QMM, "output_tensor", "may not share memory", "a_tensor"], lambda: square(out=buffer[0]))
+        rejects([QMM, "a_scale_tensor", "finite and non-zero"], lambda: square(sa=np.float32(0)))
+        rejects([QMM, "b_scale_tensor", "finite and non-zero"],
+                lambda: square(sb=np.array([1, 1, np.nan, 1], np.float32)))
+        rejects([QMM, "output_tensor", "read-only"], lambda: square(out=read_only(buffer[1].copy())))
+        rejects([QMM, "a_zero_point_tensor", "must match a_tensor"],
+                lambda: dmlops.quantized_linear_matmul(buffer[0], np.float32(0.5), np.int8(1), b, np.ones(4, np.float32),
+                                                       None, np.float32(2.0), None, out=buffer[1]))
 
 
 # -- torch tensors on the CPU --------------------------------------------------------------------------------------

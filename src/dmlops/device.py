@@ -95,6 +95,12 @@ class CompiledOperator:
 
     def run_views(self, views: dict) -> None:
         """Run on backend arrays already laid out as the desc says (the array API enters here)."""
+        self.check_aliasing(views)
+        self._module.run(self.desc, self.device.backend, views)
+
+    def check_aliasing(self, views: dict) -> None:
+        """Reject an output that shares memory with an input, but for an exact alias where the operator runs in
+        place. ``views`` may be in any layout that covers the same elements as the desc's."""
         backend = self.device.backend
         for out_field in self.desc.output_fields:
             out = views[out_field]
@@ -107,7 +113,6 @@ class CompiledOperator:
                     what = "may alias its input only exactly (in place)" if self.desc.supports_in_place \
                         else "may not share memory with an input"
                     raise ValidationError(f"{self.name}.{out_field}: {what}; it overlaps {in_field}")
-        self._module.run(self.desc, backend, views)
 
     def _binding_list(self, bindings, fields, what):
         bindings = [None] * len(fields) if bindings is None else list(bindings)

@@ -169,10 +169,15 @@ def owned(desc: QuantizedLinearMatrixMultiplyOperatorDesc) -> tuple:
                  getattr(desc, field).owned_by_dml)
 
 
-def run(desc: QuantizedLinearMatrixMultiplyOperatorDesc, backend, views: dict) -> None:
+def kernel_tensors(desc: QuantizedLinearMatrixMultiplyOperatorDesc, backend, views: dict) -> dict:
+    """The bound arrays in the layouts the backends take (``kernel_layouts``), as views; None for an absent one."""
     layouts = kernel_layouts(desc, tuple((field, backend.element_strides(views[field])) for field in owned(desc)))
-    tensors = {field: None if views.get(field) is None else backend.restride(views[field], *layouts[field])
-               for field in desc.input_fields + desc.output_fields}
+    return {field: None if views.get(field) is None else backend.restride(views[field], *layouts[field])
+            for field in desc.input_fields + desc.output_fields}
+
+
+def launch(backend, tensors: dict) -> None:
+    """Check the scales' values, then run the backend's kernel on ``kernel_tensors``."""
     scale_fields = ("a_scale_tensor", "b_scale_tensor", "output_scale_tensor")
     for field, values in zip(scale_fields, backend.to_numpy([tensors[field] for field in scale_fields])):
         check_scale(field, values)
@@ -180,3 +185,7 @@ def run(desc: QuantizedLinearMatrixMultiplyOperatorDesc, backend, views: dict) -
         tensors["a_tensor"], tensors["a_scale_tensor"], tensors["a_zero_point_tensor"],
         tensors["b_tensor"], tensors["b_scale_tensor"], tensors["b_zero_point_tensor"],
         tensors["output_scale_tensor"], tensors["output_zero_point_tensor"], tensors["output_tensor"])
+
+
+def run(desc: QuantizedLinearMatrixMultiplyOperatorDesc, backend, views: dict) -> None:
+    launch(backend, kernel_tensors(desc, backend, views))
