@@ -356,12 +356,13 @@ def test_python_numbers_and_copies_always_take_the_whole_path(described):
 
 
 def test_kept_plans_still_reject():
-    """What a plan cannot know: values, and memory shared between arguments of a kept layout."""
+    """What a kept layout does not settle: values, memory shared between arguments, and the output type asked."""
     buffer = RNG.integers(0, 256, (2, 4, 4), dtype=np.uint8)
     b = RNG.integers(0, 256, (4, 4), dtype=np.uint8)
 
-    def square(sa=np.float32(0.5), sb=np.ones(4, np.float32), out=buffer[1]):
-        return dmlops.quantized_linear_matmul(buffer[0], sa, None, b, sb, None, np.float32(2.0), None, out=out)
+    def square(sa=np.float32(0.5), sb=np.ones(4, np.float32), out=buffer[1], output_dtype=None):
+        return dmlops.quantized_linear_matmul(buffer[0], sa, None, b, sb, None, np.float32(2.0), None, out=out,
+                                              output_dtype=output_dtype)
 
     for _ in range(2):
         square()
@@ -371,8 +372,13 @@ def test_kept_plans_still_reject():
                 lambda: square(sb=np.array([1, 1, np.nan, 1], np.float32)))
         rejects([QMM, "output_tensor", "read-only"], lambda: square(out=read_only(buffer[1].copy())))
         rejects([QMM, "a_zero_point_tensor", "must match a_tensor"],
-                lambda: dmlops.quantized_linear_matmul(buffer[0], np.float32(0.5), np.int8(1), b, np.ones(4, np.float32),
-                                                       None, np.float32(2.0), None, out=buffer[1]))
+                lambda: dmlops.quantized_linear_matmul(buffer[0], np.float32(0.5), np.int8(1), b,
+                                                       np.ones(4, np.float32), None, np.float32(2.0), None,
+                                                       out=buffer[1]))
+        for spelling in (np.uint8, "uint8", np.dtype(np.uint8)):
+            square(output_dtype=spelling)
+            rejects([QMM, "output_tensor", "out is UINT8", "INT8"], lambda: square(output_dtype=np.int8))
+            rejects([QMM, "output_tensor", "out is UINT8", "INT8"], lambda: square(output_dtype="int8"))
 
 
 # -- torch tensors on the CPU --------------------------------------------------------------------------------------

@@ -150,13 +150,13 @@ def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, 
     tensors; zero points may be None. The output type is ``output_dtype``, else the output zero point's, else
     ``out``'s, else uint8.
     """
-    arguments, key = _numpy_layouts((a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale,
-                                     output_zero_point, out))
-    if not (backend is None or isinstance(backend, str)) or not (output_dtype is None or
-                                                                 isinstance(output_dtype, str | np.dtype)):
-        key = None  # kept plans are found by equality, which other kinds of objects may not define plainly
-    key = key and (backend, output_dtype, key)
-    plan = _PLANS.get(key) if key else None
+    arguments, layouts = _numpy_layouts((a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale,
+                                         output_zero_point, out))
+    # plans are found by equality, which other kinds of options may not define plainly
+    plain_options = (backend is None or isinstance(backend, str)) and \
+        (output_dtype is None or isinstance(output_dtype, str | type | np.dtype))
+    key = (backend, output_dtype, layouts) if layouts is not None and plain_options else None
+    plan = _PLANS.get(key) if key is not None else None
     if plan is not None:
         return _run_plan(plan, arguments)
     given = dict(zip(QuantizedLinearMatrixMultiplyOperatorDesc.input_fields, arguments))
@@ -214,7 +214,7 @@ def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, 
     qmm.launch(be, tensors)
     if target is not None:
         be.assign(target, native["output_tensor"])
-    elif key:
+    elif key is not None:
         sources = [*arguments[:-1], new_output if out is None else out]
         _keep_plan(key, compiled, sources, tensors.values(), new_output.shape if out is None else None)
     return out if out is not None else restore(native["output_tensor"])
