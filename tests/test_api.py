@@ -381,6 +381,60 @@ def test_kept_plans_still_reject():
             rejects([QMM, "output_tensor", "out is UINT8", "INT8"], lambda: square(output_dtype="int8"))
 
 
+SCAN_LAYOUTS = dict(x_layout=["plain", "transposed", "strided", "broadcast", "new axes"],
+                    dtype=[np.float32, np.float16, np.int32, np.uint32], axis=[0, -1], reverse=[False, True],
+                    exclusive=[False, True], out_layout=["new", "contiguous", "strided", "in place"],
+                    operation=["sum", "product"])
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.fixed_dictionaries({name: st.sampled_from(choices) for name, choices in SCAN_LAYOUTS.items()}),
+                min_size=2, max_size=6), st.integers(0, 2**32 - 1))
+def test_repeated_and_changed_scan_layouts_give_the_reference(calls, seed):
+    """The same for the scans: strides, broadcasting, dtypes, axes, directions, out new, given, a strided view of a
+    poisoned array, or x itself."""
+    rng = np.random.default_rng(seed)
+    for layout in calls + calls[:1]:
+        dtype = layout["dtype"]
+        values = (lambda shape: rng.uniform(0.5, 1.5, shape)) if dtype in (np.float32, np.float16) else \
+            (lambda shape: rng.integers(0, 2**31, shape))
+        x = {"plain": lambda: values((6, 10)), "transposed": lambda: values((10, 6)).T,
+             "strided": lambda: values((6, 20))[:, ::2],
+             "broadcast": lambda: np.broadcast_to(values((1, 10)), (6, 10)),
+             "new axes": lambda: values((6, 10))[:, None, :]}[layout["x_layout"]]().astype(dtype)
+        if layout["x_layout"] == "transposed":
+            x = np.ascontiguousarray(x.T).T
+        elif layout["x_layout"] == "strided":
+            x = np.repeat(x, 2, axis=1)[:, ::2]
+        out_layout = "new" if layout["out_layout"] == "in place" and not x.flags.writeable else layout["out_layout"]
+        backing = values((*x.shape[:-1], 2 * x.shape[-1])).astype(dtype)  # poisoned with random values
+        out = {"new": None, "contiguous": backing[..., ::2].copy(), "strided": backing[..., ::2],
+               "in place": x}[out_layout]
+        before = x.copy(), backing.copy()
+        function = dmlops.cumulative_sum if layout["operation"] == "sum" else dmlops.cumulative_product
+        result = function(x, layout["axis"], reverse=layout["reverse"], exclusive=layout["exclusive"], out=out)
+        assert out is None or result is out
+        assert_cumulative_matches(result, layout["operation"], before[0], layout["axis"] % x.ndim,
+                                  layout["reverse"], layout["exclusive"])
+        if out_layout == "strided":
+            np.testing.assert_array_equal(backing[..., 1::2], before[1][..., 1::2])
+
+
+def test_kept_scan_plans_still_reject(described):
+    memory = RNG.standard_normal(12).astype(np.float32)
+    x, other = memory[:8], np.zeros(8, np.float32)
+    for _ in range(2):
+        count = described[0]
+        dmlops.cumulative_sum(x, 0, out=other)
+        rejects([SUM, "output_tensor", "only exactly (in place)"],
+                lambda: dmlops.cumulative_sum(x, 0, out=memory[4:]))  # a kept layout, overlapping
+        rejects([SUM, "axis", "True"], lambda: dmlops.cumulative_sum(x, True, out=other))
+        rejects([SUM, "output_tensor", "read-only"],
+                lambda: dmlops.cumulative_sum(x, 0, out=read_only(np.zeros(8, np.float32))))
+        dmlops.cumulative_sum(x, 0, out=x)  # in place
+    assert described[0] - count == 2  # the second time, only x in the calls rejected on the whole path
+
+
 # -- torch tensors on the CPU --------------------------------------------------------------------------------------
 
 

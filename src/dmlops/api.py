@@ -8,6 +8,7 @@ lives on: NumPy arrays and CPU torch tensors on the CPU, CUDA arrays on the CUDA
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -108,6 +109,13 @@ def _described(backend, array, strides, where: str) -> TensorDesc:
 
 def _cumulative(desc_type, x, axis, reverse, exclusive, out, backend):
     name = "DML_OPERATOR_" + desc_type.operator_type.name
+    (x, out), layouts = _numpy_layouts((x, out))
+    plain_options = (backend is None or isinstance(backend, str)) and type(axis) is int and \
+        type(reverse) is bool and type(exclusive) is bool  # see quantized_linear_matmul
+    key = (desc_type, backend, axis, reverse, exclusive, layouts) if layouts is not None and plain_options else None
+    plan = _PLANS.get(key) if key is not None else None
+    if plan is not None:
+        return _run_plan(plan, (x, out))
     device = _device(_pick_backend([x, out], backend))
     be = device.backend
     native_x, restore = _adopt(device, x, f"{name}.input_tensor")
@@ -118,16 +126,21 @@ def _cumulative(desc_type, x, axis, reverse, exclusive, out, backend):
         raise ValidationError(f"{name}.axis: {axis!r} is out of range for {ndim} dimensions")
     axis = int(axis) % ndim
     if out is None:
-        native_out = be.empty(x_desc.sizes, x_desc.data_type, like=native_x)
+        native_out = new_output = be.empty(x_desc.sizes, x_desc.data_type, like=native_x)
     else:
         native_out = _adopt_output(device, out, f"{name}.output_tensor")
     native_out, out_strides, target = _output_through(be, native_out, like=native_x)
     out_desc = _described(be, native_out, out_strides, f"{name}.output_tensor")
     direction = AxisDirection.DECREASING if reverse else AxisDirection.INCREASING
     desc = desc_type(x_desc, out_desc, axis, direction, bool(exclusive))
-    _compiled(device.backend_name, desc).run_views({"input_tensor": native_x, "output_tensor": native_out})
+    compiled = _compiled(device.backend_name, desc)
+    views = {"input_tensor": native_x, "output_tensor": native_out}
+    compiled.run_views(views)
     if target is not None:
         be.assign(target, native_out)
+    elif key is not None:
+        _keep_plan(key, compiled, compiled.run_views, (x, new_output if out is None else out),
+                   views.values(), new_output.shape if out is None else None)
     return out if out is not None else restore(native_out)
 
 
@@ -215,18 +228,22 @@ def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, 
     if target is not None:
         be.assign(target, native["output_tensor"])
     elif key is not None:
-        sources = [*arguments[:-1], new_output if out is None else out]
-        _keep_plan(key, compiled, sources, tensors.values(), new_output.shape if out is None else None)
+        # a plan keeps the kernel's views, which it checks for aliasing as it would the desc's (the same elements)
+        def run(views):
+            compiled.check_aliasing(views)
+            qmm.launch(be, views)
+        _keep_plan(key, compiled, run, [*arguments[:-1], new_output if out is None else out], tensors.values(),
+                   new_output.shape if out is None else None)
     return out if out is not None else restore(native["output_tensor"])
 
 
 # -- repeated calls ------------------------------------------------------------------------------------------------
 
 # A call whose arguments are NumPy arrays and scalars laid out as an earlier call's were (the same dtypes, shapes,
-# strides and writability) passes the same validation to the same compiled operator and kernel layouts: its plan,
-# kept here by that layout, leaves it only the values' checks (scales, aliasing) and the views of its arrays
-# (about 100 µs of Python a call less). Calls with anything else (Python numbers, whose values are validated;
-# other arrays; copies made for layouts DirectML strides cannot say) take the whole path every time.
+# strides and writability), with the same options, passes the same validation to the same compiled operator and
+# views: its plan, kept here by that layout, leaves it only the checks of values and aliasing and the views of its
+# own arrays (a 512³ quantized matmul: 138 -> 44 µs of Python). Calls with anything else (Python numbers, whose
+# values are validated; other arrays; copies made for layouts DirectML strides cannot say) take the whole path.
 _PLANS = {}
 PLANS_KEPT = 64
 
@@ -234,7 +251,9 @@ PLANS_KEPT = 64
 @dataclass(frozen=True)
 class _Plan:
     compiled: CompiledOperator
-    # for each argument, in order: (sizes, element strides) of the kernel's view of it, or None where it is None
+    # run(views by field): checks and runs on views of this call's arrays
+    run: Callable
+    # for each argument, in order: (sizes, element strides) of the view run takes of it, or None where it is None
     views: tuple
     # the sizes of the output array made where out is None
     new_output: tuple | None
@@ -250,19 +269,19 @@ def _numpy_layouts(values):
                          for value in values)
 
 
-def _keep_plan(key, compiled, sources, tensors, new_output):
-    """Keep the plan of a call whose every kernel view starts at its argument's first element (none was copied)."""
-    views = []
-    for source, tensor in zip(sources, tensors):
+def _keep_plan(key, compiled, run, sources, views, new_output):
+    """Keep the plan of a call whose every view starts at its argument's first element (none was copied)."""
+    layouts = []
+    for source, view in zip(sources, views):
         if source is None:
-            views.append(None)
+            layouts.append(None)
             continue
-        if tensor.__array_interface__["data"][0] != source.__array_interface__["data"][0]:
+        if view.__array_interface__["data"][0] != source.__array_interface__["data"][0]:
             return
-        views.append((tensor.shape, tuple(stride // tensor.itemsize for stride in tensor.strides)))
+        layouts.append((view.shape, tuple(stride // view.itemsize for stride in view.strides)))
     if len(_PLANS) >= PLANS_KEPT:
         _PLANS.clear()
-    _PLANS[key] = _Plan(compiled, tuple(views), new_output)
+    _PLANS[key] = _Plan(compiled, run, tuple(layouts), new_output)
 
 
 def _run_plan(plan: _Plan, arguments):
@@ -270,10 +289,8 @@ def _run_plan(plan: _Plan, arguments):
     *inputs, out = arguments
     if out is None:
         out = be.empty(plan.new_output, desc.output_tensor.data_type)
-    tensors = {field: None if layout is None else be.restride(value, *layout)
-               for field, value, layout in zip(desc.input_fields + desc.output_fields, [*inputs, out], plan.views)}
-    plan.compiled.check_aliasing(tensors)
-    qmm.launch(be, tensors)
+    plan.run({field: None if layout is None else be.restride(value, *layout)
+              for field, value, layout in zip(desc.input_fields + desc.output_fields, [*inputs, out], plan.views)})
     return out
 
 
