@@ -10,7 +10,8 @@ torch has no reverse or exclusive scan: it flips, scans, flips back and subtract
 checked against a float64 reference and against its own second run (bit for bit) before it is timed. ``--sweep``
 also times dmlops' tunings (tiles: size, threads, look-back reach; walks down columns: strip width, block
 length, pipeline stages; exclusive rows stored one element along, "shifted"; decreasing rows held as chunks in walk
-order; the fewest columns of a block down columns) on the shapes named, forward exclusive scans too.
+order; the fewest columns of a block down columns; a thread's registers capped, "r") on the shapes named, forward
+exclusive scans too.
 
 Timing is GPU time: a batch of calls is enqueued behind a GPU sleep long enough for the host to enqueue them all, so
 that the host's launch overhead stays out (it is printed beside), and timed with CUDA events (median of 5 batches);
@@ -53,9 +54,8 @@ VARIANTS = [  # name, operation, dtype, reverse, exclusive
     ("product", "product", torch.float32, False, False),
     ("f16", "sum", torch.float16, False, False),
 ]
-SWEEP = [scan.Tuning(32768, 1024, 32), scan.Tuning(65536, 1024, 128), scan.Tuning(65536, 1024, 64),
-         scan.Tuning(65536, 1024, 128, shift_stores=True, chunks=4), scan.Tuning(65536, 1024, 64, shift_stores=True,
-                                                                                  chunks=4),
+SWEEP = [scan.Tuning(32768, 1024, 32), scan.FEW_LONG_LINES, scan.FEW_LONG_LINES_SHIFTED, scan.FEW_LONG_LINES_DECREASING,
+         scan.Tuning(65536, 1024, 128, shift_stores=True, chunks=4), scan.Tuning(65536, 1024, 64),
          scan.Tuning(16384, 256, 32), scan.Tuning(16384, 256, 64), scan.SMALL_COLUMNS,
          scan.WALK, scan.Walk(stages=3)]
 SWEEP_VARIANTS = [VARIANTS[0], VARIANTS[1], ("excl", "sum", torch.float32, False, True), VARIANTS[3]]
@@ -163,8 +163,9 @@ def tuning_name(tuning) -> str:
     shifted = " shifted" if tuning.shift_stores else ""
     chunks = f" chunks {tuning.chunks}" if tuning.chunks > 1 else ""
     columns = f" columns {tuning.columns}" if tuning.columns != scan.Tuning.columns else ""
+    registers = f" r{tuning.registers}" if tuning.registers else ""
     return (f"{tuning.tile_bytes // 1024}K/{tuning.elements_per_thread}/{tuning.tiles_in_flight}{shifted}{chunks}"
-            f"{columns}")
+            f"{columns}{registers}")
 
 
 def time_dmlops(label, shape, axis, tunings, copy, variants=VARIANTS, named=False) -> dict:

@@ -148,6 +148,7 @@ TILINGS = [
     ((13, 9), 1, scan.Tuning(tile_bytes=256, shift_stores=True)),
     ((150,), 0, scan.Tuning(tile_bytes=64, tiles_in_flight=4, chunks=4)),
     ((2, 96), 1, scan.Tuning(tile_bytes=64, tiles_in_flight=4, shift_stores=True, chunks=4)),
+    ((2, 96), 1, scan.Tuning(tile_bytes=64, tiles_in_flight=4, chunks=4, registers=128)),
     ((19, 3, 5), 0, scan.Tuning(tile_bytes=128, tiles_in_flight=4, columns=2)),
     ((19, 3, 5), 0, scan.Walk(columns=2, rows=4, stages=2)),
     ((2, 6, 4), 1, scan.Walk(columns=4, rows=8)),
@@ -266,20 +267,20 @@ def test_default_tuning():
     assert tuning(columns(1, 65536, 4098)) == scan.DOWN_COLUMNS  # rows 2 elements apart from alignment
     assert tuning(columns(32, 512, 16384)) == scan.DOWN_COLUMNS
     assert tuning(columns(1, 1 << 24, 2)) == scan.DOWN_COLUMNS
-    # A few long lines of 4-byte accumulators take larger tiles, exclusive ones stored one element along, decreasing
-    # ones held as chunks (one line's decreasing exclusive scan of more than 16 MiB with fewer elements a thread);
-    # many lines and short lines do not.
+    # A few long lines of 4-byte accumulators take registers capped for four programs a multiprocessor, exclusive
+    # ones scanning pairs but forward ones on several lines stored one element along; decreasing inclusive ones take
+    # larger tiles; all decreasing ones are held as chunks. Many lines and short lines do not.
     line = scan.lines((1 << 28,), 0, (1,), (1,))
     small_line = scan.lines((1 << 22,), 0, (1,), (1,))
-    assert tuning(small_line, exclusive=True, reverse=True) == scan.FEW_LONG_LINES_EXCLUSIVE
-    assert (tuning(scan.lines(((1 << 22) + 1,), 0, (1,), (1,)), exclusive=True, reverse=True)
-            == scan.ONE_LINE_DECREASING_EXCLUSIVE)
     eight = scan.lines((8, 1 << 24), 1, (1 << 24, 1), (1 << 24, 1))
-    assert tuning(line) == tuning(line, reverse=True) == tuning(eight, reverse=True) == scan.FEW_LONG_LINES
-    assert tuning(line, exclusive=True, reverse=True) == scan.ONE_LINE_DECREASING_EXCLUSIVE
-    assert tuning(line, exclusive=True) == tuning(eight, exclusive=True, reverse=True) == scan.FEW_LONG_LINES_EXCLUSIVE
-    assert scan.FEW_LONG_LINES_EXCLUSIVE.shift_stores and scan.ONE_LINE_DECREASING_EXCLUSIVE.shift_stores
-    assert scan.FEW_LONG_LINES.chunks == scan.FEW_LONG_LINES_EXCLUSIVE.chunks == 4
+    for problem in (line, small_line, eight):
+        assert tuning(problem) == tuning(problem, exclusive=True, reverse=True) == scan.FEW_LONG_LINES
+        assert tuning(problem, reverse=True) == scan.FEW_LONG_LINES_DECREASING
+    assert tuning(line, exclusive=True) == tuning(small_line, exclusive=True) == scan.FEW_LONG_LINES
+    assert tuning(eight, exclusive=True) == scan.FEW_LONG_LINES_SHIFTED
+    assert scan.FEW_LONG_LINES_SHIFTED.shift_stores and not scan.FEW_LONG_LINES.shift_stores
+    assert scan.FEW_LONG_LINES.registers == 128 and scan.FEW_LONG_LINES.elements_per_thread == 64
+    assert scan.FEW_LONG_LINES.chunks == scan.FEW_LONG_LINES_DECREASING.chunks == 4
     assert tuning(line, accumulator_bytes=8) == scan.ALONG_ROWS
     assert tuning(scan.lines((4096, 65536), 1, (65536, 1), (65536, 1))) == scan.ALONG_ROWS
     assert tuning(scan.lines((8, 8192), 1, (8192, 1), (8192, 1))) == scan.ALONG_ROWS

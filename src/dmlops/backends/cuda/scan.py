@@ -117,15 +117,19 @@ def _scan_pairs(values, identity, AXIS: tl.constexpr, OPERATION: tl.constexpr, R
 
 
 @triton.jit
-def _scan_chunks_decreasing(chunks, identity, OPERATION: tl.constexpr):
-    """The decreasing inclusive scan of a tile held as chunks in walk order, each chunk's elements in address order
-    (so that a chunk loads as one vector): a scan within each chunk (flipped within its thread) and one of the
-    chunks' totals in their own order. Triton's decreasing scan would reverse every register through the warp
+def _scan_chunks_decreasing(chunks, identity, OPERATION: tl.constexpr, EXCLUSIVE: tl.constexpr):
+    """The decreasing scan of a tile held as chunks in walk order, each chunk's elements in address order (so that a
+    chunk loads as one vector), and the tile's total: a scan within each chunk (flipped within its thread) and one of
+    the chunks' totals in their own order. Triton's decreasing scan would reverse every register through the warp
     before and after (5 shuffles each, twice: 1280 a thread for a 64 KiB tile)."""
-    within = tl.flip(_scan(tl.flip(chunks, 1), 1, OPERATION, False), 1)
+    flipped = tl.flip(chunks, 1)
+    if EXCLUSIVE:
+        _, within = _scan_pairs(flipped, tl.full(flipped.shape, identity, flipped.dtype), 1, OPERATION, False)
+    else:
+        within = _scan(flipped, 1, OPERATION, False)
     totals = _reduce(chunks, 1, OPERATION)
     _, before = _scan_pairs(totals, tl.full(totals.shape, identity, totals.dtype), 0, OPERATION, False)
-    return _combine(before[:, None], within, OPERATION)
+    return _combine(before[:, None], tl.flip(within, 1), OPERATION), _reduce(totals[None, :], 1, OPERATION)
 
 
 @triton.jit
@@ -247,8 +251,7 @@ def _scan_kernel(x, y, words, control,
     b = tl.arange(0, BLOCK_B)
     start = tile.to(tl.int64) * (BLOCK_B if ALONG_ROWS else BLOCK_A)  # the tile's first position on the axis
     count = tl.minimum(length - start, BLOCK_B if ALONG_ROWS else BLOCK_A).to(tl.int32)  # its positions
-    CHUNKED: tl.constexpr = (CHUNKS > 1 and ALONG_ROWS and REVERSE and BLOCK_A == 1 and BLOCK_B >= CHUNKS
-                             and (SHIFT_STORES or not EXCLUSIVE))
+    CHUNKED: tl.constexpr = CHUNKS > 1 and ALONG_ROWS and REVERSE and BLOCK_A == 1 and BLOCK_B >= CHUNKS
     if ALONG_ROWS:  # block rows are lines (outer indices), block columns run along the scan axis
         AXIS: tl.constexpr = 1
         LANES: tl.constexpr = BLOCK_A
@@ -316,18 +319,22 @@ def _scan_kernel(x, y, words, control,
         if SHIFTED:  # the element that the shifted scan leaves out, for the tile's total
             lane_valid = row_valid if ALONG_ROWS else column_valid
             final = tl.load(x_rows + (x_origin + last * x_step), mask=lane_valid, other=IDENTITY)
-    if PAIRS:
+    if CHUNKED:  # (exclusive where its stores are not shifted)
+        scanned, chunks_total = _scan_chunks_decreasing(chunks.to(ACCUMULATOR), IDENTITY, OPERATION, PAIRS)
+        result = tl.reshape(scanned, [1, BLOCK_B])
+    elif PAIRS:
         inclusive, result = _scan_pairs(values.to(ACCUMULATOR), tl.full([BLOCK_A, BLOCK_B], IDENTITY, ACCUMULATOR),
                                         AXIS, OPERATION, REVERSE)
-    elif CHUNKED:
-        inclusive = tl.reshape(_scan_chunks_decreasing(chunks.to(ACCUMULATOR), IDENTITY, OPERATION), [1, BLOCK_B])
-        result = inclusive
     else:
         inclusive = _scan(values.to(ACCUMULATOR), AXIS, OPERATION, REVERSE)
         result = inclusive
     if WINDOW > 0:
-        # The tile's total is its inclusive scan's last element in walk order (and, when shifted, that element).
-        total = tl.sum(tl.where(position == last, inclusive, ZERO), AXIS)
+        # The tile's total is its inclusive scan's last element in walk order (and, when shifted, that element; held
+        # as chunks, the combination of the chunks' totals).
+        if CHUNKED:
+            total = chunks_total
+        else:
+            total = tl.sum(tl.where(position == last, inclusive, ZERO), AXIS)
         if SHIFTED:
             total = _combine(total, tl.sum(final.to(ACCUMULATOR), AXIS), OPERATION)
         if ALONG_ROWS and WINDOW > 1:  # (with one tile a group, two levels are one chain)
@@ -431,11 +438,13 @@ class Tuning:
     # stores, after a change of register layout through shared memory) rather than a scan of pairs (a second
     # scanned value, aligned vector stores)
     shift_stores: bool = False
-    # Decreasing scans along rows, one line a tile (inclusive, or exclusive with shifted stores): the tile held as
-    # chunks of this many elements in walk order, each loaded as a vector and scanned within its thread, rather
-    # than scanned in reverse across lanes (which reverses every register through the warp, twice); 1: no chunks
+    # Decreasing scans along rows, one line a tile: the tile held as chunks of this many elements in walk order, each
+    # loaded as a vector and scanned within its thread, rather than scanned in reverse across lanes (which reverses
+    # every register through the warp, twice); 1: no chunks
     chunks: int = 1
     columns: int = 128  # down columns, the fewest inner indices a block holds (where the tensor has that many)
+    registers: int | None = None  # a thread's registers at most (None: the compiler's choice), so that more
+    # programs fit on a multiprocessor: 65536 / (registers × threads a program)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -455,13 +464,14 @@ class Walk:
 # 4096 x 1024 0.45 -> 0.59 of copy inclusive, 0.35 -> 0.51 reverse + exclusive (32 KiB blocks of 32 columns: 0.56,
 # 0.43); with 32 columns or fewer the blocks are as narrow either way, and 32 KiB ones do better (2^20 x 2 at
 # 16 KiB: 0.40 -> 0.36).
-# A few long lines of 4-byte accumulators take tiles twice as large: half the tiles, half the waits (one line of
-# 2^28: 0.77 -> 0.84 of copy inclusive). Their exclusive scans store the inclusive scan one element along (pairs at
-# 32 KiB against that: one line 0.77 -> 0.80, 8 x 2^24 0.76 -> 0.86). Their decreasing scans hold tiles as chunks
-# (reverse scans across lanes: one line 0.73 -> 0.84 inclusive, 0.77 -> 0.81 reverse + exclusive; 8 x 2^24
-# 0.81 -> 0.89 and 0.81 -> 0.85); one line's decreasing exclusive scan at 64 elements a thread (128 registers: two
-# programs a multiprocessor, 0.79 -> 0.81; several lines' take 130 registers there, one program: 0.85 -> 0.68), where
-# the line is longer than 16 MiB: one of 16 MiB, a single wave of tiles, does better at 128 (0.48 -> 0.57-0.58).
+# A few long lines of 4-byte accumulators take 32 KiB tiles at 64 elements a thread in at most 128 registers: four
+# programs a multiprocessor, where the compiler's own choice (142) fits three, and 64 KiB tiles at 128 elements
+# (255) two: one line of 2^28 0.84 -> 0.87 of copy inclusive (0.81 at three programs; capping 64 KiB tiles at 168
+# registers for three spills: 0.64). Their exclusive scans scan pairs (one line 0.81 -> 0.87 forward, 0.85
+# reverse), except forward on several lines, which store the inclusive scan one element along (8 x 2^24: 0.87,
+# pairs 0.84). Decreasing scans hold tiles as chunks (reverse scans across lanes: one line 0.73 -> 0.84 inclusive
+# at 64 KiB; as chunks of pairs, reverse + exclusive 8 x 2^24 0.85 -> 0.90); decreasing inclusive ones keep
+# 64 KiB tiles at 128 elements a thread (one line: 0.84, against 0.80 at 32 KiB).
 # Long columns walk where their strips fill the waves of one program a multiprocessor (the walk's registers allow
 # no second) to WAVE_FILL: 65536 x 4096 (128 strips on 132) 0.77 -> 0.95 of copy, 32768 x 8192 (256) 0.80 ->
 # 0.88, but 65536 x 6144 (192) 0.79 -> 0.70. With 4 stages: with 3 (64 KiB of loads in flight a multiprocessor)
@@ -469,11 +479,9 @@ class Walk:
 # (0.73 -> 0.82), of 512 lose (32x512x64x256: 0.92 -> 0.58).
 ALONG_ROWS = Tuning(tiles_in_flight=1024)
 SMALL_COLUMNS = Tuning(tile_bytes=16384, tiles_in_flight=1024, columns=32)
-FEW_LONG_LINES = Tuning(tile_bytes=65536, tiles_in_flight=1024, elements_per_thread=128, chunks=4)
-FEW_LONG_LINES_EXCLUSIVE = Tuning(tile_bytes=65536, tiles_in_flight=1024, elements_per_thread=128, shift_stores=True,
-                                  chunks=4)
-ONE_LINE_DECREASING_EXCLUSIVE = Tuning(tile_bytes=65536, tiles_in_flight=1024, elements_per_thread=64,
-                                       shift_stores=True, chunks=4)
+FEW_LONG_LINES = Tuning(tile_bytes=32768, tiles_in_flight=1024, elements_per_thread=64, chunks=4, registers=128)
+FEW_LONG_LINES_SHIFTED = dataclasses.replace(FEW_LONG_LINES, shift_stores=True)
+FEW_LONG_LINES_DECREASING = Tuning(tile_bytes=65536, tiles_in_flight=1024, elements_per_thread=128, chunks=4)
 DOWN_COLUMNS = Tuning(tile_bytes=16384)
 SMALL_BYTES = 16 << 20
 FEW_LINES = 16
@@ -542,9 +550,11 @@ def default_tuning(problem: Lines, accumulator_bytes: int, exclusive: bool, reve
                           and accumulator_bytes == 4)
         if not few_long_lines:
             return ALONG_ROWS
-        if exclusive and reverse and problem.outer == 1 and problem.length * accumulator_bytes > SMALL_BYTES:
-            return ONE_LINE_DECREASING_EXCLUSIVE
-        return FEW_LONG_LINES_EXCLUSIVE if exclusive else FEW_LONG_LINES
+        if reverse and not exclusive:
+            return FEW_LONG_LINES_DECREASING
+        if exclusive and not reverse and problem.outer > 1:
+            return FEW_LONG_LINES_SHIFTED
+        return FEW_LONG_LINES
     if problem.outer * problem.length * problem.inner * accumulator_bytes <= SMALL_BYTES:
         return SMALL_COLUMNS if problem.inner > SMALL_COLUMNS.columns else ALONG_ROWS
     strips = problem.outer * triton.cdiv(problem.inner, WALK.columns)
@@ -688,4 +698,4 @@ def cumulative(operation: str, x, out, axis: int, reverse: bool, exclusive: bool
             BLOCK_A=layout.block[0], BLOCK_B=layout.block[1], EVEN_COLUMNS=layout.even_columns,
             WINDOW=layout.window, ALIGNMENT=layout.alignment, SHIFT_STORES=tuning.shift_stores,
             CHUNKS=tuning.chunks,
-            num_warps=layout.num_warps)
+            num_warps=layout.num_warps, maxnreg=tuning.registers)
