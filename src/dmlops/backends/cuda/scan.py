@@ -322,6 +322,7 @@ def _scan_kernel(x, y, words, control,
     if CHUNKED:  # (exclusive where its stores are not shifted)
         scanned, chunks_total = _scan_chunks_decreasing(chunks.to(ACCUMULATOR), IDENTITY, OPERATION, PAIRS)
         result = tl.reshape(scanned, [1, BLOCK_B])
+        inclusive = result
     elif PAIRS:
         inclusive, result = _scan_pairs(values.to(ACCUMULATOR), tl.full([BLOCK_A, BLOCK_B], IDENTITY, ACCUMULATOR),
                                         AXIS, OPERATION, REVERSE)
@@ -329,9 +330,9 @@ def _scan_kernel(x, y, words, control,
         inclusive = _scan(values.to(ACCUMULATOR), AXIS, OPERATION, REVERSE)
         result = inclusive
     if WINDOW > 0:
-        # The tile's total is its inclusive scan's last element in walk order (and, when shifted, that element; held
-        # as chunks, the combination of the chunks' totals).
-        if CHUNKED:
+        # The tile's total is its inclusive scan's last element in walk order (and, when shifted, that element; an
+        # exclusive scan held as chunks has no inclusive one: the combination of the chunks' totals).
+        if CHUNKED and PAIRS:
             total = chunks_total
         else:
             total = tl.sum(tl.where(position == last, inclusive, ZERO), AXIS)
@@ -467,11 +468,12 @@ class Walk:
 # A few long lines of 4-byte accumulators take 32 KiB tiles at 64 elements a thread in at most 128 registers: four
 # programs a multiprocessor, where the compiler's own choice (142) fits three, and 64 KiB tiles at 128 elements
 # (255) two: one line of 2^28 0.84 -> 0.87 of copy inclusive (0.81 at three programs; capping 64 KiB tiles at 168
-# registers for three spills: 0.64). Their exclusive scans scan pairs (one line 0.81 -> 0.87 forward, 0.85
-# reverse), except forward on several lines, which store the inclusive scan one element along (8 x 2^24: 0.87,
-# pairs 0.84). Decreasing scans hold tiles as chunks (reverse scans across lanes: one line 0.73 -> 0.84 inclusive
-# at 64 KiB; as chunks of pairs, reverse + exclusive 8 x 2^24 0.85 -> 0.90); decreasing inclusive ones keep
-# 64 KiB tiles at 128 elements a thread (one line: 0.84, against 0.80 at 32 KiB).
+# registers for three spills: 0.64). They reach back 1024 tiles a line for up to eight lines (8 x 2^24 against
+# 128: 0.86 -> 0.89 inclusive, 0.85 -> 0.89-0.90 reverse + exclusive). Their exclusive scans scan pairs (one line
+# 0.81 -> 0.86-0.87 forward, 0.84-0.85 reverse), except forward on several lines, which store the inclusive scan
+# one element along (8 x 2^24: 0.87, pairs 0.84). Decreasing scans hold tiles as chunks (reverse scans across
+# lanes: one line 0.73 -> 0.84 inclusive at 64 KiB); decreasing inclusive ones keep 64 KiB tiles at 128 elements
+# a thread (one line: 0.84, against 0.80 at 32 KiB).
 # Long columns walk where their strips fill the waves of one program a multiprocessor (the walk's registers allow
 # no second) to WAVE_FILL: 65536 x 4096 (128 strips on 132) 0.77 -> 0.95 of copy, 32768 x 8192 (256) 0.80 ->
 # 0.88, but 65536 x 6144 (192) 0.79 -> 0.70. With 4 stages: with 3 (64 KiB of loads in flight a multiprocessor)
@@ -479,7 +481,7 @@ class Walk:
 # (0.73 -> 0.82), of 512 lose (32x512x64x256: 0.92 -> 0.58).
 ALONG_ROWS = Tuning(tiles_in_flight=1024)
 SMALL_COLUMNS = Tuning(tile_bytes=16384, tiles_in_flight=1024, columns=32)
-FEW_LONG_LINES = Tuning(tile_bytes=32768, tiles_in_flight=1024, elements_per_thread=64, chunks=4, registers=128)
+FEW_LONG_LINES = Tuning(tile_bytes=32768, tiles_in_flight=8192, elements_per_thread=64, chunks=4, registers=128)
 FEW_LONG_LINES_SHIFTED = dataclasses.replace(FEW_LONG_LINES, shift_stores=True)
 FEW_LONG_LINES_DECREASING = Tuning(tile_bytes=65536, tiles_in_flight=1024, elements_per_thread=128, chunks=4)
 DOWN_COLUMNS = Tuning(tile_bytes=16384)
