@@ -322,7 +322,7 @@ def _scan_kernel(x, y, words, control,
     if CHUNKED:  # (exclusive where its stores are not shifted)
         scanned, chunks_total = _scan_chunks_decreasing(chunks.to(ACCUMULATOR), IDENTITY, OPERATION, PAIRS)
         result = tl.reshape(scanned, [1, BLOCK_B])
-        inclusive = result
+        inclusive = result  # (read only when not PAIRS: an exclusive scan's total is chunks_total)
     elif PAIRS:
         inclusive, result = _scan_pairs(values.to(ACCUMULATOR), tl.full([BLOCK_A, BLOCK_B], IDENTITY, ACCUMULATOR),
                                         AXIS, OPERATION, REVERSE)
