@@ -763,20 +763,6 @@ def test_int16_chunks_requantized_in_pieces(monkeypatch, compiled):
 
 
 @needs_madd
-def test_int16_kernel_multiplies_in_pairs():
-    """The kernel's loop is `vpmaddwd` (16 multiply-adds an instruction), not `vpmulld` (8). Compiled afresh: numba
-    shows no assembly of code loaded from its cache."""
-    import numba
-
-    kernel = numba.njit(cpu_int16_gemm.multiply_rows.py_func)
-    packed = numba.types.Array(numba.int16, 2, "C"), numba.types.Array(numba.int16, 4, "C")
-    signature = packed + (numba.types.Array(numba.int32, 2, "C"),) + (numba.intp,) * 4
-    kernel.compile(signature)
-    assembly = kernel.inspect_asm(kernel.signatures[0])
-    assert "vpmaddwd" in assembly and "vpmulld" not in assembly
-
-
-@needs_madd
 @pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="no thread affinity")
 def test_pieces_leave_the_calling_threads_cores_as_they_were():
     """The calling thread keeps to its core while it hands out pieces, then gets its cores back, also where a piece
