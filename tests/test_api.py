@@ -344,15 +344,19 @@ def test_a_repeated_layout_skips_descs_and_a_changed_one_does_not(described):
         assert described[0] - count == expected_descs, changed
 
 
-def test_python_numbers_and_copies_always_take_the_whole_path(described):
+def test_numbers_are_kept_by_value_and_copies_always_take_the_whole_path(described):
     a = RNG.integers(-128, 128, (M, K), dtype=np.int8)
     scale = np.float32(0.05)
-    for _ in range(2):
+    for repeat in range(2):
         count = described[0]
-        qmm(a=a, sa=scale, za=-3, sb=scale, so=scale)  # a number whose value validation reads: never kept
+        qmm(a=a, sa=scale, za=-3, sb=scale, so=scale)  # a number: validated once, kept by its value
         qmm(a=a[::-1], sa=scale, sb=scale, so=scale)  # A copied (negative strides)
         qmm(a=a, sa=scale, sb=np.float64(0.05), so=scale)  # B's scale copied to float32
-        assert described[0] - count == 7 + 6 + 6
+        assert described[0] - count == (0 if repeat else 7) + 6 + 6
+    count = described[0]
+    qmm(a=a, sa=scale, za=-4, sb=scale, so=scale)  # another value: another plan
+    assert described[0] - count == 7
+    rejects([QMM, "a_zero_point_tensor", "INT8"], lambda: qmm(a=a, sa=scale, za=200, sb=scale, so=scale))
 
 
 def test_kept_plans_still_reject():

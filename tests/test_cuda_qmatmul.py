@@ -19,8 +19,10 @@ import dmlops
 from dmlops import DataType, Device, QuantizedLinearMatrixMultiplyOperatorDesc, TensorDesc, TensorFlags, \
     ValidationError
 from dmlops.backends.cuda import qmatmul
+from dmlops.ops.quantized_matmul import NAME as QMM
 from dmlops.ops.quantized_matmul import requantize
 
+from checks import rejects
 from conftest import ON_GPU
 from test_quantized_matmul import random_data
 from test_quantized_matmul import scales_for as random_scales
@@ -270,12 +272,30 @@ def test_rejections(torch_device):
     rng = np.random.default_rng(6)
     a = on_device(random_data(rng, np.int8, (4, 8)), torch_device)
     b = on_device(random_data(rng, np.int8, (8, 4)), torch_device)
-    with pytest.raises(ValidationError, match="output_scale_tensor"):
-        dmlops.quantized_linear_matmul(a, 0.1, None, b, 0.1, None, 0.0, None, backend="cuda")
-    with pytest.raises(ValidationError, match="b_scale_tensor"):
-        dmlops.quantized_linear_matmul(a, 0.1, None, b, float("nan"), None, 1.0, None, backend="cuda")
     with pytest.raises(ValidationError, match="a_tensor"):
         dmlops.quantized_linear_matmul(a.to(torch.int16), 0.1, None, b, 0.1, None, 1.0, None, backend="cuda")
+
+
+def test_bad_scales_are_reported_by_check_errors(torch_device):
+    """A zero, NaN or infinite scale is found on the device, without waiting for it, and reported by the next
+    check_errors, naming each bad field once; a vector's bad value is found wherever it lies."""
+    rng = np.random.default_rng(7)
+    m, k, n = 300, 8, 260
+    a = on_device(random_data(rng, np.int8, (m, k)), torch_device)
+    b = on_device(random_data(rng, np.int8, (k, n)), torch_device)
+    dmlops.check_errors()
+    row_scales = torch.full((m,), 0.5, device=torch_device)
+    row_scales[m - 3] = float("inf")
+    column_scales = torch.full((n,), 0.5, device=torch_device)
+    column_scales[n - 1] = float("nan")
+    for a_scale, b_scale, out_scale, fields in [
+            (0.1, 0.1, 0.0, ["output_scale_tensor"]), (0.1, column_scales, 1.0, ["b_scale_tensor"]),
+            (row_scales, 0.1, -0.0, ["a_scale_tensor", "output_scale_tensor"])]:
+        dmlops.quantized_linear_matmul(a, a_scale, None, b, b_scale, None, out_scale, None, backend="cuda")
+        rejects([QMM, "finite and non-zero", *fields], dmlops.check_errors)
+        dmlops.check_errors()  # cleared
+    dmlops.quantized_linear_matmul(a, 0.1, None, b, 0.1, None, 1.0, None, backend="cuda")
+    dmlops.check_errors()
 
 
 # -- on the GPU only: large shapes, long K, determinism, devices --------------------------------------------------

@@ -5,7 +5,8 @@ Two surfaces over one set of descs, validation rules and backends: the operator 
 (``cumulative_sum``, ``cumulative_product``, ``quantized_linear_matmul``).
 """
 
-from .api import cumulative_product, cumulative_sum, quantized_linear_matmul
+from .api import (PreparedB, check_errors, cumulative_product, cumulative_sum, prepare_b,
+                  quantized_linear_matmul)
 from .device import BufferBinding, CompiledOperator, Device
 from .ops.cumulative import CumulativeProductOperatorDesc, CumulativeSummationOperatorDesc
 from .ops.quantized_matmul import QuantizedLinearMatrixMultiplyOperatorDesc
@@ -15,7 +16,7 @@ from .types import AxisDirection, DataType, FeatureLevel, OperatorType, TensorFl
 __version__ = "0.1.0"
 
 __all__ = [
-    "AxisDirection", "BufferBinding", "CompiledOperator", "CumulativeProductOperatorDesc",
+    "AxisDirection", "BufferBinding", "CompiledOperator", "PreparedB", "check_errors", "prepare_b", "CumulativeProductOperatorDesc",
     "CumulativeSummationOperatorDesc", "DataType", "Device", "FeatureLevel", "OperatorType",
     "QuantizedLinearMatrixMultiplyOperatorDesc", "TensorDesc", "TensorFlags", "ValidationError",
     "calc_buffer_tensor_size", "cumulative_product", "cumulative_sum", "quantized_linear_matmul",

@@ -98,6 +98,13 @@ class CompiledOperator:
         self.check_aliasing(views)
         self._module.run(self.desc, self.device.backend, views)
 
+    def prepare(self, views: dict):
+        """Run on views as ``run_views`` does, and return ``run(views)``, which runs on other views of the same
+        layouts (and alignment) through what the backend kept of this run; it leaves the aliasing check to its
+        caller (the array API's plans)."""
+        self.check_aliasing(views)
+        return self._module.prepare(self.desc, self.device.backend, views)
+
     def check_aliasing(self, views: dict) -> None:
         """Reject an output that shares memory with an input, but for an exact alias where the operator runs in
         place. ``views`` may be in any layout that covers the same elements as the desc's."""

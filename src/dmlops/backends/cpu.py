@@ -6,6 +6,7 @@ import functools
 
 import numpy as np
 
+from ..ops.quantized_matmul import SCALE_FIELDS, check_scale
 from ..types import DataType, ValidationError
 from . import cpu_qmatmul, cpu_scan
 
@@ -47,11 +48,6 @@ def restride(array: np.ndarray, sizes, strides) -> np.ndarray:
     return np.lib.stride_tricks.as_strided(array, sizes, byte_strides, writeable=array.flags.writeable)
 
 
-def to_numpy(arrays) -> list[np.ndarray]:
-    """Host copies of a few small arrays."""
-    return list(arrays)
-
-
 def overlaps(a: np.ndarray, b: np.ndarray) -> bool:
     try:
         return bool(np.shares_memory(a, b, max_work=1 << 20))
@@ -76,11 +72,31 @@ def cumulative(operation: str, x: np.ndarray, out: np.ndarray, axis: int, revers
     cpu_scan.cumulative(operation, x, out, axis, reverse, exclusive)
 
 
+def prepare_cumulative(operation: str, x, out, axis: int, reverse: bool, exclusive: bool):
+    """Run, and return run(x, out) for arrays of the same layouts."""
+    def run(x, out):
+        cpu_scan.cumulative(operation, x, out, axis, reverse, exclusive)
+
+    run(x, out)
+    return run
+
+
 def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point,
                             out) -> None:
     """a {B, C, M, K}, b {B, C, K, N}, out {B, C, M, N}; scales and zero points are vectors of M or N."""
+    for field, values in zip(SCALE_FIELDS, (a_scale, b_scale, output_scale)):
+        check_scale(field, values)
     cpu_qmatmul.quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale,
                                         output_zero_point, out)
+
+
+def prepare_quantized_linear_matmul(tensors: dict):
+    """Run on the kernel tensors (by field, in binding order), and return run(tensors) for the same layouts."""
+    def run(tensors):
+        quantized_linear_matmul(*tensors.values())
+
+    run(tensors)
+    return run
 
 
 # -- arrays of the array API -----------------------------------------------------------------------------------
@@ -98,7 +114,7 @@ def adopt(obj):
             return None
         import torch
 
-        return obj.detach().numpy(), torch.from_numpy
+        return _torch_numpy(obj), torch.from_numpy
     if hasattr(obj, "__dlpack_device__"):
         if obj.__dlpack_device__()[0] != 1:  # kDLCPU
             return None
@@ -108,6 +124,20 @@ def adopt(obj):
 
 def _same(array):
     return array
+
+
+def adopter(sample):
+    """What ``adopt`` does to objects of the kind and placement of ``sample`` (adopted before), as one function."""
+    return _same if isinstance(sample, np.ndarray) else _torch_numpy
+
+
+def _torch_numpy(tensor) -> np.ndarray:
+    return tensor.detach().numpy()
+
+
+def address(array: np.ndarray) -> int:
+    """Where the array's first element lies."""
+    return array.__array_interface__["data"][0]
 
 
 def element_strides(array: np.ndarray):

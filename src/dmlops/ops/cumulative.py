@@ -87,6 +87,11 @@ def validate(desc: CumulativeDesc, feature_level: FeatureLevel) -> None:
         raise ValidationError(f"{name}.{field}: {desc.exclusive!r} is not a BOOL (True or False)")
 
 
+def output_rule(sizes: tuple, data_type):
+    """The output's sizes and data type: the input's."""
+    return sizes, data_type
+
+
 def operator_name(desc) -> str:
     return "DML_OPERATOR_" + desc.operator_type.name
 
@@ -106,6 +111,12 @@ def reference(operation: str, x: np.ndarray, axis: int, reverse: bool, exclusive
 
 
 def run(desc: CumulativeDesc, backend, views: dict) -> None:
-    x, out = views["input_tensor"], views["output_tensor"]
-    backend.cumulative(desc.operation, x, out, desc.axis, desc.axis_direction == AxisDirection.DECREASING,
-                       bool(desc.exclusive))
+    backend.cumulative(desc.operation, views["input_tensor"], views["output_tensor"], desc.axis,
+                       desc.axis_direction == AxisDirection.DECREASING, bool(desc.exclusive))
+
+
+def prepare(desc: CumulativeDesc, backend, views: dict):
+    """Run, and return the backend's kept run for views of the same layouts."""
+    run_kept = backend.prepare_cumulative(desc.operation, views["input_tensor"], views["output_tensor"], desc.axis,
+                                          desc.axis_direction == AxisDirection.DECREASING, bool(desc.exclusive))
+    return lambda views: run_kept(views["input_tensor"], views["output_tensor"])

@@ -104,8 +104,24 @@ def validate(desc: QuantizedLinearMatrixMultiplyOperatorDesc, feature_level: Fea
                                   f"{data.data_type.name}")
 
 
+SCALE_FIELDS = ("a_scale_tensor", "b_scale_tensor", "output_scale_tensor")
+
+
+def output_sizes(a_sizes: tuple, b_sizes: tuple) -> tuple:
+    """The output's sizes for A {…, M, K} and B {…, K, N} whose batch dimensions broadcast NumPy-style (as ONNX
+    Runtime's DirectML provider broadcasts them with zero strides): {…, M, N}."""
+    (*a_batch, m, _), (*b_batch, _, n) = a_sizes, b_sizes
+    try:
+        batch = np.broadcast_shapes(tuple(a_batch), tuple(b_batch))
+    except ValueError:
+        raise ValidationError(f"{NAME}.b_tensor: batch dimensions {b_batch} do not broadcast with A's "
+                              f"{a_batch}") from None
+    return (*batch, m, n)
+
+
 def check_scale(field: str, values: np.ndarray) -> None:
-    """A zero, NaN or infinite scale has no meaning (DirectML leaves it undefined)."""
+    """A zero, NaN or infinite scale has no meaning (DirectML leaves it undefined). Backends whose memory the host
+    cannot read without waiting (CUDA) check on the device instead and report at ``dmlops.check_errors()``."""
     if np.isfinite(values).all() and values.all():
         return
     bad = ~np.isfinite(values) | (values == 0)
@@ -176,16 +192,12 @@ def kernel_tensors(desc: QuantizedLinearMatrixMultiplyOperatorDesc, backend, vie
             for field in desc.input_fields + desc.output_fields}
 
 
-def launch(backend, tensors: dict) -> None:
-    """Check the scales' values, then run the backend's kernel on ``kernel_tensors``."""
-    scale_fields = ("a_scale_tensor", "b_scale_tensor", "output_scale_tensor")
-    for field, values in zip(scale_fields, backend.to_numpy([tensors[field] for field in scale_fields])):
-        check_scale(field, values)
-    backend.quantized_linear_matmul(
-        tensors["a_tensor"], tensors["a_scale_tensor"], tensors["a_zero_point_tensor"],
-        tensors["b_tensor"], tensors["b_scale_tensor"], tensors["b_zero_point_tensor"],
-        tensors["output_scale_tensor"], tensors["output_zero_point_tensor"], tensors["output_tensor"])
-
-
 def run(desc: QuantizedLinearMatrixMultiplyOperatorDesc, backend, views: dict) -> None:
-    launch(backend, kernel_tensors(desc, backend, views))
+    """Run the backend's kernel on ``kernel_tensors`` (the backend checks the scales' values)."""
+    backend.quantized_linear_matmul(*kernel_tensors(desc, backend, views).values())
+
+
+def prepare(desc: QuantizedLinearMatrixMultiplyOperatorDesc, backend, views: dict):
+    """Run, and return the backend's kept run for views of the same layouts."""
+    run_kept = backend.prepare_quantized_linear_matmul(kernel_tensors(desc, backend, views))
+    return lambda views: run_kept(kernel_tensors(desc, backend, views))

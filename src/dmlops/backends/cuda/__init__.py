@@ -76,11 +76,34 @@ def restride(array, sizes, strides):
     return array.as_strided(tuple(sizes), tuple(strides), array.storage_offset())
 
 
-def to_numpy(arrays) -> list[np.ndarray]:
-    """Host copies of a few small arrays of one dtype, in one transfer (each transfer waits for the GPU)."""
-    arrays = list(arrays)
-    flat = torch.cat([array.detach().reshape(-1) for array in arrays]).cpu().numpy()
-    return np.split(flat, np.cumsum([array.numel() for array in arrays])[:-1])
+# -- errors found on the device ----------------------------------------------------------------------------------
+
+# Kernels that find a value DirectML rejects (a zero, NaN or infinite scale) set a bit of their device's error
+# word rather than wait for the host to read the value; ``check_errors`` reads and clears the words.
+ERROR_FIELDS = {1: "a_scale_tensor", 2: "b_scale_tensor", 4: "output_scale_tensor"}
+_error_words: dict = {}
+
+
+def error_word(device):
+    word = _error_words.get(device)
+    if word is None:
+        word = _error_words[device] = torch.zeros(1, dtype=torch.int32, device=device)
+    return word
+
+
+def check_errors() -> None:
+    """Wait for the GPUs, then raise the ValidationError of the scales that kernels found bad since the last
+    check (their outputs hold no defined values)."""
+    bad = 0
+    for word in _error_words.values():
+        bad |= int(word.item())  # waits for the device
+        word.zero_()
+    if bad:
+        from ...ops.quantized_matmul import NAME
+
+        fields = [field for bit, field in ERROR_FIELDS.items() if bad & bit]
+        raise ValidationError(f"{NAME}.{fields[0]}: scales must be finite and non-zero; a call on the GPU found "
+                              f"{' and '.join(fields)} zero, NaN or infinite, and its output is undefined")
 
 
 def _extent(array):
@@ -134,6 +157,17 @@ def _same(array):
     return array
 
 
+def adopter(sample):
+    """What ``adopt`` does to objects of the kind and placement of ``sample`` (adopted before), as one function:
+    torch tensors are taken as they are (a plan holds no other kinds)."""
+    return _same
+
+
+def address(array) -> int:
+    """Where the tensor's first element lies."""
+    return array.data_ptr()
+
+
 def element_strides(array):
     return tuple(array.stride())
 
@@ -168,5 +202,5 @@ def assign(target, source) -> None:
 # -- operators -------------------------------------------------------------------------------------------------
 
 from . import qmatmul  # noqa: E402
-from .qmatmul import quantized_linear_matmul  # noqa: E402
-from .scan import cumulative  # noqa: E402
+from .qmatmul import prepare_quantized_linear_matmul, quantized_linear_matmul  # noqa: E402
+from .scan import cumulative, prepare_cumulative  # noqa: E402

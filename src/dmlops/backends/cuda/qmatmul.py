@@ -36,7 +36,8 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from ...types import ValidationError
-from . import INTERPRETED, check_devices
+from . import INTERPRETED, check_devices, error_word
+from .launch import launch
 
 NAME = "DML_OPERATOR_QUANTIZED_LINEAR_MATRIX_MULTIPLY"
 
@@ -125,12 +126,26 @@ def _prepare_kernel(x_ptr, packed_ptr, sums_ptr, flip, K, R, channels, rows_b, r
         tl.atomic_add(sums_ptr + rows, tl.sum(x, axis=0).to(tl.float64), mask=offs_r < R)
 
 
-@triton.jit(do_not_specialize=["N", "stride_sb", "stride_zb", "zb_mask", "b_shift"])
-def _column_terms_kernel(b_scale_ptr, stride_sb, b_zero_ptr, stride_zb, zb_mask, b_shift, a_scale_ptr, out_scale_ptr,
-                         terms_ptr, N, ROW_SCALES: tl.constexpr, BLOCK: tl.constexpr):
+@triton.jit
+def _bad_scales(scale_ptr, stride, offs, count):
+    """Whether any of the scales at offs (below count) is zero, NaN or infinite."""
+    scale = tl.load(scale_ptr + offs.to(tl.int64) * stride, mask=offs < count, other=1.0)
+    return tl.max(((scale == 0) | (scale != scale) | (tl.abs(scale) == float("inf"))).to(tl.int32), axis=0)
+
+
+@triton.jit(do_not_specialize=["M", "N", "stride_sa", "stride_so", "stride_sb", "stride_zb", "zb_mask", "b_shift"])
+def _column_terms_kernel(b_scale_ptr, stride_sb, b_zero_ptr, stride_zb, zb_mask, b_shift, a_scale_ptr, stride_sa,
+                         out_scale_ptr, stride_so, terms_ptr, errors_ptr, M, N, ROW_SCALES: tl.constexpr,
+                         BLOCK: tl.constexpr):
     """Per column n, once per call rather than in every tile: terms[0, n] = (sa·sb[n])/so when the A and output
-    scales are per tensor (sb[n] otherwise), terms[1, n] = zb'[n], both in float64."""
+    scales are per tensor (sb[n] otherwise), terms[1, n] = zb'[n], both in float64. Programs cover max(M, N)
+    positions: each also checks its A, B and output scales, and marks a zero, NaN or infinite one in the device's
+    error word (bit 1: A's, 2: B's, 4: the output's), which ``check_errors`` reads: no host round trip."""
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    bad = (_bad_scales(a_scale_ptr, stride_sa, offs, M) + 2 * _bad_scales(b_scale_ptr, stride_sb, offs, N)
+           + 4 * _bad_scales(out_scale_ptr, stride_so, offs, M))
+    if bad != 0:
+        tl.atomic_or(errors_ptr, bad)
     mask = offs < N
     b_scale = tl.load(b_scale_ptr + offs.to(tl.int64) * stride_sb, mask=mask, other=1.0).to(tl.float64)
     if not ROW_SCALES:
@@ -340,9 +355,10 @@ def _rows_in_place(x4, can_flip: bool):
     return rows, rows_b, rows_c
 
 
-def _prepare(x4, *, can_flip: bool, pack: bool, sum_rows: bool) -> Operand:
+def _prepare(x4, *, can_flip: bool, pack: bool, sum_rows: bool, kept: dict | None = None, site: str = "") -> Operand:
     """The kernel's view of x4 {batch, channel, R, K} (int8 or uint8): where it lies if TMA can read it (and
-    ``can_flip`` or it is int8) unless ``pack``, else packed K-major; with per-row sums if ``sum_rows``."""
+    ``can_flip`` or it is int8) unless ``pack``, else packed K-major; with per-row sums if ``sum_rows``. ``kept``
+    and ``site``: where a plan keeps its launch (``launch.launch``)."""
     batches, channels, r, k = x4.shape
     in_place = None if pack else _rows_in_place(x4, can_flip)
     own_b, own_c = _own_batch(x4)
@@ -362,9 +378,10 @@ def _prepare(x4, *, can_flip: bool, pack: bool, sum_rows: bool) -> Operand:
         source = x4.view(torch.int8)[:own_b, :own_c].transpose(-1, -2)  # {batch, channel, K, R}
         block_k, block_r = 128, 64
         grid = (_grid_size(triton.cdiv(k, block_k) * triton.cdiv(r, block_r) * own_b * own_c),)
-        _prepare_kernel[grid](source, rows, sums, -128 if flip else 0, k, r, own_c, rows_b, rows_c,
-                              *source.stride(), rows.stride(0), PACK=in_place is None, SUM=sum_rows,
-                              BLOCK_K=block_k, BLOCK_R=block_r)
+        launch(kept, site, _prepare_kernel, grid,
+               (source, rows, sums, -128 if flip else 0, k, r, own_c, rows_b, rows_c, *source.stride(),
+                rows.stride(0)),
+               dict(PACK=in_place is None, SUM=sum_rows, BLOCK_K=block_k, BLOCK_R=block_r))
     return Operand(rows, rows_b, rows_c, sums, flip and in_place is not None)
 
 
@@ -406,6 +423,18 @@ def persist_b(array):
 # -- launcher --------------------------------------------------------------------------------------------------
 
 
+def prepare_quantized_linear_matmul(tensors: dict):
+    """Run on the kernel tensors (by field, in binding order), and return run(tensors), which runs on tensors of the
+    same layouts and alignment through the launches kept here."""
+    kept = {}
+
+    def run(tensors):
+        quantized_linear_matmul(*tensors.values(), kept=kept)
+
+    run(tensors)
+    return run
+
+
 @functools.cache
 def _zeros(device):
     """Zero bits standing in for an absent zero point or sum vector (read with stride 0)."""
@@ -442,9 +471,10 @@ def _zero_point(vector, device):
 
 
 def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point,
-                            out, config: Config | None = None) -> None:
+                            out, config: Config | None = None, kept: dict | None = None) -> None:
     """a {B, C, M, K}, b {B, C, K, N}, out {B, C, M, N} (int8 or uint8 each, any strides); scales float32 vectors
-    of M (A, output) or N (B), zero points vectors like them or None, stride 0 when per tensor."""
+    of M (A, output) or N (B), zero points vectors like them or None, stride 0 when per tensor. A zero, NaN or
+    infinite scale is marked on the device (``check_errors``). ``kept``: a plan's launches, for calls of one layout."""
     given = dict(a_tensor=a, a_scale_tensor=a_scale, a_zero_point_tensor=a_zero_point, b_tensor=b,
                  b_scale_tensor=b_scale, b_zero_point_tensor=b_zero_point, output_scale_tensor=output_scale,
                  output_zero_point_tensor=output_zero_point, output_tensor=out)
@@ -457,16 +487,19 @@ def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, 
     config = config or choose_config(batches * channels, m, n, k, _sm_count(device), _wgmma_in_flight(device))
     # Column sums of B' are needed when za' can be non-zero, row sums of A' when zb' can be.
     b_operand = _PERSISTED_B.get(_b_operand_key(b)) or \
-        _prepare(b.transpose(-1, -2), can_flip=False, pack=False, sum_rows=a_zero_point is not None or a_unsigned)
+        _prepare(b.transpose(-1, -2), can_flip=False, pack=False, sum_rows=a_zero_point is not None or a_unsigned,
+                 kept=kept, site="b")
     # The Gluon kernel reads A from shared memory straight into the tensor cores: a uint8 A is flipped in a copy.
-    a_operand = _prepare(a, can_flip=not config.gluon, pack=False, sum_rows=b_zero_point is not None or b_unsigned)
+    a_operand = _prepare(a, can_flip=not config.gluon, pack=False, sum_rows=b_zero_point is not None or b_unsigned,
+                         kept=kept, site="a")
 
     row_scales = m > 1 and (a_scale.stride(0) != 0 or output_scale.stride(0) != 0)
     terms = torch.empty((2, n), dtype=torch.float64, device=device)
     block = 256
-    _column_terms_kernel[(triton.cdiv(n, block),)](
-        *_vector(b_scale, device), *_zero_point(b_zero_point, device), 128 if b_unsigned else 0, a_scale,
-        output_scale, terms, n, ROW_SCALES=row_scales, BLOCK=block)
+    launch(kept, "column terms", _column_terms_kernel, (triton.cdiv(max(m, n), block),),
+           (*_vector(b_scale, device), *_zero_point(b_zero_point, device), 128 if b_unsigned else 0,
+            *_vector(a_scale, device), *_vector(output_scale, device), terms, error_word(device), m, n),
+           dict(ROW_SCALES=row_scales, BLOCK=block))
 
     num_tiles = _grid_size(batches * channels * triton.cdiv(m, config.block_m) * triton.cdiv(n, config.block_n))
     programs = min(num_tiles, config.programs_per_sm * _sm_count(device)) if config.programs_per_sm else num_tiles
@@ -480,16 +513,16 @@ def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, 
     if config.gluon:
         from . import qmatmul_hopper
 
-        qmatmul_hopper._qmatmul_kernel[(num_tiles,)](
-            qmatmul_hopper.operand_descriptor(a_operand.rows, config.block_m, config.block_k),
-            qmatmul_hopper.operand_descriptor(b_operand.rows, config.block_n, config.block_k), *arguments,
-            ROW_SCALES=row_scales, GROUP_M=config.group_m, EPILOGUE_N=config.epilogue_n,
-            INSTR_N=math.gcd(config.block_n, 128), STAGES=config.num_stages, num_warps=config.num_warps)
+        launch(kept, "gluon", qmatmul_hopper._qmatmul_kernel, (num_tiles,),
+               (qmatmul_hopper.operand_descriptor(a_operand.rows, config.block_m, config.block_k),
+                qmatmul_hopper.operand_descriptor(b_operand.rows, config.block_n, config.block_k), *arguments),
+               dict(ROW_SCALES=row_scales, GROUP_M=config.group_m, EPILOGUE_N=config.epilogue_n,
+                    INSTR_N=math.gcd(config.block_n, 128), STAGES=config.num_stages, num_warps=config.num_warps))
         return
-    _qmatmul_kernel[(programs,)](
-        TensorDescriptor.from_tensor(a_operand.rows, [config.block_m, config.block_k]),
-        TensorDescriptor.from_tensor(b_operand.rows, [config.block_n, config.block_k]), *arguments,
-        A_FLIP=a_operand.flip, ROW_SCALES=row_scales, LONG_K=k > K_SLICE, K_SLICE=K_SLICE,
-        BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, GROUP_M=config.group_m,
-        EPILOGUE_N=config.epilogue_n, PERSISTENT=programs < num_tiles, num_warps=config.num_warps,
-        num_stages=config.num_stages)
+    launch(kept, "tiles", _qmatmul_kernel, (programs,),
+           (TensorDescriptor.from_tensor(a_operand.rows, [config.block_m, config.block_k]),
+            TensorDescriptor.from_tensor(b_operand.rows, [config.block_n, config.block_k]), *arguments),
+           dict(A_FLIP=a_operand.flip, ROW_SCALES=row_scales, LONG_K=k > K_SLICE, K_SLICE=K_SLICE,
+                BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, GROUP_M=config.group_m,
+                EPILOGUE_N=config.epilogue_n, PERSISTENT=programs < num_tiles, num_warps=config.num_warps,
+                num_stages=config.num_stages))

@@ -47,6 +47,7 @@ import triton.language as tl
 
 from ...types import DataType
 from . import check_devices, data_type
+from .launch import KeptLaunch, current_stream
 
 MAX_WINDOW_WORDS = 2048  # slot words a program reads in one look-back, both levels together
 MAX_CHAINED_WINDOW = 256  # tiles in a group whose prefixes chain (down columns)
@@ -653,16 +654,28 @@ def cumulative(operation: str, x, out, axis: int, reverse: bool, exclusive: bool
 
     tuning None takes the defaults for the tiling and size the shape has (default_tuning).
     """
+    prepare_cumulative(operation, x, out, axis, reverse, exclusive, tuning=tuning)
+
+
+def prepare_cumulative(operation: str, x, out, axis: int, reverse: bool, exclusive: bool, *,
+                       tuning: Tuning | Walk | None = None):
+    """Run the scan of x into out, and return ``run(x, out)``, which scans other tensors of the same dtypes, sizes,
+    strides and alignment the same way with no planning: the kept launch (``KeptLaunch``), on the stream and device
+    it was made for, outside graph captures (a graph owns its scratch memory); else planned again."""
     name = "DML_OPERATOR_CUMULATIVE_" + ("SUMMATION" if operation == "sum" else "PRODUCT")
     check_devices(name, input_tensor=x, output_tensor=out)
     storage, accumulator = ACCUMULATORS[data_type(x)]
     x, out = x.view(storage), out.view(storage)
     problem = lines(tuple(x.shape), axis, x.stride(), out.stride())
+
+    def plan_again(x, out):
+        cumulative(operation, x, out, axis, reverse, exclusive, tuning=tuning)
+
     if problem is None:  # strides beyond two coalesced dimensions: scan packed copies
         packed = torch.empty(tuple(x.shape), dtype=storage, device=out.device)
         cumulative(operation, x.contiguous(), packed, axis, reverse, exclusive, tuning=tuning)
         out.copy_(packed)
-        return
+        return plan_again
     wide = accumulator.primitive_bitwidth == 64
     accumulator_bytes = accumulator.primitive_bitwidth // 8
     if tuning is None:
@@ -671,33 +684,44 @@ def cumulative(operation: str, x, out, axis: int, reverse: bool, exclusive: bool
         tuning = default_tuning(problem, accumulator_bytes, exclusive, reverse, processors)
     zero = -0.0 if accumulator.is_floating() else 0  # x + -0.0 is x for every x, -0.0 included
     identity = zero if operation == "sum" else 1
-    device = torch.cuda.device(x.device) if x.device.type == "cuda" else contextlib.nullcontext()
+    on_gpu = x.device.type == "cuda"
+    constants = dict(OPERATION=operation, IDENTITY=identity, ZERO=zero, ACCUMULATOR=accumulator,
+                     REVERSE=bool(reverse), EXCLUSIVE=bool(exclusive))
     if isinstance(tuning, Walk):
         layout = walk_plan(problem, x.element_size(), tuning)
-        with device:
-            _walk_kernel[(layout.chains,)](
-                x, out, problem.length, problem.inner, *problem.x_strides, *problem.y_strides, layout.inner_blocks,
-                OPERATION=operation, IDENTITY=identity, ZERO=zero, ACCUMULATOR=accumulator, REVERSE=bool(reverse),
-                EXCLUSIVE=bool(exclusive), BLOCK_A=layout.block[0], BLOCK_B=layout.block[1],
-                EVEN_COLUMNS=layout.even_columns, ALIGNMENT=layout.alignment, STAGES=tuning.stages,
-                num_warps=layout.num_warps)
-        return
-    layout = plan(problem, accumulator_bytes, tuning)
-    tiles = layout.tiles_per_line * layout.chains
-    if layout.window:
-        groups = layout.chains * triton.cdiv(layout.tiles_per_line, layout.window)  # group slots (along rows)
-        scratch = _scratch_for(x.device, (tiles + groups) * layout.lanes * (2 if wide else 1))
-        words, control = scratch.words, scratch.control
+        kernel, grid = _walk_kernel, (layout.chains,)
+        args = (x, out, problem.length, problem.inner, *problem.x_strides, *problem.y_strides, layout.inner_blocks)
+        constants |= dict(BLOCK_A=layout.block[0], BLOCK_B=layout.block[1], EVEN_COLUMNS=layout.even_columns,
+                          ALIGNMENT=layout.alignment, STAGES=tuning.stages, num_warps=layout.num_warps)
     else:
-        words = control = out  # not read
-    with device:
-        _scan_kernel[(tiles,)](
-            x, out, words, control,
-            problem.outer, problem.length, problem.inner, *problem.x_strides, *problem.y_strides,
-            layout.tiles_per_line, layout.chains, layout.inner_blocks,
-            OPERATION=operation, IDENTITY=identity, ZERO=zero, ACCUMULATOR=accumulator, WIDE=wide,
-            REVERSE=bool(reverse), EXCLUSIVE=bool(exclusive), ALONG_ROWS=layout.along_rows,
-            BLOCK_A=layout.block[0], BLOCK_B=layout.block[1], EVEN_COLUMNS=layout.even_columns,
-            WINDOW=layout.window, ALIGNMENT=layout.alignment, SHIFT_STORES=tuning.shift_stores,
-            CHUNKS=tuning.chunks,
-            num_warps=layout.num_warps, maxnreg=tuning.registers)
+        layout = plan(problem, accumulator_bytes, tuning)
+        tiles = layout.tiles_per_line * layout.chains
+        if layout.window:
+            groups = layout.chains * triton.cdiv(layout.tiles_per_line, layout.window)  # group slots (along rows)
+            scratch = _scratch_for(x.device, (tiles + groups) * layout.lanes * (2 if wide else 1))
+            words, control = scratch.words, scratch.control
+        else:
+            words = control = out  # not read
+        kernel, grid = _scan_kernel, (tiles,)
+        args = (x, out, words, control, problem.outer, problem.length, problem.inner, *problem.x_strides,
+                *problem.y_strides, layout.tiles_per_line, layout.chains, layout.inner_blocks)
+        constants |= dict(WIDE=wide, ALONG_ROWS=layout.along_rows, BLOCK_A=layout.block[0],
+                          BLOCK_B=layout.block[1], EVEN_COLUMNS=layout.even_columns, WINDOW=layout.window,
+                          ALIGNMENT=layout.alignment, SHIFT_STORES=tuning.shift_stores, CHUNKS=tuning.chunks,
+                          num_warps=layout.num_warps, maxnreg=tuning.registers)
+    with torch.cuda.device(x.device) if on_gpu else contextlib.nullcontext():
+        kept = KeptLaunch(kernel, grid, args, constants)
+    if not on_gpu:  # the interpreter reads the tensors' own dtypes: give it the storage type's views
+        return lambda x, out: kept.relaunch((x.view(storage), out.view(storage), *args[2:]))
+    if torch._C._cuda_isCurrentStreamCapturing():  # this launch's scratch belongs to the graph
+        return plan_again
+    device, stream = x.device.index, current_stream(x.device)
+
+    def run(x, out):
+        if torch._C._cuda_getDevice() != device or torch._C._cuda_getCurrentRawStream(device) != stream or \
+                torch._C._cuda_isCurrentStreamCapturing():  # the scratch memory is the stream's
+            plan_again(x, out)
+        else:
+            kept.relaunch((x, out, *args[2:]))
+
+    return run

@@ -1,0 +1,204 @@
+"""Eager calls on the CUDA backend as users make them: the array API on torch tensors, called back to back from
+Python and synchronised once per batch, against torch (and CuPy) in the same run.
+
+Scans: microseconds per call of a float32 scan along the last axis of (rows, 1024)-shaped tensors of 256 B to
+64 MiB (rows of fewer elements below 4 KiB), plain and reverse + exclusive, against torch.cumsum and torch's
+flip → cumsum → flip → subtract, and cupy.cumsum; with the floors: a bare one-block Triton launch from Python and
+the bytes (read + written) over the device's copy bandwidth.
+
+Quantized matmul: TOPS of M × K × N for the LLM shapes (K, N) = (4096, 4096), (4096, 11008) and M = 1 … 4096, A
+uint8 with a zero point, B int8 per-column scales (weights), the output uint8 with a zero point. dmlops with B
+prepared once (``prepare_b``), and with B given at every call; against torch's best pipelines: torch._int_mm (B
+column-major, A padded to 32 rows where it has fewer) plus the requantization in float32, and a float16 matmul
+with B dequantized once. The n³ rows also give dmlops' time graph-replayed (the kernel alone): the eager call
+should be within 10 % of it.
+
+    PYTHONPATH=src python3 benchmarks/eager.py [--plot eager.png] [--profile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import time
+
+import torch
+import triton
+import triton.language as tl
+
+import dmlops
+
+SCAN_BYTES = [256, 4096, 65536, 1 << 20, 16 << 20, 64 << 20]
+LLM_M = [1, 16, 32, 128, 512, 4096]
+LLM_KN = [(4096, 4096), (4096, 11008)]
+SQUARE = [4096, 8192]
+
+
+@triton.jit
+def _empty_kernel(x):
+    pass
+
+
+def per_call_us(call, budget_s=0.25) -> float:
+    """Wall-clock time per call of back-to-back eager calls, synchronised once per batch (median of 5 batches)."""
+    for _ in range(3):
+        call()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    call()
+    torch.cuda.synchronize()
+    once = time.perf_counter() - start
+    repeats = max(5, min(2000, int(budget_s / 5 / max(once, 1e-6))))
+    times = []
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(repeats):
+            call()
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - start) / repeats * 1e6)
+    return sorted(times)[2]
+
+
+def graph_us(call) -> float:
+    return triton.testing.do_bench_cudagraph(call, return_mode="median") * 1e3
+
+
+def copy_bandwidth() -> float:
+    x = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+    y = torch.empty_like(x)
+    return 2 * x.numel() / (triton.testing.do_bench(lambda: y.copy_(x), return_mode="median") * 1e-3)
+
+
+def scan_rows(copy):
+    try:
+        import cupy
+    except ImportError:
+        cupy = None
+    marker = torch.empty(1, device="cuda")
+    bare = per_call_us(lambda: _empty_kernel[(1,)](marker))
+    rows = []
+    for nbytes in SCAN_BYTES:
+        n = nbytes // 4
+        x = torch.randn(max(1, n // 1024), min(n, 1024), device="cuda")
+        times = {
+            "dmlops": per_call_us(lambda: dmlops.cumulative_sum(x, -1)),
+            "dmlops rev+excl": per_call_us(lambda: dmlops.cumulative_sum(x, -1, reverse=True, exclusive=True)),
+            "torch.cumsum": per_call_us(lambda: torch.cumsum(x, -1)),
+            "torch rev+excl": per_call_us(lambda: torch.cumsum(x.flip(-1), -1).flip(-1) - x),
+        }
+        if cupy is not None:
+            xc = cupy.from_dlpack(x)
+            times["cupy.cumsum"] = per_call_us(lambda: cupy.cumsum(xc, axis=-1))
+        rows.append((nbytes, tuple(x.shape), times, max(bare, 2 * nbytes / copy * 1e6)))
+    return bare, rows
+
+
+def requantize_float32(acc, a_zero, b_sums, multiplier, out_zero):
+    """torch's requantization of an int32 accumulator (not bit-exact; cheaper than dmlops' float64 rounding)."""
+    y = (acc - a_zero * b_sums).float() * multiplier
+    return torch.clamp(torch.round(y) + out_zero, 0, 255).to(torch.uint8)
+
+
+def qmm_rows():
+    rows = []
+    shapes = [(m, k, n) for k, n in LLM_KN for m in LLM_M] + [(n, n, n) for n in SQUARE]
+    for m, k, n in shapes:
+        a = torch.randint(0, 256, (m, k), dtype=torch.uint8, device="cuda")
+        b = torch.randint(-128, 128, (k, n), dtype=torch.int8, device="cuda")
+        a_scale, a_zero = torch.tensor(0.02, device="cuda"), torch.tensor(131, dtype=torch.uint8, device="cuda")
+        b_scale = torch.rand(n, device="cuda") * 0.01 + 0.005
+        out_scale, out_zero = torch.tensor(2.5, device="cuda"), torch.tensor(120, dtype=torch.uint8, device="cuda")
+        prepared = dmlops.prepare_b(b, b_scale)
+        with_prepared = lambda: dmlops.quantized_linear_matmul(a, a_scale, a_zero, prepared, None, None,  # noqa: E731
+                                                               out_scale, out_zero)
+        with_b = lambda: dmlops.quantized_linear_matmul(a, a_scale, a_zero, b, b_scale, None,  # noqa: E731
+                                                        out_scale, out_zero)
+        # torch: A shifted to int8, B column-major, its column sums and the multiplier made once
+        padded = max(m, 32)
+        a8 = torch.zeros(padded, k, dtype=torch.int8, device="cuda")
+        b_column_major = b.t().contiguous().t()
+        b_sums = b.sum(0, dtype=torch.int32)
+        multiplier = a_scale * b_scale / out_scale
+        a_zero8 = a_zero.to(torch.int32) - 128
+
+        def int_mm():
+            a8[:m] = a.view(torch.int8) ^ -128
+            return requantize_float32(torch._int_mm(a8, b_column_major)[:m], a_zero8, b_sums, multiplier, out_zero)
+
+        b_half = ((b.float()) * b_scale).half()
+
+        def half():
+            y = ((a.float() - a_zero.float()) * a_scale).half() @ b_half
+            return torch.clamp(torch.round(y.float() / out_scale) + out_zero, 0, 255).to(torch.uint8)
+
+        times = {"dmlops prepared": per_call_us(with_prepared), "dmlops": per_call_us(with_b),
+                 "torch._int_mm": per_call_us(int_mm), "torch fp16": per_call_us(half)}
+        graph = graph_us(with_prepared) if m == n else None
+        rows.append(((m, k, n), times, graph))
+    return rows
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--plot", help="write a PNG plot of both tables here")
+    parser.add_argument("--profile", action="store_true", help="where the host time of small calls goes")
+    args = parser.parse_args()
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}")
+    copy = copy_bandwidth()
+    print(f"copy bandwidth {copy / 1e12:.2f} TB/s")
+    bare, scans = scan_rows(copy)
+    print(f"\nScans, float32, last axis: µs per eager call (bare Triton launch {bare:.1f} µs)\n")
+    names = list(scans[0][2])
+    print("| bytes | shape | " + " | ".join(names) + " | dmlops / torch.cumsum | rev+excl / torch's | floor µs |")
+    print("|---" * (len(names) + 5) + "|")
+    for nbytes, shape, times, floor in scans:
+        print(f"| {nbytes} | {shape} | " + " | ".join(f"{times[name]:.1f}" for name in names) +
+              f" | {times['dmlops'] / times['torch.cumsum']:.2f} | "
+              f"{times['dmlops rev+excl'] / times['torch rev+excl']:.2f} | {floor:.1f} |")
+    qmms = qmm_rows()
+    print("\nQuantized matmul, eager: TOPS (µs per call)\n")
+    names = list(qmms[0][1])
+    print("| M × K × N | " + " | ".join(names) + " | prepared / best torch | graph-replayed µs |")
+    print("|---" * (len(names) + 3) + "|")
+    for (m, k, n), times, graph in qmms:
+        tops = {name: 2 * m * n * k / (t * 1e-6) / 1e12 for name, t in times.items()}
+        best_torch = min(times["torch._int_mm"], times["torch fp16"])
+        print(f"| {m} × {k} × {n} | " + " | ".join(f"{tops[name]:.1f} ({times[name]:.0f})" for name in names) +
+              f" | {best_torch / times['dmlops prepared']:.2f}× | {'' if graph is None else f'{graph:.0f}'} |")
+    if args.plot:
+        plot(args.plot, scans, qmms)
+    if args.profile:
+        x = torch.randn(32, 1024, device="cuda")
+        profile = cProfile.Profile()
+        profile.runcall(lambda: [dmlops.cumulative_sum(x, -1) for _ in range(2000)])
+        pstats.Stats(profile).sort_stats("tottime").print_stats(12)
+
+
+def plot(path, scans, qmms):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for name in scans[0][2]:
+        left.plot([row[0] for row in scans], [row[2][name] for row in scans], marker="o", label=name)
+    left.plot([row[0] for row in scans], [row[3] for row in scans], "k--", label="floor")
+    left.set(xscale="log", yscale="log", xlabel="bytes scanned (float32)", ylabel="µs per eager call",
+             title="Scans along the last axis")
+    left.legend()
+    for k, n in LLM_KN:
+        rows = [row for row in qmms if row[0][1:] == (k, n) and row[0][0] in LLM_M]
+        for name in rows[0][1]:
+            right.plot([row[0][0] for row in rows], [2 * m * n * k / row[1][name] / 1e6 for row, (m, _, _) in
+                                                     zip(rows, (row[0] for row in rows))],
+                       marker="o", label=f"{name}, {k}×{n}")
+    right.set(xscale="log", yscale="log", xlabel="M (rows of A)", ylabel="TOPS, eager", title="Quantized matmul")
+    right.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,157 @@
+"""Eager calls on the CUDA backend: kept plans on torch tensors, prepared B, no host synchronisation, CUDA graphs.
+
+Without a GPU the kernels run under Triton's interpreter on CPU tensors (``backend="cuda"``); on the GPU
+(DMLOPS_TEST_GPU=1) the same tests run with the real compiler, plus those that need the device itself.
+"""
+
+import numpy as np
+import pytest
+import torch
+
+import dmlops
+from checks import assert_cumulative_matches
+from conftest import ON_GPU
+from test_quantized_matmul import random_data
+from test_quantized_matmul import scales_for as random_scales
+from dmlops.ops.quantized_matmul import reference as qmm_reference
+from dmlops.types import DataType
+
+gpu_only = pytest.mark.skipif(not ON_GPU, reason="needs a GPU (DMLOPS_TEST_GPU=1)")
+BACKEND = None if ON_GPU else "cuda"  # CUDA tensors pick the CUDA backend; CPU tensors need it named
+
+
+def poisoned_like(tensor):
+    return torch.full_like(tensor, 77)
+
+
+@pytest.mark.parametrize("operation", ["sum", "product"])
+@pytest.mark.parametrize("reverse, exclusive", [(False, False), (True, True), (True, False)])
+def test_repeated_scans_take_kept_launches_with_fresh_values(torch_device, operation, reverse, exclusive):
+    """The same layout four times with fresh values (the first call plans, the others run the kept launch), into
+    a new output and into a given poisoned one, then in place; a changed layout in between plans again."""
+    rng = np.random.default_rng(1)
+    function = dmlops.cumulative_sum if operation == "sum" else dmlops.cumulative_product
+    for shape, axis in [((6, 300), 1), ((300, 5), 0), ((6, 300), 1), ((2, 3, 70), 1)]:
+        for _ in range(4):
+            x_values = rng.uniform(0.8, 1.2, shape).astype(np.float32)
+            x = torch.from_numpy(x_values.copy()).to(torch_device)
+            result = function(x, axis, reverse=reverse, exclusive=exclusive, backend=BACKEND)
+            assert_cumulative_matches(result.cpu().numpy(), operation, x_values, axis, reverse, exclusive)
+            out = poisoned_like(x)
+            assert function(x, axis, reverse=reverse, exclusive=exclusive, out=out, backend=BACKEND) is out
+            assert_cumulative_matches(out.cpu().numpy(), operation, x_values, axis, reverse, exclusive)
+            function(x, axis, reverse=reverse, exclusive=exclusive, out=x, backend=BACKEND)
+            assert_cumulative_matches(x.cpu().numpy(), operation, x_values, axis, reverse, exclusive)
+
+
+def qmm_case(rng, m, k, n, a_type=np.uint8, b_type=np.int8, out_type=np.uint8):
+    a, b = random_data(rng, a_type, (m, k)), random_data(rng, b_type, (k, n))
+    a_zero, b_zero = random_data(rng, a_type, (m, 1)), random_data(rng, b_type, (1, n))
+    out_zero = random_data(rng, out_type, (1, 1))
+    scales = random_scales(rng, k, (m, 1), (1, n), (1, 1))
+    expected = qmm_reference(a, scales[0], a_zero, b, scales[1], b_zero, scales[2], out_zero,
+                             DataType.from_numpy(out_type))
+    return (a, scales[0], a_zero, b, scales[1], b_zero, scales[2], out_zero), expected
+
+
+def as_tensors(arrays, device):
+    """The case's arrays as tensors on device: A and B as they are, row and column parameters as vectors."""
+    def vector(index, array):
+        return array if index in (0, 3) or array.size == 1 else array.reshape(-1)
+
+    return [torch.from_numpy(np.ascontiguousarray(vector(index, array))).to(device)
+            for index, array in enumerate(arrays)]
+
+
+@pytest.mark.parametrize("prepared", [False, True])
+def test_repeated_quantized_matmuls_with_fresh_values(torch_device, prepared):
+    """Repeated layouts with fresh values (vectors of row and column parameters, scalars as numbers), B given or
+    prepared once; M of 1 and of several rows."""
+    rng = np.random.default_rng(2)
+    for m, k, n in [(1, 40, 24), (5, 40, 24), (1, 40, 24), (33, 70, 9)]:
+        for _ in range(3):
+            arrays, expected = qmm_case(rng, m, k, n)
+            a, a_scale, a_zero, b, b_scale, b_zero, out_scale, out_zero = as_tensors(arrays, torch_device)
+            out_scale, out_zero = float(out_scale.reshape(-1)[0]), int(out_zero.reshape(-1)[0])
+            if prepared:
+                b = dmlops.prepare_b(b, b_scale, b_zero, backend=BACKEND)
+                b_scale = b_zero = None
+            result = dmlops.quantized_linear_matmul(a, a_scale, a_zero, b, b_scale, b_zero, out_scale, out_zero,
+                                                    output_dtype=torch.uint8, backend=BACKEND)
+            np.testing.assert_array_equal(result.cpu().numpy(), expected)
+
+
+def test_prepared_b_rejects_its_parameters_twice(torch_device):
+    b = torch.zeros(8, 4, dtype=torch.int8, device=torch_device)
+    prepared = dmlops.prepare_b(b, 0.5, backend=BACKEND)
+    a = torch.ones(2, 8, dtype=torch.int8, device=torch_device)
+    with pytest.raises(dmlops.ValidationError, match="b_scale_tensor.*prepared"):
+        dmlops.quantized_linear_matmul(a, 0.5, None, prepared, 0.5, None, 1.0, None, backend=BACKEND)
+    with pytest.raises(dmlops.ValidationError, match="b_scale_tensor.*expected 1 or 4"):
+        dmlops.prepare_b(b, [0.5, 0.5], backend=BACKEND)
+
+
+# -- on the GPU only -------------------------------------------------------------------------------------------
+
+
+@gpu_only
+def test_no_call_waits_for_the_gpu():
+    """Every CUDA entry point under torch.cuda.set_sync_debug_mode("error"): the array API (new and kept plans,
+    numbers, tensors, prepared B, out given, in place) and the operator API."""
+    rng = np.random.default_rng(3)
+    x = torch.randn(64, 1000, device="cuda")
+    arrays, _ = qmm_case(rng, 16, 256, 64)
+    a, a_scale, a_zero, b, b_scale, b_zero, out_scale, out_zero = as_tensors(arrays, "cuda")
+    prepared = dmlops.prepare_b(b, b_scale, b_zero)
+    operator = dmlops.Device("cuda").compile_operator(dmlops.CumulativeSummationOperatorDesc(
+        dmlops.TensorDesc(dmlops.DataType.FLOAT32, [64, 1000]), dmlops.TensorDesc(dmlops.DataType.FLOAT32, [64, 1000]),
+        axis=1))
+    out = torch.empty(64 * 1000 * 4, dtype=torch.uint8, device="cuda")
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(3):
+            dmlops.cumulative_sum(x, 1)
+            dmlops.cumulative_product(x, 0, reverse=True, exclusive=True)
+            dmlops.cumulative_sum(x, -1, out=x)
+            dmlops.quantized_linear_matmul(a, a_scale, a_zero, b, b_scale, b_zero, out_scale, out_zero)
+            dmlops.quantized_linear_matmul(a, 0.02, 3, b, 0.5, None, 2.0, 7, output_dtype=torch.uint8)
+            dmlops.quantized_linear_matmul(a, a_scale, a_zero, prepared, None, None, out_scale, out_zero)
+            operator.execute([x.reshape(-1).view(torch.uint8)], [out])
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    dmlops.check_errors()
+
+
+@gpu_only
+def test_calls_captured_in_a_cuda_graph():
+    """Kept and new plans captured in a graph, replayed on new values."""
+    rng = np.random.default_rng(4)
+    x = torch.randn(32, 3000, device="cuda")
+    arrays, _ = qmm_case(rng, 8, 512, 128)
+    a, a_scale, a_zero, b, b_scale, b_zero, out_scale, out_zero = as_tensors(arrays, "cuda")
+    prepared = dmlops.prepare_b(b, b_scale, b_zero)
+
+    def calls():
+        return (dmlops.cumulative_sum(x, 1, reverse=True, exclusive=True),
+                dmlops.quantized_linear_matmul(a, a_scale, a_zero, prepared, None, None, out_scale, out_zero))
+
+    calls()  # kept plans exist before the capture
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        calls()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        scan, product = calls()
+    for _ in range(3):
+        x.copy_(torch.randn(32, 3000, device="cuda"))
+        arrays, expected = qmm_case(rng, 8, 512, 128)
+        a.copy_(torch.from_numpy(arrays[0]))
+        a_zero.copy_(torch.from_numpy(arrays[2].reshape(-1)))
+        a_scale.copy_(torch.from_numpy(arrays[1].reshape(-1)))
+        graph.replay()
+        assert_cumulative_matches(scan.cpu().numpy(), "sum", x.cpu().numpy(), 1, True, True)
+        eager = dmlops.quantized_linear_matmul(a, a_scale, a_zero, prepared, None, None, out_scale, out_zero)
+        torch.testing.assert_close(product, eager, rtol=0, atol=0)
