@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 import reference
 import strategies
 from checks import assert_cumulative_matches
+from dmlops import DataType
 from dmlops.dispatch import ModelError, read_model, run_model
 from dmlops.dispatch.printing import format_values, resource_text
 
@@ -205,7 +206,10 @@ def test_float_sequences_round_at_every_step(tmp_path, data_type, dtype):
      "initialValues: valueDelta: element 0: expected an integer from 0 to 255 for UINT8, not -1"),
     (buffer("FLOAT32", {"valueCount": -2, "value": 1}),
      "initialValues: valueCount: expected an unsigned 32-bit integer, not -2"),
-    ({"initialValues": [1]}, "'initialValuesDataType' is required for values written in the model"),
+    ({"initialValues": {"valueCount": 1, "value": 0}},
+     "'initialValuesDataType' is required for values written in the model"),
+    ({"initialValues": [1]}, "initialValues: element 0: expected an object {\"type\", \"value\"} of a List "
+                             "Initializer (an array of numbers needs an initialValuesDataType), not 1"),
     (buffer("FLOAT23", [1]), "initialValuesDataType: 'FLOAT23' is not a recognized value for DML_TENSOR_DATA_TYPE"),
     (buffer("float32", [1]), "'float32' is not a recognized value"),
     (buffer("UINT4", [1]), "DataType.UINT4 has no NumPy equivalent"),
@@ -299,6 +303,100 @@ def test_max_bytes_refuses_before_allocating(tmp_path):
     assert run(tmp_path, model, max_bytes=12) == "Resource 'A': 1, 2\nResource 'B': 1\n"
     assert error(tmp_path, model, max_bytes=11) == \
         "the model's resources need 12 bytes, more than the 11 that --max-bytes allows"
+
+
+# -- the List Initializer -----------------------------------------------------------------------------------------
+
+LIST_TYPES = ["FLOAT32", "FLOAT16", "FLOAT64", "UINT8", "INT8", "UINT16", "INT16", "UINT32", "INT32", "UINT64",
+              "INT64"]
+
+
+@st.composite
+def list_elements(draw):
+    """A List Initializer's elements, and the bytes they pack into."""
+    elements, packed_bytes = [], b""
+    for index, type_name in enumerate(draw(st.lists(st.sampled_from(LIST_TYPES), min_size=1, max_size=10))):
+        dtype = DataType[type_name].numpy_dtype
+        if dtype.kind == "f":  # values the type holds exactly
+            value = draw(st.floats(width=8 * dtype.itemsize, allow_nan=False, allow_infinity=False))
+        else:
+            value = draw(st.integers(int(np.iinfo(dtype).min), int(np.iinfo(dtype).max)))
+        element = {"name": f"field{index}"} if draw(st.booleans()) else {}
+        elements.append({**element, "type": draw(st.sampled_from([type_name, f"DML_TENSOR_DATA_TYPE_{type_name}"])),
+                         "value": value})
+        packed_bytes += np.array([value], dtype).tobytes()
+    return elements, packed_bytes
+
+
+@settings(max_examples=30, deadline=None)
+@given(list_elements(), st.sampled_from([{"initialValuesDataType": "UNKNOWN"}, {}]), st.booleans())
+def test_list_initializer_packs_each_value_in_its_own_type(elements_and_bytes, data_type, sized):
+    """In order, without padding between elements; the buffer rounded up to 4 bytes, or of ``sizeInBytes`` with
+    the values at ``initialValuesOffsetInBytes``."""
+    elements, packed_bytes = elements_and_bytes
+    resource = {**data_type, "initialValues": elements}
+    if sized:
+        resource.update(sizeInBytes=256, initialValuesOffsetInBytes=16)
+    model = {"resources": {"List": resource}, "dispatchables": {}, "commands": [write_file("List", "list.bin")]}
+    with tempfile.TemporaryDirectory() as folder:
+        run(Path(folder), model)
+        written = (Path(folder) / "list.bin").read_bytes()
+    padded = bytes(16) + packed_bytes + bytes(256 - 16 - len(packed_bytes)) if sized else \
+        packed_bytes + bytes(-len(packed_bytes) % 4)
+    assert written == padded
+
+
+def test_a_list_initialized_buffer_binds_as_any_type(tmp_path):
+    """Two 16-bit values and a 32-bit one, bound as two INT32 elements (and one of them at a byte offset)."""
+    rng = np.random.default_rng()
+    low, high, last = rng.integers(0, 2**15, 3)
+    model = scan_model(data_type="INT32", values=[0, 0])
+    model["resources"]["X"] = {"initialValuesDataType": "UNKNOWN", "initialValues": [
+        {"name": "low", "type": "INT16", "value": int(low)}, {"type": "UINT16", "value": int(high)},
+        {"type": "INT32", "value": int(last)}], "sizeInBytes": 32}
+    first = int(low) + (int(high) << 16)
+    assert run(tmp_path, model) == f"Resource 'Out': {first}, {first + int(last)}\n"
+    model["commands"][0]["bindings"]["InputTensor"] = {"name": "X", "elementOffset": 1, "elementSizeInBytes": 16}
+    assert run(tmp_path, model) == "Resource 'Out': 0, 0\n"
+
+
+@pytest.mark.parametrize("elements, message", [
+    ([{"type": "UNKNOWN", "value": 1}], "element 0: type: an element's type must be a data type, not UNKNOWN"),
+    ([{"type": "INT8", "value": 1}, {"type": "INT8", "value": 300}],
+     "element 1: value: element 0: expected an integer from -128 to 127 for INT8, not 300"),
+    ([{"type": "FLOAT32", "value": "one"}], "element 0: value: element 0: expected a number or 'NaN'"),
+    ([{"type": "INT8"}], "element 0: field 'value' is required"),
+    ([{"value": 1}], "element 0: field 'type' is required"),
+    ([{"type": "INT8", "value": 1, "comment": "x"}],
+     "element 0: 'comment' is not a field of a List Initializer's element (type, value, name)"),
+    ([{"type": "INT8", "value": 1, "name": 3}], "element 0: name: expected a string, not 3"),
+    ([{"type": "INT4", "value": 1}], "element 0: value: DataType.INT4 has no NumPy equivalent"),
+    ([{"type": "INT8", "value": 1}, 2], "element 1: expected an object {\"type\", \"value\"} of a List Initializer"),
+    ([], "'initialValues' must be non-empty"),
+])
+def test_bad_list_initializers(tmp_path, elements, message):
+    found = error(tmp_path, {"resources": {"L": {"initialValuesDataType": "UNKNOWN", "initialValues": elements}},
+                             "dispatchables": {}, "commands": []})
+    assert found.startswith(f"resource 'L': initialValues: {message}") or found == f"resource 'L': {message}", found
+
+
+@pytest.mark.parametrize("command, why", [
+    ({"type": "print", "resource": "L"}, "print reads values in the resource's data type"),
+    (write_file("L", "l.npy"), "a .npy file holds values of the resource's data type"),
+    ({"type": "dispatch", "dispatchable": "scan", "bindings": {"InputTensor": {"name": "L", "elementOffset": 4},
+                                                               "OutputTensor": "Out"}},
+     "elementOffset and elementCount count elements of the resource's data type unless elementSizeInBytes is given"),
+    ({"type": "dispatch", "dispatchable": "scan", "bindings": {"InputTensor": {"name": "L", "elementCount": 4},
+                                                               "OutputTensor": "Out"}},
+     "elementOffset and elementCount count elements"),
+])
+def test_what_needs_a_data_type_refuses_a_list_initialized_buffer(tmp_path, command, why):
+    model = scan_model()
+    model["resources"]["L"] = {"initialValues": [{"type": "FLOAT32", "value": 1}] * 4}
+    model["commands"] = [command]
+    assert error(tmp_path, model).startswith(
+        f"command 0: {'bindings: ' if command['type'] == 'dispatch' else ''}resource 'L' has no data type (its "
+        f"initialValuesDataType is UNKNOWN); {why}")
 
 
 # -- dispatchables -------------------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ with status 2 and a message that names the problem; ``--debug`` shows the traceb
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.metadata
 import importlib.util
 import os
@@ -16,16 +17,6 @@ from . import __version__
 from .dispatch import DEFAULT_MAX_BYTES, read_model, run_model
 from .dispatch.timing import TimingOptions
 from .types import DEFAULT_FEATURE_LEVEL, FeatureLevel, ValidationError
-
-# The timing options: DxDispatch's letters and names, and the TimingOptions field each one sets.
-TIMING_OPTIONS = {
-    "iterations": ("-i", "--dispatch_iterations"),
-    "repeat": ("-r", "--dispatch_repeat"),
-    "milliseconds_to_run": ("-t", "--milliseconds_to_run"),
-    "warmup_samples": ("-w", "--warmup_samples"),
-    "verbosity": ("-v", "--timing_verbosity"),
-    "interval_milliseconds": ("-I", "--dispatch_interval"),
-}
 
 
 def main(argv=None) -> int:
@@ -67,19 +58,21 @@ def build_parser() -> argparse.ArgumentParser:
     timing = dispatch.add_argument_group(
         "timing", "DxDispatch's timing options; any of them, or --timing, prints DxDispatch's timing lines")
     timing.add_argument("--timing", action="store_true", help="print the median time of each dispatch")
-    timing.add_argument(*TIMING_OPTIONS["iterations"], dest="iterations", type=whole_number("a count of at least 1", 1), metavar="N",
-                        help="iterations of the dispatch, wait, sample loop (default 1)")
-    timing.add_argument(*TIMING_OPTIONS["repeat"], dest="repeat", type=whole_number("a count of at least 1", 1), metavar="N",
-                        help="dispatches in each iteration; a sample is their average (default 1)")
-    timing.add_argument(*TIMING_OPTIONS["milliseconds_to_run"], dest="milliseconds_to_run", type=whole_number("a number of milliseconds"),
-                        metavar="MS", help="iterate until this time has passed (overrides -i)")
-    timing.add_argument(*TIMING_OPTIONS["warmup_samples"], dest="warmup_samples", type=whole_number("a count"), metavar="N",
-                        help="the first N samples are the cold ones, left out of the hot statistics (default 1)")
-    timing.add_argument(*TIMING_OPTIONS["verbosity"], dest="verbosity", type=int, choices=(0, 1, 2),
-                        help="0: the median line (default); 1: initialization, cold and hot statistics; "
-                             "2: every iteration too")
-    timing.add_argument(*TIMING_OPTIONS["interval_milliseconds"], dest="interval_milliseconds", type=whole_number("a number of milliseconds"),
-                        metavar="MS", help="the least time from one iteration's start to the next (default 0)")
+    count, milliseconds = whole_number("a count of at least 1", 1), whole_number("a number of milliseconds")
+    for flags, field, parse, metavar, text in (
+            (("-i", "--dispatch_iterations"), "iterations", count, "N",
+             "iterations of the dispatch, wait, sample loop (default 1)"),
+            (("-r", "--dispatch_repeat"), "repeat", count, "N",
+             "dispatches in each iteration; a sample is their average (default 1)"),
+            (("-t", "--milliseconds_to_run"), "milliseconds_to_run", milliseconds, "MS",
+             "iterate until this time has passed (overrides -i)"),
+            (("-w", "--warmup_samples"), "warmup_samples", whole_number("a count"), "N",
+             "the first N samples are the cold ones, left out of the hot statistics (default 1)"),
+            (("-v", "--timing_verbosity"), "verbosity", whole_number("0, 1 or 2", 0, 2), "{0,1,2}",
+             "0: the median line (default); 1: initialization, cold and hot statistics; 2: every iteration too"),
+            (("-I", "--dispatch_interval"), "interval_milliseconds", milliseconds, "MS",
+             "the least time from one iteration's start to the next (default 0)")):
+        timing.add_argument(*flags, dest=field, type=parse, metavar=metavar, help=text)
     dispatch.add_argument("--max-bytes", type=whole_number("a number of bytes"), default=DEFAULT_MAX_BYTES,
                           help=f"refuse a model whose resources need more bytes (default {DEFAULT_MAX_BYTES})")
     dispatch.add_argument("--debug", action="store_true", help="show the traceback of an error")
@@ -100,18 +93,20 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def whole_number(what: str, minimum: int = 0):
-    """An argparse type: a decimal whole number of at least ``minimum``, which ``what`` names."""
+def whole_number(what: str, minimum: int = 0, maximum: int | None = None):
+    """An argparse type: a decimal whole number from ``minimum`` to ``maximum``, which ``what`` names."""
     def parse(text: str) -> int:
-        if not text.isdecimal() or int(text) < minimum:
+        number = int(text) if text.isdecimal() else None
+        if number is None or number < minimum or (maximum is not None and number > maximum):
             raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
-        return int(text)
+        return number
     return parse
 
 
 def timing_options(args) -> TimingOptions | None:
     """The timing options given, or None where neither they nor --timing were."""
-    given = {field: getattr(args, field) for field in TIMING_OPTIONS if getattr(args, field) is not None}
+    fields = (field.name for field in dataclasses.fields(TimingOptions))
+    given = {field: getattr(args, field) for field in fields if getattr(args, field) is not None}
     return TimingOptions(**given) if given or args.timing else None
 
 

@@ -124,7 +124,7 @@ class Runner:
         return [self._buffer_binding(sources[field]) if field in sources else None for field in fields]
 
     def _buffer_binding(self, source: BindingSource) -> BufferBinding:
-        element_size = source.element_size_in_bytes or self.model.resources[source.name].dtype.itemsize
+        element_size = source.element_size_in_bytes or self.model.resources[source.name].element_size
         size = source.element_count * element_size if source.element_count else None
         return BufferBinding(self.buffers[source.name], source.element_offset * element_size, size)
 
