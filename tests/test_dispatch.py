@@ -6,7 +6,10 @@ from __future__ import annotations
 import io
 import json
 import math
+import re
+import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -18,8 +21,10 @@ import reference
 import strategies
 from checks import assert_cumulative_matches
 from dmlops import DataType
-from dmlops.dispatch import ModelError, read_model, run_model
+from dmlops.dispatch import ModelError, read_model, run_model, runner
 from dmlops.dispatch.printing import format_values, resource_text
+from dmlops.dispatch.timing import (Samples, TimingOptions, cold_and_hot, dispatch_lines, progress_bar,
+                                    time_dispatches)
 
 
 def run(tmp_path: Path, model, **options) -> str:
@@ -705,6 +710,165 @@ def test_print_verbose(tmp_path):
 def test_values_print_as_a_cpp_stream_does(values, texts):
     assert format_values(values) == texts
     assert resource_text("R", values) == f"Resource 'R': {', '.join(texts)}"
+
+
+# -- timing --------------------------------------------------------------------------------------------------------
+
+MS = r"\d+\.\d{4} ms"  # DxDispatch's milliseconds: 4 decimals
+# A statistics line, its colon in column 19 as DxDispatch aligns them.
+STATISTICS = rf"(?=.{{19}}: )(CPU|GPU) Timings \((Cold|Hot)\) +: (\d+) samples, {MS} average, {MS} min, {MS} median, " \
+             rf"{MS} max"
+
+# Five samples, the first of them cold (the default -w 1); the hot CPU median is 1.5, the hot GPU median 0.00512.
+SAMPLES = Samples(cpu=[5.0, 1.25, 1.0, 2.0, 1.5], gpu=[0.5, 0.00512, 0.004, 0.006, 0.0051])
+
+
+def test_the_median_line():
+    """The hot samples' upper median; the GPU's with 6 decimals, as DxDispatch writes it."""
+    assert dispatch_lines("sum", Samples(SAMPLES.cpu, None), TimingOptions()) == \
+        ["Dispatch 'sum': 5 iterations, 1.5000 ms median (CPU)"]
+    assert dispatch_lines("sum", SAMPLES, TimingOptions()) == \
+        ["Dispatch 'sum': 5 iterations, 1.5000 ms median (CPU), 0.005120 ms median (GPU)"]
+
+
+def test_cold_and_hot_statistics_and_every_iteration():
+    cold = ["CPU Timings (Cold) : 1 samples, 5.0000 ms average, 5.0000 ms min, 5.0000 ms median, 5.0000 ms max",
+            "GPU Timings (Cold) : 1 samples, 0.5000 ms average, 0.5000 ms min, 0.5000 ms median, 0.5000 ms max"]
+    hot = ["CPU Timings (Hot)  : 4 samples, 1.4375 ms average, 1.0000 ms min, 1.5000 ms median, 2.0000 ms max",
+           "GPU Timings (Hot)  : 4 samples, 0.0051 ms average, 0.0040 ms min, 0.0051 ms median, 0.0060 ms max"]
+    iterations = ["The timings of each iteration: ", "iteration 0: 5.0000 ms (CPU), 0.5000 ms (GPU)",
+                  "iteration 1: 1.2500 ms (CPU), 0.0051 ms (GPU)", "iteration 2: 1.0000 ms (CPU), 0.0040 ms (GPU)",
+                  "iteration 3: 2.0000 ms (CPU), 0.0060 ms (GPU)", "iteration 4: 1.5000 ms (CPU), 0.0051 ms (GPU)"]
+    assert dispatch_lines("sum", SAMPLES, TimingOptions(verbosity=1)) == ["Dispatch 'sum': 5 iterations", *cold, *hot]
+    assert dispatch_lines("sum", SAMPLES, TimingOptions(verbosity=2)) == \
+        ["Dispatch 'sum': 5 iterations", *cold, *hot, *iterations]
+    assert dispatch_lines("sum", Samples(SAMPLES.cpu, None), TimingOptions(verbosity=2)) == \
+        ["Dispatch 'sum': 5 iterations", cold[0], hot[0], iterations[0],
+         *[line.split(", ")[0] for line in iterations[1:]]]
+
+
+@pytest.mark.parametrize("count, warmup, cold_count", [(1, 2, 0), (2, 2, 1), (3, 2, 2), (4, 2, 2), (5, 2, 2),
+                                                        (5, 0, 0), (5, 1, 1)])
+def test_warmup_samples_are_cold_but_one_sample_stays_hot(count, warmup, cold_count):
+    """DxDispatch's table: the first -w samples are cold, as long as one hot sample is left."""
+    samples = list(np.random.default_rng().uniform(0, 1, count))
+    assert cold_and_hot(samples, warmup) == (samples[:cold_count], samples[cold_count:])
+
+
+def in_place_model(values: np.ndarray) -> dict:
+    """An INT32 cumulative sum of X into X: after k dispatches, X is summed k times."""
+    model = scan_model(values=values.tolist(), data_type="INT32")
+    model["commands"] = [{"type": "dispatch", "dispatchable": "scan",
+                          "bindings": {"InputTensor": "X", "OutputTensor": "X"}},
+                         {"type": "print", "resource": "X"}]
+    return model
+
+
+def summed(values: np.ndarray, times: int) -> str:
+    for _ in range(times):
+        values = np.cumsum(values, dtype=np.int32)
+    return f"Resource 'X': {', '.join(str(value) for value in values.tolist())}"
+
+
+def random_int32(count=6) -> np.ndarray:
+    return np.random.default_rng().integers(-2**31, 2**31, count, dtype=np.int32)
+
+
+@pytest.mark.parametrize("iterations, repeat, verbosity", [(1, 1, 0), (4, 3, 0), (3, 2, 1), (5, 1, 2)])
+def test_each_iteration_dispatches_repeat_times(tmp_path, iterations, repeat, verbosity):
+    """-i iterations of -r dispatches: the model's in-place sum runs i × r times; the lines are DxDispatch's."""
+    values = random_int32()
+    lines = run(tmp_path, in_place_model(values),
+                timing=TimingOptions(iterations=iterations, repeat=repeat, verbosity=verbosity)).splitlines()
+    assert lines[-1] == summed(values, iterations * repeat)
+    if verbosity == 0:
+        assert re.fullmatch(rf"Dispatch 'scan': {iterations} iterations, {MS} median \(CPU\)", lines[0]), lines
+        return
+    assert re.fullmatch(rf"Initialize 'scan': {MS}", lines[0]), lines
+    assert lines[1] == f"Dispatch 'scan': {iterations} iterations"
+    statistics = [re.fullmatch(STATISTICS, line) for line in lines[2:4]]
+    assert [match.groups() for match in statistics] == [("CPU", "Cold", "1"), ("CPU", "Hot", str(iterations - 1))]
+    if verbosity == 2:
+        assert lines[4] == "The timings of each iteration: "
+        for index, line in enumerate(lines[5:-1]):
+            assert re.fullmatch(rf"iteration {index}: {MS} \(CPU\)", line), line
+        assert len(lines[5:-1]) == iterations
+
+
+def test_milliseconds_to_run_overrides_iterations_and_the_interval_spaces_them(tmp_path):
+    """-t 60 with -I 20: iterations start at least 20 ms apart, and no iteration's end (with its sleep) runs past
+    60 ms: at most 3 iterations, however many -i asks for."""
+    values = random_int32()
+    start = time.perf_counter()
+    lines = run(tmp_path, in_place_model(values), timing=TimingOptions(
+        iterations=100, repeat=2, milliseconds_to_run=60, interval_milliseconds=20)).splitlines()
+    elapsed = time.perf_counter() - start
+    iterations = int(re.fullmatch(rf"Dispatch 'scan': (\d) iterations, {MS} median \(CPU\)", lines[0]).group(1))
+    assert 1 <= iterations <= 3 and elapsed >= 0.02 * (iterations - 1)
+    assert lines[-1] == summed(values, 2 * iterations)
+
+
+def test_the_interval_sleeps_between_iterations(tmp_path):
+    start = time.perf_counter()
+    run(tmp_path, in_place_model(random_int32()), timing=TimingOptions(iterations=3, interval_milliseconds=25))
+    assert time.perf_counter() - start >= 0.07
+
+
+class FakeGpuEvent:
+    """A CUDA event's timing calls, on the CPU's clock."""
+
+    def record(self):
+        self.time = time.perf_counter()
+
+    def elapsed_time(self, end) -> float:
+        return (end.time - self.time) * 1000
+
+
+def test_gpu_times_come_from_the_backends_events(tmp_path, monkeypatch):
+    """Where the backend has a GPU clock (the cuda backend on a GPU), each line gets its GPU part."""
+    cpu_io = runner._backend_io("cpu")
+    monkeypatch.setattr(runner, "_backend_io", lambda backend: cpu_io._replace(
+        gpu_events=lambda: (FakeGpuEvent(), FakeGpuEvent())))
+    lines = run(tmp_path, in_place_model(random_int32()), timing=TimingOptions(iterations=3, verbosity=2)).splitlines()
+    assert [re.fullmatch(STATISTICS, line).groups() for line in lines[2:6]] == \
+        [("CPU", "Cold", "1"), ("GPU", "Cold", "1"), ("CPU", "Hot", "2"), ("GPU", "Hot", "2")]
+    for index, line in enumerate(lines[7:10]):
+        assert re.fullmatch(rf"iteration {index}: {MS} \(CPU\), {MS} \(GPU\)", line), line
+    line = run(tmp_path, in_place_model(random_int32()), timing=TimingOptions()).splitlines()[0]
+    assert re.fullmatch(rf"Dispatch 'scan': 1 iterations, {MS} median \(CPU\), \d+\.\d{{6}} ms median \(GPU\)", line)
+
+
+def test_without_timing_nothing_is_timed_or_printed(tmp_path, capsys):
+    values = random_int32()
+    assert run(tmp_path, in_place_model(values)) == summed(values, 1) + "\n"
+    assert capsys.readouterr().err == ""
+
+
+class Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+@pytest.mark.parametrize("options, shown", [(TimingOptions(iterations=4), "4/4"),
+                                            (TimingOptions(milliseconds_to_run=1100), "/1.1 s")])
+def test_a_progress_bar_shows_on_a_terminal_after_about_a_second(options, shown):
+    pytest.importorskip("tqdm")
+    terminal = Terminal()
+    with progress_bar(options, terminal) as progress:
+        time_dispatches(lambda: time.sleep(0.3), lambda: None, None, options, progress)
+    assert shown in terminal.getvalue()
+    quick = Terminal()
+    with progress_bar(TimingOptions(iterations=3), quick) as progress:
+        time_dispatches(lambda: None, lambda: None, None, TimingOptions(iterations=3), progress)
+    assert quick.getvalue() == ""
+
+
+def test_no_progress_bar_off_a_terminal_or_without_tqdm(monkeypatch):
+    with progress_bar(TimingOptions(), io.StringIO()) as progress:
+        assert progress is None
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # as if tqdm were not installed
+    with progress_bar(TimingOptions(), Terminal()) as progress:
+        assert progress is None
 
 
 # -- random models against the references ------------------------------------------------------------------------
