@@ -1,5 +1,6 @@
 """Running a model as DxDispatch does: every buffer made and filled, every dispatchable compiled and initialized
-(OWNED_BY_DML tensors bound then), then the commands in order.
+(OWNED_BY_DML tensors bound then), then the commands in order; with timing options, each dispatch is timed
+(``timing.py``) and DxDispatch's timing lines are printed.
 
 Buffers are NumPy uint8 arrays on the cpu backend and torch uint8 tensors on the cuda backend; what print and
 writeFile read is copied back to the host. A binding's offset is ``elementOffset`` elements of the resource's data

@@ -44,19 +44,19 @@ def time_dispatches(dispatch: Callable[[], None], synchronize: Callable[[], None
     cpu, gpu = [], None if gpu_events is None else []
     loop_start = time.perf_counter()
     for iteration in itertools.count() if options.milliseconds_to_run is not None else range(options.iterations):
+        events = gpu_events() if gpu_events else None  # made before the CPU's clock starts
         start = time.perf_counter()
-        if gpu is not None:
-            gpu_start, gpu_end = gpu_events()
-            gpu_start.record()
+        if events:
+            events[0].record()
         for _ in range(options.repeat):
             dispatch()
-        if gpu is not None:
-            gpu_end.record()
+        if events:
+            events[1].record()
         synchronize()
         end = time.perf_counter()
         cpu.append((end - start) * 1000 / options.repeat)
-        if gpu is not None:
-            gpu.append(gpu_start.elapsed_time(gpu_end) / options.repeat)
+        if events:
+            gpu.append(events[0].elapsed_time(events[1]) / options.repeat)
         sleep = max(0.0, options.interval_milliseconds - (end - start) * 1000)
         elapsed = (end - loop_start) * 1000
         if progress is not None:
@@ -101,7 +101,7 @@ def dispatch_lines(name: str, samples: Samples, options: TimingOptions) -> list[
                    for clock in clocks]
         return [f"Dispatch '{name}': {iterations} iterations, {', '.join(medians)}"]
     lines = [f"Dispatch '{name}': {iterations} iterations"]
-    for label, part in (("(Cold)", 0), ("(Hot) ", 1)):
+    for label, part in (("(Cold)", 0), ("(Hot) ", 1)):  # "(Hot) " padded: DxDispatch aligns the colons
         for clock in clocks:
             if split[clock][part]:
                 stats = Statistics.of(split[clock][part])
