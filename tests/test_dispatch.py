@@ -795,6 +795,14 @@ def test_each_iteration_dispatches_repeat_times(tmp_path, iterations, repeat, ve
         assert len(lines[5:-1]) == iterations
 
 
+@pytest.mark.parametrize("warmup, lines", [(0, [("CPU", "Hot", "5")]), (3, [("CPU", "Cold", "3"), ("CPU", "Hot", "2")]),
+                                           (9, [("CPU", "Cold", "4"), ("CPU", "Hot", "1")])])
+def test_warmup_samples_of_a_run(tmp_path, warmup, lines):
+    printed = run(tmp_path, in_place_model(random_int32()),
+                  timing=TimingOptions(iterations=5, warmup_samples=warmup, verbosity=1)).splitlines()
+    assert [re.fullmatch(STATISTICS, line).groups() for line in printed[2:-1]] == lines
+
+
 def test_milliseconds_to_run_overrides_iterations_and_the_interval_spaces_them(tmp_path):
     """-t 60 with -I 20: iterations start at least 20 ms apart, and no iteration's end (with its sleep) runs past
     60 ms: at most 3 iterations, however many -i asks for."""

@@ -56,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     dispatch.add_argument("--output-dir", type=Path, default=Path("."),
                           help="where writeFile commands write (default: the current folder)")
     timing = dispatch.add_argument_group(
-        "timing", "DxDispatch's timing options; any of them, or --timing, prints DxDispatch's timing lines")
+        "timing", "DxDispatch's timing options; any of them, or --timing, turns DxDispatch's timing lines on")
     timing.add_argument("--timing", action="store_true", help="print the median time of each dispatch")
     count, milliseconds = whole_number("a count of at least 1", 1), whole_number("a number of milliseconds")
     for flags, field, parse, metavar, text in (
