@@ -3,8 +3,10 @@ exits with its status and a one-line message (a traceback only with --debug)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +15,7 @@ import pytest
 
 from dmlops import cli
 from dmlops.dispatch import ModelError
+from dmlops.dispatch.timing import TimingOptions
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -121,11 +124,38 @@ def test_bad_options_exit_2(args, message, capsys):
     assert message in capsys.readouterr().err
 
 
-def test_version(capsys):
+def test_version_lists_dependencies_and_backends(capsys):
+    """As DxDispatch's -S and -s: the versions of what dmlops runs with, and where each backend runs."""
+    import numpy as np
+
+    import dmlops
+
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["--version"])
     assert exit_info.value.code == 0
-    assert capsys.readouterr().out.startswith("dmlops ")
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"dmlops {dmlops.__version__}"
+    assert f"  NumPy    : {np.__version__} (buffers, the cpu backend)" in lines
+    for name in ("Python", "numba", "PyTorch", "Triton", "tqdm"):
+        assert any(line.startswith(f"  {name:8} : ") for line in lines), name
+    numba = importlib.util.find_spec("numba") is not None
+    assert lines[-3:-1] == ["Backends:", "  cpu  : NumPy, numba" if numba else "  cpu  : NumPy"]
+    assert lines[-1].startswith("  cuda : ")
+
+
+def test_version_names_the_gpu_or_why_the_cuda_backend_cannot_run(monkeypatch):
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda: "NVIDIA H100 80GB HBM3")
+    assert f"  cuda : NVIDIA H100 80GB HBM3 (CUDA {torch.version.cuda})\n" in cli.version_text()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    assert cli.version_text().endswith("  cuda : cannot run: PyTorch sees no CUDA GPU\n")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert "  cuda : Triton's interpreter, on the CPU" in cli.version_text()
+    monkeypatch.setattr(cli.importlib.util, "find_spec", lambda name: None)
+    assert cli.version_text().endswith("  cuda : cannot run: PyTorch and Triton are not both installed "
+                         "(pip install 'dmlops[cuda]')\n")
 
 
 def test_missing_model_file(tmp_path, capsys):
@@ -156,6 +186,88 @@ def test_timing_prints_each_dispatch(capsys):
     for line in lines[:4]:
         milliseconds = line.split(": 1 iterations, ")[1].removesuffix(" ms median (CPU)")
         assert float(milliseconds) >= 0 and len(milliseconds.split(".")[1]) == 4
+
+
+@pytest.mark.parametrize("options, expected", [
+    ([], None),
+    (["--timing"], TimingOptions()),
+    (["-i", "100", "-v", "1"], TimingOptions(iterations=100, verbosity=1)),
+    (["--dispatch_iterations", "7", "--dispatch_repeat", "3"], TimingOptions(iterations=7, repeat=3)),
+    (["-r", "10"], TimingOptions(repeat=10)),
+    (["-t", "0"], TimingOptions(milliseconds_to_run=0)),
+    (["--milliseconds_to_run", "500", "-i", "2"], TimingOptions(iterations=2, milliseconds_to_run=500)),
+    (["-w", "0"], TimingOptions(warmup_samples=0)),
+    (["--warmup_samples", "4"], TimingOptions(warmup_samples=4)),
+    (["-v", "0"], TimingOptions()),
+    (["--timing_verbosity", "2"], TimingOptions(verbosity=2)),
+    (["-I", "15"], TimingOptions(interval_milliseconds=15)),
+    (["--dispatch_interval", "0", "--timing"], TimingOptions()),
+])
+def test_each_timing_option(options, expected):
+    """Any timing option, or --timing, turns the timing lines on; each sets its own TimingOptions field."""
+    assert cli.timing_options(cli.build_parser().parse_args(["dispatch", "m.json", *options])) == expected
+
+
+@pytest.mark.parametrize("options, message", [
+    (["-i", "-1"], "argument -i/--dispatch_iterations: '-1' is not a count of at least 1"),
+    (["-i", "0"], "argument -i/--dispatch_iterations: '0' is not a count of at least 1"),
+    (["-i", "1.5"], "argument -i/--dispatch_iterations: '1.5' is not a count of at least 1"),
+    (["-r", "0"], "argument -r/--dispatch_repeat: '0' is not a count of at least 1"),
+    (["--dispatch_repeat", "two"], "argument -r/--dispatch_repeat: 'two' is not a count of at least 1"),
+    (["-t", "-5"], "argument -t/--milliseconds_to_run: '-5' is not a number of milliseconds"),
+    (["-w", "1e3"], "argument -w/--warmup_samples: '1e3' is not a count"),
+    (["-v", "3"], "argument -v/--timing_verbosity: '3' is not 0, 1 or 2"),
+    (["-v", "-1"], "argument -v/--timing_verbosity: '-1' is not 0, 1 or 2"),
+    (["-I", "0.5"], "argument -I/--dispatch_interval: '0.5' is not a number of milliseconds"),
+    (["-i"], "argument -i/--dispatch_iterations: expected one argument"),
+])
+def test_bad_timing_options_exit_2_with_one_line(options, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["dispatch", str(EXAMPLES / "dml_cumulative_product.json"), *options])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr() == ("", f"dmlops dispatch: error: {message}\n")
+
+
+def test_a_bad_option_has_no_traceback():
+    result = run("dispatch", "examples/dml_cumulative_product.json", "-r", "0")
+    assert (result.returncode, result.stdout, result.stderr) == \
+        (2, "", "dmlops dispatch: error: argument -r/--dispatch_repeat: '0' is not a count of at least 1\n")
+
+
+MS = r"\d+\.\d{4} ms"
+
+
+def test_a_timed_run_as_the_readme_shows_it(capsys):
+    """``-i 20 -v 1`` on the cpu backend: initialization, then cold and hot CPU statistics (no GPU lines), then
+    what the model prints; nothing on standard error, which is no terminal here."""
+    assert cli.main(["dispatch", str(EXAMPLES / "dml_cumulative_product.json"), "-i", "20", "-v", "1"]) == 0
+    captured = capsys.readouterr()
+    lines = captured.out.splitlines()
+    assert re.fullmatch(rf"Initialize 'cumulative_product': {MS}", lines[0])
+    assert lines[1] == "Dispatch 'cumulative_product': 20 iterations"
+    assert re.fullmatch(rf"CPU Timings \(Cold\) : 1 samples, {MS} average, {MS} min, {MS} median, {MS} max", lines[2])
+    assert re.fullmatch(rf"CPU Timings \(Hot\)  : 19 samples, {MS} average, {MS} min, {MS} median, {MS} max",
+                        lines[3])
+    assert lines[4:] == EXPECTED["dml_cumulative_product.json"].splitlines()
+    assert captured.err == ""
+    readme = (ROOT / "README.md").read_text()
+    assert "dmlops dispatch examples/dml_cumulative_product.json -i 20 -v 1" in readme
+
+
+def test_cuda_backend_timing_without_a_gpu_has_no_gpu_part(capsys):
+    """Under Triton's interpreter there is no GPU clock: the lines are the cpu backend's."""
+    pytest.importorskip("torch")
+    from dmlops.dispatch import read_model, run_model
+
+    run_model(read_model(EXAMPLES / "dml_cumulative_product.json"), backend="cuda",
+              timing=TimingOptions(iterations=2, repeat=2, verbosity=2))
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == "Dispatch 'cumulative_product': 2 iterations"
+    assert [line.split(":")[0] for line in lines[2:]] == \
+        ["CPU Timings (Cold) ", "CPU Timings (Hot)  ", "The timings of each iteration", "iteration 0", "iteration 1",
+         "Resource 'Out'"]
+    assert all(re.fullmatch(rf"iteration \d: {MS} \(CPU\)", line) for line in lines[5:7])
+    assert lines[-1] == "Resource 'Out': 2, 8, 64, 192"
 
 
 def test_an_internal_error_is_one_line_without_debug(monkeypatch, capsys):

@@ -6,7 +6,10 @@ from __future__ import annotations
 import io
 import json
 import math
+import re
+import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -17,8 +20,11 @@ from hypothesis import strategies as st
 import reference
 import strategies
 from checks import assert_cumulative_matches
-from dmlops.dispatch import ModelError, read_model, run_model
+from dmlops import DataType
+from dmlops.dispatch import ModelError, read_model, run_model, runner
 from dmlops.dispatch.printing import format_values, resource_text
+from dmlops.dispatch.timing import (Samples, TimingOptions, cold_and_hot, dispatch_lines, progress_bar,
+                                    time_dispatches)
 
 
 def run(tmp_path: Path, model, **options) -> str:
@@ -205,7 +211,10 @@ def test_float_sequences_round_at_every_step(tmp_path, data_type, dtype):
      "initialValues: valueDelta: element 0: expected an integer from 0 to 255 for UINT8, not -1"),
     (buffer("FLOAT32", {"valueCount": -2, "value": 1}),
      "initialValues: valueCount: expected an unsigned 32-bit integer, not -2"),
-    ({"initialValues": [1]}, "'initialValuesDataType' is required for values written in the model"),
+    ({"initialValues": {"valueCount": 1, "value": 0}},
+     "'initialValuesDataType' is required for values written in the model"),
+    ({"initialValues": [1]}, "initialValues: element 0: expected an object {\"type\", \"value\"} of a List "
+                             "Initializer (an array of numbers needs an initialValuesDataType), not 1"),
     (buffer("FLOAT23", [1]), "initialValuesDataType: 'FLOAT23' is not a recognized value for DML_TENSOR_DATA_TYPE"),
     (buffer("float32", [1]), "'float32' is not a recognized value"),
     (buffer("UINT4", [1]), "DataType.UINT4 has no NumPy equivalent"),
@@ -299,6 +308,100 @@ def test_max_bytes_refuses_before_allocating(tmp_path):
     assert run(tmp_path, model, max_bytes=12) == "Resource 'A': 1, 2\nResource 'B': 1\n"
     assert error(tmp_path, model, max_bytes=11) == \
         "the model's resources need 12 bytes, more than the 11 that --max-bytes allows"
+
+
+# -- the List Initializer -----------------------------------------------------------------------------------------
+
+LIST_TYPES = ["FLOAT32", "FLOAT16", "FLOAT64", "UINT8", "INT8", "UINT16", "INT16", "UINT32", "INT32", "UINT64",
+              "INT64"]
+
+
+@st.composite
+def list_elements(draw):
+    """A List Initializer's elements, and the bytes they pack into."""
+    elements, packed_bytes = [], b""
+    for index, type_name in enumerate(draw(st.lists(st.sampled_from(LIST_TYPES), min_size=1, max_size=10))):
+        dtype = DataType[type_name].numpy_dtype
+        if dtype.kind == "f":  # values the type holds exactly
+            value = draw(st.floats(width=8 * dtype.itemsize, allow_nan=False, allow_infinity=False))
+        else:
+            value = draw(st.integers(int(np.iinfo(dtype).min), int(np.iinfo(dtype).max)))
+        element = {"name": f"field{index}"} if draw(st.booleans()) else {}
+        elements.append({**element, "type": draw(st.sampled_from([type_name, f"DML_TENSOR_DATA_TYPE_{type_name}"])),
+                         "value": value})
+        packed_bytes += np.array([value], dtype).tobytes()
+    return elements, packed_bytes
+
+
+@settings(max_examples=30, deadline=None)
+@given(list_elements(), st.sampled_from([{"initialValuesDataType": "UNKNOWN"}, {}]), st.booleans())
+def test_list_initializer_packs_each_value_in_its_own_type(elements_and_bytes, data_type, sized):
+    """In order, without padding between elements; the buffer rounded up to 4 bytes, or of ``sizeInBytes`` with
+    the values at ``initialValuesOffsetInBytes``."""
+    elements, packed_bytes = elements_and_bytes
+    resource = {**data_type, "initialValues": elements}
+    if sized:
+        resource.update(sizeInBytes=256, initialValuesOffsetInBytes=16)
+    model = {"resources": {"List": resource}, "dispatchables": {}, "commands": [write_file("List", "list.bin")]}
+    with tempfile.TemporaryDirectory() as folder:
+        run(Path(folder), model)
+        written = (Path(folder) / "list.bin").read_bytes()
+    padded = bytes(16) + packed_bytes + bytes(256 - 16 - len(packed_bytes)) if sized else \
+        packed_bytes + bytes(-len(packed_bytes) % 4)
+    assert written == padded
+
+
+def test_a_list_initialized_buffer_binds_as_any_type(tmp_path):
+    """Two 16-bit values and a 32-bit one, bound as two INT32 elements (and one of them at a byte offset)."""
+    rng = np.random.default_rng()
+    low, high, last = rng.integers(0, 2**15, 3)
+    model = scan_model(data_type="INT32", values=[0, 0])
+    model["resources"]["X"] = {"initialValuesDataType": "UNKNOWN", "initialValues": [
+        {"name": "low", "type": "INT16", "value": int(low)}, {"type": "UINT16", "value": int(high)},
+        {"type": "INT32", "value": int(last)}], "sizeInBytes": 32}
+    first = int(low) + (int(high) << 16)
+    assert run(tmp_path, model) == f"Resource 'Out': {first}, {first + int(last)}\n"
+    model["commands"][0]["bindings"]["InputTensor"] = {"name": "X", "elementOffset": 1, "elementSizeInBytes": 16}
+    assert run(tmp_path, model) == "Resource 'Out': 0, 0\n"
+
+
+@pytest.mark.parametrize("elements, message", [
+    ([{"type": "UNKNOWN", "value": 1}], "element 0: type: an element's type must be a data type, not UNKNOWN"),
+    ([{"type": "INT8", "value": 1}, {"type": "INT8", "value": 300}],
+     "element 1: value: element 0: expected an integer from -128 to 127 for INT8, not 300"),
+    ([{"type": "FLOAT32", "value": "one"}], "element 0: value: element 0: expected a number or 'NaN'"),
+    ([{"type": "INT8"}], "element 0: field 'value' is required"),
+    ([{"value": 1}], "element 0: field 'type' is required"),
+    ([{"type": "INT8", "value": 1, "comment": "x"}],
+     "element 0: 'comment' is not a field of a List Initializer's element (type, value, name)"),
+    ([{"type": "INT8", "value": 1, "name": 3}], "element 0: name: expected a string, not 3"),
+    ([{"type": "INT4", "value": 1}], "element 0: value: DataType.INT4 has no NumPy equivalent"),
+    ([{"type": "INT8", "value": 1}, 2], "element 1: expected an object {\"type\", \"value\"} of a List Initializer"),
+    ([], "'initialValues' must be non-empty"),
+])
+def test_bad_list_initializers(tmp_path, elements, message):
+    found = error(tmp_path, {"resources": {"L": {"initialValuesDataType": "UNKNOWN", "initialValues": elements}},
+                             "dispatchables": {}, "commands": []})
+    assert found.startswith(f"resource 'L': initialValues: {message}") or found == f"resource 'L': {message}", found
+
+
+@pytest.mark.parametrize("command, why", [
+    ({"type": "print", "resource": "L"}, "print reads values in the resource's data type"),
+    (write_file("L", "l.npy"), "a .npy file holds values of the resource's data type"),
+    ({"type": "dispatch", "dispatchable": "scan", "bindings": {"InputTensor": {"name": "L", "elementOffset": 4},
+                                                               "OutputTensor": "Out"}},
+     "elementOffset and elementCount count elements of the resource's data type unless elementSizeInBytes is given"),
+    ({"type": "dispatch", "dispatchable": "scan", "bindings": {"InputTensor": {"name": "L", "elementCount": 4},
+                                                               "OutputTensor": "Out"}},
+     "elementOffset and elementCount count elements"),
+])
+def test_what_needs_a_data_type_refuses_a_list_initialized_buffer(tmp_path, command, why):
+    model = scan_model()
+    model["resources"]["L"] = {"initialValues": [{"type": "FLOAT32", "value": 1}] * 4}
+    model["commands"] = [command]
+    assert error(tmp_path, model).startswith(
+        f"command 0: {'bindings: ' if command['type'] == 'dispatch' else ''}resource 'L' has no data type (its "
+        f"initialValuesDataType is UNKNOWN); {why}")
 
 
 # -- dispatchables -------------------------------------------------------------------------------------------------
@@ -607,6 +710,173 @@ def test_print_verbose(tmp_path):
 def test_values_print_as_a_cpp_stream_does(values, texts):
     assert format_values(values) == texts
     assert resource_text("R", values) == f"Resource 'R': {', '.join(texts)}"
+
+
+# -- timing --------------------------------------------------------------------------------------------------------
+
+MS = r"\d+\.\d{4} ms"  # DxDispatch's milliseconds: 4 decimals
+# A statistics line, its colon in column 19 as DxDispatch aligns them.
+STATISTICS = rf"(?=.{{19}}: )(CPU|GPU) Timings \((Cold|Hot)\) +: (\d+) samples, {MS} average, {MS} min, {MS} median, " \
+             rf"{MS} max"
+
+# Five samples, the first of them cold (the default -w 1); the hot CPU median is 1.5, the hot GPU median 0.00512.
+SAMPLES = Samples(cpu=[5.0, 1.25, 1.0, 2.0, 1.5], gpu=[0.5, 0.00512, 0.004, 0.006, 0.0051])
+
+
+def test_the_median_line():
+    """The hot samples' upper median; the GPU's with 6 decimals, as DxDispatch writes it."""
+    assert dispatch_lines("sum", Samples(SAMPLES.cpu, None), TimingOptions()) == \
+        ["Dispatch 'sum': 5 iterations, 1.5000 ms median (CPU)"]
+    assert dispatch_lines("sum", SAMPLES, TimingOptions()) == \
+        ["Dispatch 'sum': 5 iterations, 1.5000 ms median (CPU), 0.005120 ms median (GPU)"]
+
+
+def test_cold_and_hot_statistics_and_every_iteration():
+    cold = ["CPU Timings (Cold) : 1 samples, 5.0000 ms average, 5.0000 ms min, 5.0000 ms median, 5.0000 ms max",
+            "GPU Timings (Cold) : 1 samples, 0.5000 ms average, 0.5000 ms min, 0.5000 ms median, 0.5000 ms max"]
+    hot = ["CPU Timings (Hot)  : 4 samples, 1.4375 ms average, 1.0000 ms min, 1.5000 ms median, 2.0000 ms max",
+           "GPU Timings (Hot)  : 4 samples, 0.0051 ms average, 0.0040 ms min, 0.0051 ms median, 0.0060 ms max"]
+    iterations = ["The timings of each iteration: ", "iteration 0: 5.0000 ms (CPU), 0.5000 ms (GPU)",
+                  "iteration 1: 1.2500 ms (CPU), 0.0051 ms (GPU)", "iteration 2: 1.0000 ms (CPU), 0.0040 ms (GPU)",
+                  "iteration 3: 2.0000 ms (CPU), 0.0060 ms (GPU)", "iteration 4: 1.5000 ms (CPU), 0.0051 ms (GPU)"]
+    assert dispatch_lines("sum", SAMPLES, TimingOptions(verbosity=1)) == ["Dispatch 'sum': 5 iterations", *cold, *hot]
+    assert dispatch_lines("sum", SAMPLES, TimingOptions(verbosity=2)) == \
+        ["Dispatch 'sum': 5 iterations", *cold, *hot, *iterations]
+    assert dispatch_lines("sum", Samples(SAMPLES.cpu, None), TimingOptions(verbosity=2)) == \
+        ["Dispatch 'sum': 5 iterations", cold[0], hot[0], iterations[0],
+         *[line.split(", ")[0] for line in iterations[1:]]]
+
+
+@pytest.mark.parametrize("count, warmup, cold_count", [(1, 2, 0), (2, 2, 1), (3, 2, 2), (4, 2, 2), (5, 2, 2),
+                                                        (5, 0, 0), (5, 1, 1)])
+def test_warmup_samples_are_cold_but_one_sample_stays_hot(count, warmup, cold_count):
+    """DxDispatch's table: the first -w samples are cold, as long as one hot sample is left."""
+    samples = list(np.random.default_rng().uniform(0, 1, count))
+    assert cold_and_hot(samples, warmup) == (samples[:cold_count], samples[cold_count:])
+
+
+def in_place_model(values: np.ndarray) -> dict:
+    """An INT32 cumulative sum of X into X: after k dispatches, X is summed k times."""
+    model = scan_model(values=values.tolist(), data_type="INT32")
+    model["commands"] = [{"type": "dispatch", "dispatchable": "scan",
+                          "bindings": {"InputTensor": "X", "OutputTensor": "X"}},
+                         {"type": "print", "resource": "X"}]
+    return model
+
+
+def summed(values: np.ndarray, times: int) -> str:
+    for _ in range(times):
+        values = np.cumsum(values, dtype=np.int32)
+    return f"Resource 'X': {', '.join(str(value) for value in values.tolist())}"
+
+
+def random_int32(count=6) -> np.ndarray:
+    return np.random.default_rng().integers(-2**31, 2**31, count, dtype=np.int32)
+
+
+@pytest.mark.parametrize("iterations, repeat, verbosity", [(1, 1, 0), (4, 3, 0), (3, 2, 1), (5, 1, 2)])
+def test_each_iteration_dispatches_repeat_times(tmp_path, iterations, repeat, verbosity):
+    """-i iterations of -r dispatches: the model's in-place sum runs i × r times; the lines are DxDispatch's."""
+    values = random_int32()
+    lines = run(tmp_path, in_place_model(values),
+                timing=TimingOptions(iterations=iterations, repeat=repeat, verbosity=verbosity)).splitlines()
+    assert lines[-1] == summed(values, iterations * repeat)
+    if verbosity == 0:
+        assert re.fullmatch(rf"Dispatch 'scan': {iterations} iterations, {MS} median \(CPU\)", lines[0]), lines
+        return
+    assert re.fullmatch(rf"Initialize 'scan': {MS}", lines[0]), lines
+    assert lines[1] == f"Dispatch 'scan': {iterations} iterations"
+    statistics = [re.fullmatch(STATISTICS, line) for line in lines[2:4]]
+    assert [match.groups() for match in statistics] == [("CPU", "Cold", "1"), ("CPU", "Hot", str(iterations - 1))]
+    if verbosity == 2:
+        assert lines[4] == "The timings of each iteration: "
+        for index, line in enumerate(lines[5:-1]):
+            assert re.fullmatch(rf"iteration {index}: {MS} \(CPU\)", line), line
+        assert len(lines[5:-1]) == iterations
+
+
+@pytest.mark.parametrize("warmup, lines", [(0, [("CPU", "Hot", "5")]), (3, [("CPU", "Cold", "3"), ("CPU", "Hot", "2")]),
+                                           (9, [("CPU", "Cold", "4"), ("CPU", "Hot", "1")])])
+def test_warmup_samples_of_a_run(tmp_path, warmup, lines):
+    printed = run(tmp_path, in_place_model(random_int32()),
+                  timing=TimingOptions(iterations=5, warmup_samples=warmup, verbosity=1)).splitlines()
+    assert [re.fullmatch(STATISTICS, line).groups() for line in printed[2:-1]] == lines
+
+
+def test_milliseconds_to_run_overrides_iterations_and_the_interval_spaces_them(tmp_path):
+    """-t 60 with -I 20: iterations start at least 20 ms apart, and no iteration's end (with its sleep) runs past
+    60 ms: at most 3 iterations, however many -i asks for."""
+    values = random_int32()
+    start = time.perf_counter()
+    lines = run(tmp_path, in_place_model(values), timing=TimingOptions(
+        iterations=100, repeat=2, milliseconds_to_run=60, interval_milliseconds=20)).splitlines()
+    elapsed = time.perf_counter() - start
+    iterations = int(re.fullmatch(rf"Dispatch 'scan': (\d) iterations, {MS} median \(CPU\)", lines[0]).group(1))
+    assert 1 <= iterations <= 3 and elapsed >= 0.02 * (iterations - 1)
+    assert lines[-1] == summed(values, 2 * iterations)
+
+
+def test_the_interval_sleeps_between_iterations(tmp_path):
+    start = time.perf_counter()
+    run(tmp_path, in_place_model(random_int32()), timing=TimingOptions(iterations=3, interval_milliseconds=25))
+    assert time.perf_counter() - start >= 0.07
+
+
+class FakeGpuEvent:
+    """A CUDA event's timing calls, on the CPU's clock."""
+
+    def record(self):
+        self.time = time.perf_counter()
+
+    def elapsed_time(self, end) -> float:
+        return (end.time - self.time) * 1000
+
+
+def test_gpu_times_come_from_the_backends_events(tmp_path, monkeypatch):
+    """Where the backend has a GPU clock (the cuda backend on a GPU), each line gets its GPU part."""
+    cpu_io = runner._backend_io("cpu")
+    monkeypatch.setattr(runner, "_backend_io", lambda backend: cpu_io._replace(
+        gpu_events=lambda: (FakeGpuEvent(), FakeGpuEvent())))
+    lines = run(tmp_path, in_place_model(random_int32()), timing=TimingOptions(iterations=3, verbosity=2)).splitlines()
+    assert [re.fullmatch(STATISTICS, line).groups() for line in lines[2:6]] == \
+        [("CPU", "Cold", "1"), ("GPU", "Cold", "1"), ("CPU", "Hot", "2"), ("GPU", "Hot", "2")]
+    for index, line in enumerate(lines[7:10]):
+        assert re.fullmatch(rf"iteration {index}: {MS} \(CPU\), {MS} \(GPU\)", line), line
+    line = run(tmp_path, in_place_model(random_int32()), timing=TimingOptions()).splitlines()[0]
+    assert re.fullmatch(rf"Dispatch 'scan': 1 iterations, {MS} median \(CPU\), \d+\.\d{{6}} ms median \(GPU\)", line)
+
+
+def test_without_timing_nothing_is_timed_or_printed(tmp_path, capsys):
+    values = random_int32()
+    assert run(tmp_path, in_place_model(values)) == summed(values, 1) + "\n"
+    assert capsys.readouterr().err == ""
+
+
+class Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+@pytest.mark.parametrize("options, shown", [(TimingOptions(iterations=4), "4/4"),
+                                            (TimingOptions(milliseconds_to_run=1100), "/1.1 s")])
+def test_a_progress_bar_shows_on_a_terminal_after_about_a_second(options, shown):
+    pytest.importorskip("tqdm")
+    terminal = Terminal()
+    with progress_bar(options, terminal) as progress:
+        time_dispatches(lambda: time.sleep(0.3), lambda: None, None, options, progress)
+    assert shown in terminal.getvalue()
+    quick = Terminal()
+    with progress_bar(TimingOptions(iterations=3), quick) as progress:
+        time_dispatches(lambda: None, lambda: None, None, TimingOptions(iterations=3), progress)
+    assert quick.getvalue() == ""
+
+
+def test_no_progress_bar_off_a_terminal_or_without_tqdm(monkeypatch):
+    with progress_bar(TimingOptions(), io.StringIO()) as progress:
+        assert progress is None
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # as if tqdm were not installed
+    with progress_bar(TimingOptions(), Terminal()) as progress:
+        assert progress is None
 
 
 # -- random models against the references ------------------------------------------------------------------------

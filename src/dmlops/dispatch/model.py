@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..types import DataType
 from .fields import ModelError, as_bool, as_object, as_string, as_uint_array, context, describe, member
 from .operators import BindingSource, Dispatchable, parse_bindings, parse_dispatchable
 from .resources import Resource, parse_resource
@@ -102,16 +103,28 @@ def parse_command(value, resources: dict, dispatchables: dict) -> Command:
     if resource not in resources:
         raise ModelError(f"resource '{resource}' does not exist in the model")
     if kind.lower() == "print":
+        _check_typed(resources[resource], "print reads values in the resource's data type")
         return PrintCommand(resource, member(obj, "verbose", as_bool, False))
     dimensions = member(obj, "dimensions", as_uint_array, None)
-    return WriteFileCommand(resource, member(obj, "targetPath", as_string),
-                            tuple(dimensions) if dimensions else None)
+    target_path = member(obj, "targetPath", as_string)
+    if Path(target_path).suffix.lower() == ".npy":
+        _check_typed(resources[resource], "a .npy file holds values of the resource's data type")
+    return WriteFileCommand(resource, target_path, tuple(dimensions) if dimensions else None)
 
 
 def _check_resources(bindings: dict[str, BindingSource], resources: dict) -> None:
     for source in bindings.values():
         if source.name not in resources:
             raise ModelError(f"resource '{source.name}' does not exist in the model")
+        if (source.element_offset or source.element_count) and not source.element_size_in_bytes:
+            _check_typed(resources[source.name], "elementOffset and elementCount count elements of the resource's "
+                                                 "data type unless elementSizeInBytes is given")
+
+
+def _check_typed(resource: Resource, why: str) -> None:
+    """A List Initializer's buffer has no data type."""
+    if resource.data_type == DataType.UNKNOWN:
+        raise ModelError(f"resource '{resource.name}' has no data type (its initialValuesDataType is UNKNOWN); {why}")
 
 
 # What RapidJSON accepts as DxDispatch runs it and JSON does not: // and /* */ comments, and a comma before a

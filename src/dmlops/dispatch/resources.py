@@ -5,6 +5,9 @@
 integers wrap and floats round at every step, as C++ adds them), or ``{sourcePath}``: a ``.npy`` file, which carries
 its data type, or raw bytes (``.dat``, ``.bin``, any other name). Each value is converted as DxDispatch converts a
 JSON number: integers must fit their type; FLOAT32 and FLOAT16 values are read as float32 (FLOAT16 then rounds again).
+Where ``initialValuesDataType`` is ``UNKNOWN`` or absent, an array is a List Initializer: objects
+``{"type", "value", "name"}`` (the name is a comment), their values packed in order, each in its own type, with no
+padding between them; such a buffer has no data type to print or bind it in.
 
 A buffer holds the initial values at ``initialValuesOffsetInBytes`` (default 0) and is ``sizeInBytes`` long, or as
 long as the values rounded up to a multiple of 4 bytes. Generated and file values are made only when the buffer is
@@ -21,7 +24,8 @@ from typing import Callable
 import numpy as np
 
 from ..types import DataType
-from .fields import ModelError, as_enum, as_object, as_uint, as_uint64, context, describe, member
+from .fields import (ModelError, as_enum, as_object, as_string, as_uint, as_uint64, check_keys, context, describe,
+                     member)
 
 FLOAT_TYPES = (DataType.FLOAT16, DataType.FLOAT32, DataType.FLOAT64)
 SPECIAL_FLOATS = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
@@ -41,6 +45,11 @@ class Resource:
     @property
     def dtype(self) -> np.dtype:
         return self.data_type.numpy_dtype
+
+    @property
+    def element_size(self) -> int:
+        """Bytes an element; 0 for the UNKNOWN type of a List Initializer, as in DxDispatch's bindings."""
+        return 0 if self.data_type == DataType.UNKNOWN else self.dtype.itemsize
 
     @property
     def initial_element_count(self) -> int:
@@ -87,6 +96,9 @@ def initial_values(value, data_type: DataType | None, model_dir: Path):
     if not isinstance(value, list) and generator is None:
         raise ModelError(f"expected an array of numbers, or an object with 'value', 'valueStart' or 'sourcePath', "
                          f"not {describe(value)}")
+    if isinstance(value, list) and data_type is None:
+        values = list_values(value)
+        return DataType.UNKNOWN, values.nbytes, lambda: values
     if data_type is None:
         raise ModelError("'initialValuesDataType' is required for values written in the model")
     if isinstance(value, list):
@@ -119,6 +131,31 @@ def elements(values: list, data_type: DataType) -> np.ndarray:
         return double
     with np.errstate(over="ignore"):  # FLOAT16 too is read as a float32 first; too large becomes infinity
         return double.astype(np.float32).astype(data_type.numpy_dtype)
+
+
+LIST_ELEMENT_FIELDS = ("type", "value", "name")
+
+
+def list_values(values: list) -> np.ndarray:
+    """A List Initializer's bytes: each element's value in the element's own type, packed in order."""
+    parts = []
+    for index, element in enumerate(values):
+        with context(f"element {index}"):
+            if not isinstance(element, dict):
+                raise ModelError(f"expected an object {{\"type\", \"value\"}} of a List Initializer (an array of "
+                                 f"numbers needs an initialValuesDataType), not {describe(element)}")
+            check_keys(element, LIST_ELEMENT_FIELDS, "a List Initializer's element")
+            member(element, "name", as_string, None)
+            data_type = member(element, "type", as_element_type)
+            parts.append(member(element, "value", lambda value: elements([value], data_type)).view(np.uint8))
+    return np.concatenate(parts) if parts else np.zeros(0, np.uint8)
+
+
+def as_element_type(value) -> DataType:
+    data_type = as_data_type(value)
+    if data_type is None:
+        raise ModelError("an element's type must be a data type, not UNKNOWN")
+    return data_type
 
 
 def _element(value, index: int, data_type: DataType):

@@ -1,5 +1,6 @@
 """Running a model as DxDispatch does: every buffer made and filled, every dispatchable compiled and initialized
-(OWNED_BY_DML tensors bound then), then the commands in order.
+(OWNED_BY_DML tensors bound then), then the commands in order; with timing options, each dispatch is timed
+(``timing.py``) and DxDispatch's timing lines are printed.
 
 Buffers are NumPy uint8 arrays on the cpu backend and torch uint8 tensors on the cuda backend; what print and
 writeFile read is copied back to the host. A binding's offset is ``elementOffset`` elements of the resource's data
@@ -11,7 +12,9 @@ from __future__ import annotations
 import math
 import sys
 import time
+from contextlib import nullcontext
 from pathlib import Path
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -21,33 +24,39 @@ from .fields import ModelError, context
 from .model import DispatchCommand, Model, PrintCommand, WriteFileCommand
 from .operators import BindingSource
 from .printing import resource_text
+from .timing import TimingOptions, dispatch_lines, initialize_line, progress_bar, time_dispatches
 
 DEFAULT_MAX_BYTES = 4 << 30
 
 
 def run_model(model: Model, backend: str = "cpu", feature_level=DEFAULT_FEATURE_LEVEL, output_dir=".",
-              timing: bool = False, max_bytes: int = DEFAULT_MAX_BYTES, out=None) -> None:
-    """Run ``model``'s commands, writing what DxDispatch prints to ``out`` (standard output by default)."""
+              timing: TimingOptions | None = None, max_bytes: int = DEFAULT_MAX_BYTES, out=None) -> None:
+    """Run ``model``'s commands, writing what DxDispatch prints to ``out`` (standard output by default). With
+    ``timing``, each dispatch runs and is timed as the options say, and DxDispatch's timing lines are printed."""
     with context(str(model.path)):
         Runner(model, backend, feature_level, Path(output_dir), timing, max_bytes, out or sys.stdout).run()
 
 
 class Runner:
-    def __init__(self, model: Model, backend: str, feature_level, output_dir: Path, timing: bool, max_bytes: int,
-                 out):
+    def __init__(self, model: Model, backend: str, feature_level, output_dir: Path, timing: TimingOptions | None,
+                 max_bytes: int, out):
         self.model, self.output_dir, self.timing, self.out = model, output_dir, timing, out
         total = sum(resource.size_in_bytes for resource in model.resources.values())
         if total > max_bytes:
             raise ModelError(f"the model's resources need {total} bytes, more than the {max_bytes} that "
                              f"--max-bytes allows")
         self.device = Device(backend, feature_level)
-        self.upload, self.download, self.synchronize = _buffer_transfers(backend)
-        self.buffers = {name: self.upload(resource.fill()) for name, resource in model.resources.items()}
+        self.io = _backend_io(backend)
+        self.buffers = {name: self.io.upload(resource.fill()) for name, resource in model.resources.items()}
         self.compiled = {}
         for name, dispatchable in model.dispatchables.items():
+            start = time.perf_counter()
             with context(f"dispatchable '{name}'"):
                 compiled = self.device.compile_operator(dispatchable.desc)
                 compiled.initialize(self._bindings(dispatchable.desc.input_fields, dispatchable.initialize_bindings))
+            self.io.synchronize()
+            if timing and timing.verbosity >= 1:
+                print(initialize_line(name, (time.perf_counter() - start) * 1000), file=out)
             self.compiled[name] = compiled
 
     def run(self) -> None:
@@ -65,18 +74,17 @@ class Runner:
         with context(f"dispatchable '{command.dispatchable}'"):
             inputs = self._bindings(compiled.desc.input_fields, command.bindings)
             outputs = self._bindings(compiled.desc.output_fields, command.bindings)
-            start = time.perf_counter()
-            compiled.execute(inputs, outputs)
-            self.synchronize()
-            milliseconds = (time.perf_counter() - start) * 1000
+            options = self.timing or TimingOptions()
+            with progress_bar(options) if self.timing else nullcontext() as progress:
+                samples = time_dispatches(lambda: compiled.execute(inputs, outputs), self.io.synchronize,
+                                          self.io.gpu_events, options, progress)
         if self.timing:
-            print(f"Dispatch '{command.dispatchable}': 1 iterations, {milliseconds:.4f} ms median (CPU)",
-                  file=self.out)
+            print("\n".join(dispatch_lines(command.dispatchable, samples, options)), file=self.out)
 
     def print(self, command: PrintCommand) -> None:
         """The resource's initial element count of values, from the start of its buffer, as DxDispatch reads them."""
         resource = self.model.resources[command.resource]
-        data = self.download(self.buffers[command.resource])
+        data = self.io.download(self.buffers[command.resource])
         values = data[:resource.initial_element_count * resource.dtype.itemsize].view(resource.dtype)
         print(resource_text(command.resource, values, command.verbose), file=self.out)
 
@@ -84,7 +92,7 @@ class Runner:
         """.npy: the resource's values (its whole buffer, or ``dimensions``); any other name: the buffer's bytes."""
         resource = self.model.resources[command.resource]
         path = self._output_path(command.target_path)
-        data = self.download(self.buffers[command.resource])
+        data = self.io.download(self.buffers[command.resource])
         try:
             if path.suffix.lower() == ".npy":
                 values = data[:data.size - data.size % resource.dtype.itemsize].view(resource.dtype)
@@ -117,21 +125,33 @@ class Runner:
         return [self._buffer_binding(sources[field]) if field in sources else None for field in fields]
 
     def _buffer_binding(self, source: BindingSource) -> BufferBinding:
-        element_size = source.element_size_in_bytes or self.model.resources[source.name].dtype.itemsize
+        element_size = source.element_size_in_bytes or self.model.resources[source.name].element_size
         size = source.element_count * element_size if source.element_count else None
         return BufferBinding(self.buffers[source.name], source.element_offset * element_size, size)
 
 
-def _buffer_transfers(backend: str):
-    """(upload, download, synchronize) for the backend's buffers."""
+class BackendIO(NamedTuple):
+    """How the runner moves buffers to and from a backend, waits for it, and reads the GPU's clock."""
+
+    upload: Callable
+    download: Callable
+    synchronize: Callable[[], None]
+    gpu_events: Callable | None  # makes a (start, end) pair of timing events; None: no GPU clock
+
+
+def _backend_io(backend: str) -> BackendIO:
     if backend != "cuda":
-        return _same, _same, _nothing
+        return BackendIO(_same, _same, _nothing, None)
     import torch
 
-    # Without a GPU, CPU tensors serve Triton's interpreter (the backend refuses them otherwise).
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    synchronize = torch.cuda.synchronize if device == "cuda" else _nothing
-    return (lambda host: torch.from_numpy(host).to(device)), (lambda buffer: buffer.cpu().numpy()), synchronize
+    if not torch.cuda.is_available():  # CPU tensors serve Triton's interpreter (the backend refuses them otherwise)
+        return BackendIO(torch.from_numpy, _to_numpy, _nothing, None)
+    return BackendIO(lambda host: torch.from_numpy(host).to("cuda"), _to_numpy, torch.cuda.synchronize,
+                     lambda: (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)))
+
+
+def _to_numpy(buffer):
+    return buffer.cpu().numpy()
 
 
 def _same(buffer):
