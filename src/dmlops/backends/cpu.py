@@ -7,7 +7,7 @@ import functools
 import numpy as np
 
 from ..types import DataType, ValidationError
-from . import cpu_qmatmul, cpu_scan
+from . import cpu_qmatmul, cpu_recurrence, cpu_scan
 
 # -- memory and views -------------------------------------------------------------------------------------------
 
@@ -74,6 +74,12 @@ def persist(operator_type, field: str, array: np.ndarray) -> np.ndarray:
 
 def cumulative(operation: str, x: np.ndarray, out: np.ndarray, axis: int, reverse: bool, exclusive: bool) -> None:
     cpu_scan.cumulative(operation, x, out, axis, reverse, exclusive)
+
+
+def linear_recurrence(a: np.ndarray, b: np.ndarray, scale: np.ndarray, out: np.ndarray, axis: int, reverse: bool,
+                      exclusive: bool) -> None:
+    """The cumulative product's gradient recurrence (dmlops.ops.cumulative_gradient)."""
+    cpu_recurrence.linear_recurrence(a, b, scale, out, axis, reverse, exclusive)
 
 
 def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point,
