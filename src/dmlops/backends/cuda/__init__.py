@@ -170,3 +170,4 @@ def assign(target, source) -> None:
 from . import qmatmul  # noqa: E402
 from .qmatmul import quantized_linear_matmul  # noqa: E402
 from .scan import cumulative  # noqa: E402
+from .recurrence import linear_recurrence  # noqa: E402
