@@ -76,19 +76,21 @@ def cumulative_gradient(operation: str, x, grad, axis: int, reverse: bool = Fals
     name = OPERATOR_NAMES[operation] + " gradient"
     on_cuda = getattr(getattr(x, "device", None), "type", None) == "cuda"
     backend = load_backend("cuda" if on_cuda else "cpu")
-    arrays = {}
+    adopted = {}  # field: (backend array, restore, DataType)
     for field, value in (("input_tensor", x), ("gradient", grad)):
-        adopted = backend.adopt(value)
-        if adopted is None:
-            raise ValidationError(f"{name}.{field}: a {type(value).__name__} on another device than the input's")
-        arrays[field] = adopted
-    (x, restore), (grad, _) = arrays["input_tensor"], arrays["gradient"]
-    data_type = backend.data_type(x)
+        try:  # (an array whose element type DirectML lacks, such as a bfloat16 tensor, raises a TypeError)
+            array_and_restore = backend.adopt(value)
+            if array_and_restore is None:
+                raise ValidationError(f"a {type(value).__name__} on another device than the input's")
+            adopted[field] = (*array_and_restore, backend.data_type(array_and_restore[0]))
+        except (TypeError, ValidationError) as error:
+            raise ValidationError(f"{name}.{field}: {error}") from None
+    (x, restore, data_type), (grad, _, grad_type) = adopted["input_tensor"], adopted["gradient"]
     if data_type not in GRADIENT_DATA_TYPES:
         raise ValidationError(f"{name}.input_tensor: data type {data_type.name} has no gradient (FLOAT32, FLOAT16)")
-    if (backend.data_type(grad), tuple(grad.shape)) != (data_type, tuple(x.shape)):
+    if (grad_type, tuple(grad.shape)) != (data_type, tuple(x.shape)):
         raise ValidationError(f"{name}.gradient: must have the input's data type and sizes (input {data_type.name} "
-                              f"{list(x.shape)}, gradient {backend.data_type(grad).name} {list(grad.shape)})")
+                              f"{list(x.shape)}, gradient {grad_type.name} {list(grad.shape)})")
     ndim = len(x.shape)
     if isinstance(axis, bool) or not isinstance(axis, int | np.integer) or not -ndim <= axis < ndim:
         raise ValidationError(f"{name}.axis: {axis!r} is out of range for {ndim} dimensions")
