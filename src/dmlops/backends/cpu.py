@@ -8,7 +8,7 @@ import numpy as np
 
 from ..ops.quantized_matmul import SCALE_FIELDS, check_scale
 from ..types import DataType, ValidationError
-from . import cpu_qmatmul, cpu_scan
+from . import cpu_qmatmul, cpu_recurrence, cpu_scan
 
 # -- memory and views -------------------------------------------------------------------------------------------
 
@@ -79,6 +79,12 @@ def prepare_cumulative(operation: str, x, out, axis: int, reverse: bool, exclusi
 
     run(x, out)
     return run
+
+
+def linear_recurrence(a: np.ndarray, b: np.ndarray, scale: np.ndarray, out: np.ndarray, axis: int, reverse: bool,
+                      exclusive: bool) -> None:
+    """The cumulative product's gradient recurrence (dmlops.ops.cumulative_gradient)."""
+    cpu_recurrence.linear_recurrence(a, b, scale, out, axis, reverse, exclusive)
 
 
 def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point,

@@ -74,7 +74,7 @@ def cumulative(operation: str, x: np.ndarray, out: np.ndarray, axis: int, revers
     else:
         scan = scan_numpy
     accumulation = ACCUMULATION_DTYPE.get(DataType.from_numpy(x.dtype), x.dtype)
-    for x3, out3 in views_3d(x, out, axis):
+    for x3, out3 in views_3d((x, out), axis):
         count = pieces
         if count is None:
             count = PIECES_PER_CORE * CORES if CORES > 1 and x3.size >= PARALLEL_ELEMENTS else 1
@@ -86,37 +86,38 @@ def cumulative(operation: str, x: np.ndarray, out: np.ndarray, axis: int, revers
 # -- 3-D views ----------------------------------------------------------------------------------------------------
 
 
-def views_3d(x: np.ndarray, out: np.ndarray, axis: int):
-    """Pairs of (P, L, Q) views of x and out that together cover the tensor.
+def views_3d(arrays, axis: int):
+    """Tuples of (P, L, Q) views of the arrays (of one shape) that together cover them.
 
     The dimensions before the axis merge into P and those after it into Q, from the innermost outwards, while
-    both arrays' strides allow; the dimensions left over are walked one index at a time.
+    every array's strides allow; the dimensions left over are walked one index at a time.
     """
-    before_size, before_strides, before_loop = merge(x, out, range(axis))
-    after_size, after_strides, after_loop = merge(x, out, range(axis + 1, x.ndim))
+    shape = arrays[0].shape
+    before_size, before_strides, before_loop = merge(arrays, range(axis))
+    after_size, after_strides, after_loop = merge(arrays, range(axis + 1, len(shape)))
     loop = before_loop + after_loop
-    for index in np.ndindex(*(x.shape[d] for d in loop)):
-        at = [slice(None)] * x.ndim
+    for index in np.ndindex(*(shape[d] for d in loop)):
+        at = [slice(None)] * len(shape)
         for d, i in zip(loop, index):
             at[d] = slice(i, i + 1)
         yield tuple(
             np.lib.stride_tricks.as_strided(
-                view, (before_size, x.shape[axis], after_size),
+                view, (before_size, shape[axis], after_size),
                 (before_strides[k], view.strides[axis], after_strides[k]), writeable=view.flags.writeable)
-            for k, view in enumerate((x[tuple(at)], out[tuple(at)])))
+            for k, view in enumerate(array[tuple(at)] for array in arrays))
 
 
-def merge(x: np.ndarray, out: np.ndarray, dims):
-    """(size, (x stride, out stride), dimensions left to loop over) for the dimensions ``dims`` merged as one."""
-    size, strides, loop = 1, (0, 0), []
+def merge(arrays, dims):
+    """(size, each array's stride, dimensions left to loop over) for the dimensions ``dims`` merged as one."""
+    size, strides, loop = 1, (0,) * len(arrays), []
     for d in reversed(dims):
-        if x.shape[d] == 1:
+        if arrays[0].shape[d] == 1:
             continue
-        d_strides = (x.strides[d], out.strides[d])
+        d_strides = tuple(array.strides[d] for array in arrays)
         if size == 1:
-            size, strides = x.shape[d], d_strides
-        elif not loop and d_strides == (strides[0] * size, strides[1] * size):
-            size *= x.shape[d]
+            size, strides = arrays[0].shape[d], d_strides
+        elif not loop and d_strides == tuple(stride * size for stride in strides):
+            size *= arrays[0].shape[d]
         else:
             loop.insert(0, d)
     return size, strides, loop

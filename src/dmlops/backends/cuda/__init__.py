@@ -204,3 +204,4 @@ def assign(target, source) -> None:
 from . import qmatmul  # noqa: E402
 from .qmatmul import prepare_quantized_linear_matmul, quantized_linear_matmul  # noqa: E402
 from .scan import cumulative, prepare_cumulative  # noqa: E402
+from .recurrence import linear_recurrence  # noqa: E402

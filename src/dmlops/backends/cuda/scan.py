@@ -507,27 +507,37 @@ class Lines:
 
 def lines(sizes, axis, x_strides, y_strides) -> Lines | None:
     """The scan's lines, or None when the dimensions other than the axis do not coalesce into two."""
-    others = [(size, xs, ys) for i, (size, xs, ys) in enumerate(zip(sizes, x_strides, y_strides))
-              if i != axis and size > 1]
+    coalesced = coalesce(sizes, axis, (x_strides, y_strides))
+    if coalesced is None:
+        return None
+    outer, length, inner, (x_lines, y_lines) = coalesced
+    return Lines(outer, length, inner, x_lines, y_lines)
+
+
+def coalesce(sizes, axis, strides):
+    """The dimensions other than the axis merged, where every tensor's element strides allow, into an outer and an
+    inner index: (outer, length, inner, each tensor's strides for those three indices), outer and inner ordered by
+    the last tensor's strides (the output's); None when more than two are left."""
+    others = [(size, tuple(s[i] for s in strides)) for i, size in enumerate(sizes) if i != axis and size > 1]
     groups = []
-    for size, xs, ys in others:
-        if groups and groups[-1][1] == xs * size and groups[-1][2] == ys * size:
-            groups[-1] = (groups[-1][0] * size, xs, ys)
+    for size, dim_strides in others:
+        if groups and groups[-1][1] == tuple(s * size for s in dim_strides):
+            groups[-1] = (groups[-1][0] * size, dim_strides)
         else:
-            groups.append((size, xs, ys))
+            groups.append((size, dim_strides))
     if len(groups) > 2:
         return None
-    groups.sort(key=lambda group: group[2], reverse=True)  # by output stride: outer first
-    length, x_step, y_step = sizes[axis], x_strides[axis], y_strides[axis]
-    outer, inner = (1, 0, 0), (1, 0, 0)
+    groups.sort(key=lambda group: group[1][-1], reverse=True)  # by output stride: outer first
+    length, steps = sizes[axis], tuple(s[axis] for s in strides)
+    outer = inner = (1, (0,) * len(strides))
     if len(groups) == 2:
         outer, inner = groups
     elif len(groups) == 1:
-        if groups[0][2] > y_step or length == 1:
+        if groups[0][1][-1] > steps[-1] or length == 1:
             outer = groups[0]
         else:
             inner = groups[0]
-    return Lines(outer[0], length, inner[0], (outer[1], x_step, inner[1]), (outer[2], y_step, inner[2]))
+    return outer[0], length, inner[0], [(o, s, i) for o, s, i in zip(outer[1], steps, inner[1])]
 
 
 @dataclasses.dataclass(frozen=True)
