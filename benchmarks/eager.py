@@ -142,9 +142,11 @@ def qmm_rows():
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--plot", help="write a PNG plot of both tables here")
-    parser.add_argument("--profile", action="store_true", help="where the host time of small calls goes")
+    parser.add_argument("--profile", action="store_true", help="only: where the host time of small calls goes")
     args = parser.parse_args()
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}")
+    if args.profile:
+        return profile_calls()
     copy = copy_bandwidth()
     print(f"copy bandwidth {copy / 1e12:.2f} TB/s")
     bare, scans = scan_rows(copy)
@@ -169,10 +171,25 @@ def main():
     if args.plot:
         plot(args.plot, scans, qmms)
     if args.profile:
-        x = torch.randn(32, 1024, device="cuda")
+        profile_calls()
+
+
+def profile_calls():
+    """Where the host time of a small scan and of an M = 1 matmul with B prepared goes."""
+    x = torch.randn(32, 1024, device="cuda")
+    a = torch.randint(0, 256, (1, 4096), dtype=torch.uint8, device="cuda")
+    b = torch.randint(-128, 128, (4096, 4096), dtype=torch.int8, device="cuda")
+    scale, zero = torch.tensor(0.02, device="cuda"), torch.tensor(131, dtype=torch.uint8, device="cuda")
+    prepared = dmlops.prepare_b(b, torch.rand(4096, device="cuda") + 0.1)
+    for name, call in [("scan (32, 1024)", lambda: dmlops.cumulative_sum(x, -1)),
+                       ("matmul 1 × 4096 × 4096, B prepared",
+                        lambda: dmlops.quantized_linear_matmul(a, scale, zero, prepared, None, None, scale, zero))]:
+        call()
         profile = cProfile.Profile()
-        profile.runcall(lambda: [dmlops.cumulative_sum(x, -1) for _ in range(2000)])
-        pstats.Stats(profile).sort_stats("tottime").print_stats(12)
+        profile.runcall(lambda: [call() for _ in range(500)])
+        torch.cuda.synchronize()
+        print(f"\n{name}")
+        pstats.Stats(profile).sort_stats("tottime").print_stats(14)
 
 
 def plot(path, scans, qmms):
