@@ -26,6 +26,16 @@ TORCH_DTYPES = {
 DATA_TYPES = {dtype: data_type for data_type, dtype in TORCH_DTYPES.items()}
 
 
+def cdiv(a: int, b: int) -> int:
+    """⌈a / b⌉ on the host (``triton.cdiv`` is a constexpr function: microseconds a call from Python)."""
+    return -(-a // b)
+
+
+def next_power_of_2(n: int) -> int:
+    """The least power of two ≥ n (at least 1), on the host."""
+    return 1 << max(0, n - 1).bit_length()
+
+
 def check_device(tensor, where: str) -> None:
     """Kernels run on CUDA tensors; CPU tensors only under Triton's interpreter."""
     if tensor.device.type != "cuda" and not INTERPRETED:

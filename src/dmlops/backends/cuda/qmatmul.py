@@ -36,7 +36,7 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from ...types import ValidationError
-from . import INTERPRETED, check_devices, error_word
+from . import INTERPRETED, cdiv, check_devices, error_word
 from .launch import launch
 
 NAME = "DML_OPERATOR_QUANTIZED_LINEAR_MATRIX_MULTIPLY"
@@ -85,7 +85,7 @@ def choose_config(batches: int, m: int, n: int, k: int, sm_count: int, wgmma_in_
     """The configuration for a problem: by K, then by how many tiles of each size it makes; ``wgmma_in_flight``:
     whether the Gluon kernel can run (sm_90, compiled)."""
     def tiles(config):
-        return batches * triton.cdiv(m, config.block_m) * triton.cdiv(n, config.block_n)
+        return batches * cdiv(m, config.block_m) * cdiv(n, config.block_n)
 
     if k > K_SLICE:
         return LONG_K
@@ -377,7 +377,7 @@ def _prepare(x4, *, can_flip: bool, pack: bool, sum_rows: bool, kept: dict | Non
     if in_place is None or sum_rows:
         source = x4.view(torch.int8)[:own_b, :own_c].transpose(-1, -2)  # {batch, channel, K, R}
         block_k, block_r = 128, 64
-        grid = (_grid_size(triton.cdiv(k, block_k) * triton.cdiv(r, block_r) * own_b * own_c),)
+        grid = (_grid_size(cdiv(k, block_k) * cdiv(r, block_r) * own_b * own_c),)
         launch(kept, site, _prepare_kernel, grid,
                (source, rows, sums, -128 if flip else 0, k, r, own_c, rows_b, rows_c, *source.stride(),
                 rows.stride(0)),
@@ -496,12 +496,12 @@ def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, 
     row_scales = m > 1 and (a_scale.stride(0) != 0 or output_scale.stride(0) != 0)
     terms = torch.empty((2, n), dtype=torch.float64, device=device)
     block = 256
-    launch(kept, "column terms", _column_terms_kernel, (triton.cdiv(max(m, n), block),),
+    launch(kept, "column terms", _column_terms_kernel, (cdiv(max(m, n), block),),
            (*_vector(b_scale, device), *_zero_point(b_zero_point, device), 128 if b_unsigned else 0,
             *_vector(a_scale, device), *_vector(output_scale, device), terms, error_word(device), m, n),
            dict(ROW_SCALES=row_scales, BLOCK=block))
 
-    num_tiles = _grid_size(batches * channels * triton.cdiv(m, config.block_m) * triton.cdiv(n, config.block_n))
+    num_tiles = _grid_size(batches * channels * cdiv(m, config.block_m) * cdiv(n, config.block_n))
     programs = min(num_tiles, config.programs_per_sm * _sm_count(device)) if config.programs_per_sm else num_tiles
     low, high = (0, 255) if out.dtype == torch.uint8 else (-128, 127)
     arguments = (

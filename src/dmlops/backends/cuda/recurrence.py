@@ -23,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import check_devices
+from . import cdiv, check_devices, next_power_of_2
 from .scan import coalesce, warps
 
 TILE_ELEMENTS = 4096  # elements of each tensor a block holds
@@ -84,10 +84,10 @@ def blocks(outer: int, length: int, inner: int) -> tuple[int, int]:
     """(positions, lines) a block holds: along rows whole short lines, several to a block; down columns
     COLUMN_LINES neighbouring lines."""
     if inner == 1:
-        positions = min(triton.next_power_of_2(length), TILE_ELEMENTS)
-        return positions, min(triton.next_power_of_2(outer), TILE_ELEMENTS // positions)
-    lines = min(triton.next_power_of_2(outer * inner), COLUMN_LINES)
-    return min(triton.next_power_of_2(length), TILE_ELEMENTS // lines), lines
+        positions = min(next_power_of_2(length), TILE_ELEMENTS)
+        return positions, min(next_power_of_2(outer), TILE_ELEMENTS // positions)
+    lines = min(next_power_of_2(outer * inner), COLUMN_LINES)
+    return min(next_power_of_2(length), TILE_ELEMENTS // lines), lines
 
 
 def linear_recurrence(a, b, scale, out, axis: int, reverse: bool, exclusive: bool, *,
@@ -108,7 +108,7 @@ def linear_recurrence(a, b, scale, out, axis: int, reverse: bool, exclusive: boo
     accumulator = tl.float64 if out.dtype == torch.float64 else tl.float32
     device = torch.cuda.device(out.device) if out.device.type == "cuda" else contextlib.nullcontext()
     with device:
-        _recurrence_kernel[(triton.cdiv(outer * inner, lines),)](
+        _recurrence_kernel[(cdiv(outer * inner, lines),)](
             a, b, scale, out, outer * inner, length, inner, *(stride for triple in strides for stride in triple),
             ACCUMULATOR=accumulator, REVERSE=bool(reverse), EXCLUSIVE=bool(exclusive), ALONG_ROWS=inner == 1,
             POSITIONS=positions, LINES=lines, num_warps=warps(positions * lines, ELEMENTS_PER_THREAD))

@@ -46,7 +46,7 @@ import triton
 import triton.language as tl
 
 from ...types import DataType
-from . import check_devices, data_type
+from . import cdiv, check_devices, data_type, next_power_of_2
 from .launch import KeptLaunch, current_stream
 
 MAX_WINDOW_WORDS = 2048  # slot words a program reads in one look-back, both levels together
@@ -570,8 +570,8 @@ def default_tuning(problem: Lines, accumulator_bytes: int, exclusive: bool, reve
         return FEW_LONG_LINES
     if problem.outer * problem.length * problem.inner * accumulator_bytes <= SMALL_BYTES:
         return SMALL_COLUMNS if problem.inner > SMALL_COLUMNS.columns else ALONG_ROWS
-    strips = problem.outer * triton.cdiv(problem.inner, WALK.columns)
-    fill = strips / (triton.cdiv(strips, processors) * processors)
+    strips = problem.outer * cdiv(problem.inner, WALK.columns)
+    fill = strips / (cdiv(strips, processors) * processors)
     # (Rows whose offsets are not multiples of 4 elements load one element at a time: not measured, and the walk's
     # loop then compiles to spills.)
     walk = fill >= WAVE_FILL and problem.length >= MIN_WALK_LENGTH and alignment(problem, False) >= 4
@@ -582,19 +582,19 @@ def plan(problem: Lines, accumulator_bytes: int, tuning: Tuning) -> Plan:
     along_rows = problem.inner == 1
     tile_elements = max(1, tuning.tile_bytes // accumulator_bytes)
     if along_rows:
-        block_b = min(triton.next_power_of_2(problem.length), tile_elements)
-        block_a = min(tile_elements // block_b, triton.next_power_of_2(problem.outer))
-        tiles_per_line = triton.cdiv(problem.length, block_b)
+        block_b = min(next_power_of_2(problem.length), tile_elements)
+        block_a = min(tile_elements // block_b, next_power_of_2(problem.outer))
+        tiles_per_line = cdiv(problem.length, block_b)
         inner_blocks = 1
-        chains = triton.cdiv(problem.outer, block_a)
+        chains = cdiv(problem.outer, block_a)
         lanes = block_a
         even_columns = problem.length % block_b == 0
     else:
-        block_b = min(triton.next_power_of_2(problem.inner),
-                      max(tuning.columns, tile_elements // triton.next_power_of_2(problem.length)), tile_elements)
-        block_a = min(triton.next_power_of_2(problem.length), tile_elements // block_b)
-        tiles_per_line = triton.cdiv(problem.length, block_a)
-        inner_blocks = triton.cdiv(problem.inner, block_b)
+        block_b = min(next_power_of_2(problem.inner),
+                      max(tuning.columns, tile_elements // next_power_of_2(problem.length)), tile_elements)
+        block_a = min(next_power_of_2(problem.length), tile_elements // block_b)
+        tiles_per_line = cdiv(problem.length, block_a)
+        inner_blocks = cdiv(problem.inner, block_b)
         chains = problem.outer * inner_blocks
         lanes = block_b
         even_columns = problem.inner % block_b == 0
@@ -605,8 +605,8 @@ def plan(problem: Lines, accumulator_bytes: int, tuning: Tuning) -> Plan:
         # would cost registers and reads through L2 that, with many lines side by side, the chain of group prefixes
         # does not repay (65536 x 4096: 0.77 -> 0.73 of copy).
         reach = MAX_WINDOW_WORDS // 2 if along_rows else min(MAX_CHAINED_WINDOW, MAX_WINDOW_WORDS // lanes)
-        window = min(triton.next_power_of_2(triton.cdiv(tuning.tiles_in_flight, chains)), reach,
-                     triton.next_power_of_2(tiles_per_line))
+        window = min(next_power_of_2(cdiv(tuning.tiles_in_flight, chains)), reach,
+                     next_power_of_2(tiles_per_line))
     return Plan(along_rows, (block_a, block_b), lanes, even_columns, tiles_per_line, chains, inner_blocks, window,
                 alignment(problem, along_rows), warps(block_a * block_b, tuning.elements_per_thread))
 
@@ -614,9 +614,9 @@ def plan(problem: Lines, accumulator_bytes: int, tuning: Tuning) -> Plan:
 def walk_plan(problem: Lines, element_bytes: int, walk: Walk) -> Plan:
     """The strips of a walk: a program a strip, its blocks BLOCK_A positions × BLOCK_B inner indices (8-byte
     elements half the positions, so that the loop's buffers in shared memory stay the size of 4-byte ones)."""
-    block_b = min(walk.columns, triton.next_power_of_2(problem.inner))
-    block_a = min(max(1, walk.rows * 4 // max(4, element_bytes)), triton.next_power_of_2(problem.length))
-    inner_blocks = triton.cdiv(problem.inner, block_b)
+    block_b = min(walk.columns, next_power_of_2(problem.inner))
+    block_a = min(max(1, walk.rows * 4 // max(4, element_bytes)), next_power_of_2(problem.length))
+    inner_blocks = cdiv(problem.inner, block_b)
     return Plan(False, (block_a, block_b), block_b, problem.inner % block_b == 0, 1, problem.outer * inner_blocks,
                 inner_blocks, 0, alignment(problem, False), warps(block_a * block_b, walk.elements_per_thread))
 
@@ -707,7 +707,7 @@ def prepare_cumulative(operation: str, x, out, axis: int, reverse: bool, exclusi
         layout = plan(problem, accumulator_bytes, tuning)
         tiles = layout.tiles_per_line * layout.chains
         if layout.window:
-            groups = layout.chains * triton.cdiv(layout.tiles_per_line, layout.window)  # group slots (along rows)
+            groups = layout.chains * cdiv(layout.tiles_per_line, layout.window)  # group slots (along rows)
             scratch = _scratch_for(x.device, (tiles + groups) * layout.lanes * (2 if wide else 1))
             words, control = scratch.words, scratch.control
         else:
