@@ -101,11 +101,11 @@ def poisoned(shape, dtype):
     return np.full(shape, np.nan, dtype)
 
 
-@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "numpy"])
+@pytest.mark.parametrize("engine", [dict(compiled=True), dict(compiled=True, pieces=3), dict(compiled=False)],
+                         ids=["compiled", "compiled in pieces", "numpy"])
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_cpu_every_variant(monkeypatch, dtype, compiled):
-    monkeypatch.setattr(cpu_backend, "linear_recurrence",
-                        functools.partial(cpu_recurrence.linear_recurrence, compiled=compiled))
+def test_cpu_every_variant(monkeypatch, dtype, engine):
+    monkeypatch.setattr(cpu_backend, "linear_recurrence", functools.partial(cpu_recurrence.linear_recurrence, **engine))
     rng = np.random.default_rng(2)
     for (shape, axes), operation in itertools.product(CPU_CASES, ["sum", "product"]):
         for axis, (reverse, exclusive) in itertools.product(axes, VARIANTS):

@@ -20,9 +20,11 @@ from .cpu_scan import HALF_INSTRUCTIONS, PARALLEL_ELEMENTS, call, numba, views_3
 
 
 def linear_recurrence(a: np.ndarray, b: np.ndarray, scale: np.ndarray, out: np.ndarray, axis: int, reverse: bool,
-                      exclusive: bool, compiled: bool | None = None) -> None:
+                      exclusive: bool, compiled: bool | None = None, pieces: int | None = None) -> None:
     """out = scale ⊙ R (see the module); a, b and out of one type, scale of its accumulation type, out apart from the
-    others. ``compiled`` picks the engine (None: the compiled one where it can run out's type)."""
+    others. ``compiled`` picks the engine (None: the compiled one where it can run out's type); ``pieces``, into how
+    many independent runs (of lines before the axis) the compiled engine cuts each view for the cores (None: by the
+    view's size)."""
     accumulation = ACCUMULATION_DTYPE.get(DataType.from_numpy(out.dtype), out.dtype)
     can_compile = numba is not None and (out.dtype != np.float16 or HALF_INSTRUCTIONS)
     if not (can_compile if compiled is None else compiled and can_compile):
@@ -32,15 +34,18 @@ def linear_recurrence(a: np.ndarray, b: np.ndarray, scale: np.ndarray, out: np.n
     for a3, b3, scale3, out3 in views_3d((a, b, scale, out), axis):
         if element == "half":  # numba has no float16: the loop reads and writes its bits
             a3, b3, out3 = a3.view(np.uint16), b3.view(np.uint16), out3.view(np.uint16)
-        count = PIECES_PER_CORE * CORES if CORES > 1 and a3.size >= PARALLEL_ELEMENTS else 1
-        if a3.shape[2] == 1:  # 2-D, so that contiguous lines compile as such
-            kernel, views, state = recurrence_lines_compiled, (a3[:, :, 0], b3[:, :, 0], scale3[:, :, 0],
-                                                               out3[:, :, 0]), ()
-        else:
-            kernel, views, state = recurrence_rows_compiled, (a3, b3, scale3, out3), (accumulation,)
-        calls = [functools.partial(call, kernel, *(view[first:last] for view in views), element, reverse, exclusive,
-                                   *(np.empty(a3.shape[2], dtype) for dtype in state))
-                 for first, last in cut(a3.shape[0], count, 1)]
+        count = pieces
+        if count is None:
+            count = PIECES_PER_CORE * CORES if CORES > 1 and a3.size >= PARALLEL_ELEMENTS else 1
+        calls = []
+        for first, last in cut(a3.shape[0], count, 1):
+            views = [view[first:last] for view in (a3, b3, scale3, out3)]
+            if a3.shape[2] == 1:  # 2-D, so that contiguous lines compile as such
+                calls.append(functools.partial(call, recurrence_lines_compiled, *(view[:, :, 0] for view in views),
+                                               element, reverse, exclusive))
+            else:
+                calls.append(functools.partial(call, recurrence_rows_compiled, *views, element, reverse, exclusive,
+                                               np.empty(a3.shape[2], accumulation)))
         run_in_pieces(calls, len(calls) > 1)
 
 
