@@ -262,6 +262,13 @@ def test_entry_any_shape(data):
     assert_gradient(result, operation, x, g, axis % len(shape), reverse, exclusive)
 
 
+@pytest.mark.parametrize("shape", [(0,), (3, 0), (0, 4)])
+def test_entry_empty(shape):
+    for array in (np.ones(shape, np.float32), torch.ones(shape, dtype=torch.float16)):
+        result = cumulative_gradient("product", array, array, -1, exclusive=True)
+        assert type(result) is type(array) and tuple(result.shape) == shape and result.dtype == array.dtype
+
+
 def test_entry_rejections():
     x = np.ones((2, 3), np.float32)
     rejects(["CUMULATIVE_PRODUCT gradient.input_tensor", "INT32", "FLOAT32, FLOAT16"],
