@@ -101,11 +101,11 @@ def poisoned(shape, dtype):
     return np.full(shape, np.nan, dtype)
 
 
-@pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "numpy"])
+@pytest.mark.parametrize("engine", [dict(compiled=True), dict(compiled=True, pieces=3), dict(compiled=False)],
+                         ids=["compiled", "compiled in pieces", "numpy"])
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_cpu_every_variant(monkeypatch, dtype, compiled):
-    monkeypatch.setattr(cpu_backend, "linear_recurrence",
-                        functools.partial(cpu_recurrence.linear_recurrence, compiled=compiled))
+def test_cpu_every_variant(monkeypatch, dtype, engine):
+    monkeypatch.setattr(cpu_backend, "linear_recurrence", functools.partial(cpu_recurrence.linear_recurrence, **engine))
     rng = np.random.default_rng(2)
     for (shape, axes), operation in itertools.product(CPU_CASES, ["sum", "product"]):
         for axis, (reverse, exclusive) in itertools.product(axes, VARIANTS):
@@ -260,6 +260,13 @@ def test_entry_any_shape(data):
                                                     axis))
     result = cumulative_gradient(operation, x, g, axis, reverse, exclusive)
     assert_gradient(result, operation, x, g, axis % len(shape), reverse, exclusive)
+
+
+@pytest.mark.parametrize("shape", [(0,), (3, 0), (0, 4)])
+def test_entry_empty(shape):
+    for array in (np.ones(shape, np.float32), torch.ones(shape, dtype=torch.float16)):
+        result = cumulative_gradient("product", array, array, -1, exclusive=True)
+        assert type(result) is type(array) and tuple(result.shape) == shape and result.dtype == array.dtype
 
 
 def test_entry_rejections():

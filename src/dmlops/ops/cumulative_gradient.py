@@ -95,5 +95,6 @@ def cumulative_gradient(operation: str, x, grad, axis: int, reverse: bool = Fals
     if isinstance(axis, bool) or not isinstance(axis, int | np.integer) or not -ndim <= axis < ndim:
         raise ValidationError(f"{name}.axis: {axis!r} is out of range for {ndim} dimensions")
     out = backend.empty(tuple(x.shape), data_type, like=x)
-    run(backend, operation, x, grad, out, int(axis) % ndim, bool(reverse), bool(exclusive))
+    if 0 not in tuple(x.shape):  # (DirectML has no empty tensors, but gradients of them are asked for)
+        run(backend, operation, x, grad, out, int(axis) % ndim, bool(reverse), bool(exclusive))
     return restore(out)
