@@ -18,6 +18,13 @@ The kernel computes what ``dmlops.ops.quantized_matmul.reference`` means, in the
   gives what clamping after gives; then y + 1.5·2^52 rounds y half to even, and its low 32 bits are that integer.
   The compiler may fuse a multiply and an add into one FMA only where the multiply's result is added directly: that
   happens in the zero-point corrections alone, whose every value is an exact integer, never to a rounded product.
+- **Few rows** (M ≤ 16, LLM decoding): reading B is the work, and a tile per program leaves most SMs idle when N is
+  small. ``_split_k_kernel`` splits K among programs as well (into up to ``split_k`` programs per SM), reads A where it
+  lies (masked rows, padded to 16), folds −zb'·Σ_k A' into each program's int32 partial (|Σ A'(B' − zb')| ≤
+  K·128·255 < 2^31), and adds the partials with int32 atomics into a kept workspace: integer addition is
+  associative, so the sum, and the output, do not depend on the order. The tile's last program (a ticket counter
+  says which) requantizes with the same helpers, then clears the workspace and its ticket for the next call: one
+  launch per call when B is prepared.
 - **On Hopper** (sm_90, compiled) the large problems run the Gluon kernel of ``qmatmul_hopper``, whose main loop keeps
   an int8 wgmma in flight (``tl.dot`` cannot, for int32 accumulators); it calls this module's tile, row-term and
   requantization helpers, so both kernels give the same bits.
@@ -36,7 +43,7 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from ...types import ValidationError
-from . import INTERPRETED, cdiv, check_devices, error_word
+from . import INTERPRETED, cdiv, check_devices, error_word, next_power_of_2
 from .launch import launch
 
 NAME = "DML_OPERATOR_QUANTIZED_LINEAR_MATRIX_MULTIPLY"
@@ -62,6 +69,7 @@ class Config:
     group_m: int = 8  # row tiles that walk the columns together
     programs_per_sm: int = 0  # persistent: this many programs per SM walk the tiles; 0: one program per tile
     gluon: bool = False  # the kernel of qmatmul_hopper (sm_90 only, one tile per program): num_stages slots
+    split_k: int = 0  # _split_k_kernel: K split among programs until there are this many per SM; 0: the tile kernel
 
 
 # Hand-picked per shape class from benchmarks/qmatmul.py --configs on an H100 (benchmarks/RESULTS.md). int8 dots run
@@ -79,6 +87,10 @@ LONG_K = Config(64, 64, 128, num_warps=4, num_stages=3)  # K > K_SLICE: the floa
 # measured 1230 / 1242 TOPS (uint8 / int8 A) against LARGE's 1108 / 1133 and PAIRED's 1122 / 1198; at 4096³ 913 / 997
 # (before its epilogue's terms were read ahead of the main loop) against PAIRED's 1055 / 1132.
 WGMMA_LARGE = Config(256, 128, 128, num_warps=8, num_stages=4, epilogue_n=32, gluon=True)
+# Few rows: B streams through 16 KiB tiles (TMA, three buffered), A's rows beside them (cp.async); compiled for sm_90
+# a program takes 64 KiB of shared memory and 128 registers a thread, so that two or three fit on an SM. Not yet
+# timed on a GPU: benchmarks/qmatmul.py --few-rows and --configs compare it with the candidates there.
+FEW_ROWS = Config(16, 64, 256, num_warps=4, num_stages=4, split_k=2)
 
 
 def choose_config(batches: int, m: int, n: int, k: int, sm_count: int, wgmma_in_flight: bool = False) -> Config:
@@ -89,6 +101,8 @@ def choose_config(batches: int, m: int, n: int, k: int, sm_count: int, wgmma_in_
 
     if k > K_SLICE:
         return LONG_K
+    if m <= FEW_ROWS.block_m:
+        return FEW_ROWS
     if k > 4096 and tiles(LARGE) >= 2 * sm_count:
         return WGMMA_LARGE if wgmma_in_flight else LARGE
     if tiles(PAIRED) >= sm_count:
@@ -127,6 +141,22 @@ def _prepare_kernel(x_ptr, packed_ptr, sums_ptr, flip, K, R, channels, rows_b, r
 
 
 @triton.jit
+def _column_multipliers(offs_n, mask_n, b_scale_ptr, stride_sb, a_scale_ptr, out_scale_ptr, ROW_SCALES: tl.constexpr):
+    """(sa·sb[n])/so of the columns offs_n (int64) when the A and output scales are per tensor, sb[n] otherwise
+    (the rows' scales join it in ``_requantize_columns``), in float64."""
+    b_scale = tl.load(b_scale_ptr + offs_n * stride_sb, mask=mask_n, other=1.0).to(tl.float64)
+    if not ROW_SCALES:
+        b_scale = (tl.load(a_scale_ptr).to(tl.float64) * b_scale) / tl.load(out_scale_ptr).to(tl.float64)
+    return b_scale
+
+
+@triton.jit
+def _b_zero_points(offs_n, mask_n, b_zero_ptr, stride_zb, zb_mask, b_shift):
+    """zb'[n] of the columns offs_n (int64), in int32: the zero point's int8 bits ``& zb_mask``, less B's shift."""
+    return (tl.load(b_zero_ptr + offs_n * stride_zb, mask=mask_n, other=0).to(tl.int32) & zb_mask) - b_shift
+
+
+@triton.jit
 def _bad_scales(scale_ptr, stride, offs, count):
     """Whether any of the scales at offs (below count) is zero, NaN or infinite."""
     scale = tl.load(scale_ptr + offs.to(tl.int64) * stride, mask=offs < count, other=1.0)
@@ -147,10 +177,9 @@ def _column_terms_kernel(b_scale_ptr, stride_sb, b_zero_ptr, stride_zb, zb_mask,
     if bad != 0:
         tl.atomic_or(errors_ptr, bad)
     mask = offs < N
-    b_scale = tl.load(b_scale_ptr + offs.to(tl.int64) * stride_sb, mask=mask, other=1.0).to(tl.float64)
-    if not ROW_SCALES:
-        b_scale = (tl.load(a_scale_ptr).to(tl.float64) * b_scale) / tl.load(out_scale_ptr).to(tl.float64)
-    zb = (tl.load(b_zero_ptr + offs.to(tl.int64) * stride_zb, mask=mask, other=0).to(tl.int32) & zb_mask) - b_shift
+    b_scale = _column_multipliers(offs.to(tl.int64), mask, b_scale_ptr, stride_sb, a_scale_ptr, out_scale_ptr,
+                                  ROW_SCALES)
+    zb = _b_zero_points(offs.to(tl.int64), mask, b_zero_ptr, stride_zb, zb_mask, b_shift)
     tl.store(terms_ptr + offs, b_scale, mask=mask)
     tl.store(terms_ptr + N + offs, zb.to(tl.float64), mask=mask)
 
@@ -314,6 +343,99 @@ def _qmatmul_kernel(a_desc, b_desc, M, N, K, channels, num_tiles, a_rows_b, a_ro
                       A_FLIP, ROW_SCALES, LONG_K, K_SLICE, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, EPILOGUE_N)
 
 
+@triton.jit
+def _requantize_tile(acc, b, c, tile_m, tile_n, b_first_row, row_args, column_args, b_sums_ptr, b_scale_ptr,
+                     stride_sb, b_zero_ptr, stride_zb, zb_mask, b_shift, ROW_SCALES: tl.constexpr,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Requantize and store a tile of ``_split_k_kernel``, acc = Σ A'(B' − zb') (the row sums of A' are folded in:
+    ``row_args`` reads zeros for them), with the column terms computed here rather than by a launch of their own."""
+    N, K, stride_b_sums, _, stride_on = column_args
+    a_scale_ptr, out_scale_ptr = row_args[3], row_args[5]
+    offs_n = (tile_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)
+    mask_n = offs_n < N
+    columns = (_column_multipliers(offs_n, mask_n, b_scale_ptr, stride_sb, a_scale_ptr, out_scale_ptr, ROW_SCALES),
+               _b_zero_points(offs_n, mask_n, b_zero_ptr, stride_zb, zb_mask, b_shift).to(tl.float64),
+               tl.load(b_sums_ptr + (b_first_row + offs_n) * stride_b_sums, mask=mask_n, other=0.0))
+    rows = _row_terms(tl.arange(0, BLOCK_M), tile_m, tile_m * BLOCK_M, b, c, row_args, ROW_SCALES, BLOCK_M)
+    _requantize_columns(acc, offs_n, rows, columns, column_args, ROW_SCALES)
+
+
+SPLIT_K_ARGUMENTS_NOT_SPECIALIZED = [
+    "channels", "b_rows_b", "b_rows_c", "splits", "split_steps", "stride_b_sums", "stride_sb",
+    "stride_zb", "zb_mask", "b_shift", "stride_a_sums", "stride_sa", "stride_so", "stride_za", "stride_zo", "za_mask",
+    "zo_mask", "a_shift", "low", "high"]
+
+
+@triton.jit(do_not_specialize=SPLIT_K_ARGUMENTS_NOT_SPECIALIZED)
+def _split_k_kernel(a_ptr, stride_ab, stride_ac, stride_am, stride_ak, b_desc, M, N, K, channels, b_rows_b, b_rows_c,
+                    splits, split_steps, tickets_ptr, partials_ptr, b_sums_ptr, stride_b_sums, b_scale_ptr, stride_sb,
+                    b_zero_ptr, stride_zb, zb_mask, b_shift, a_sums_ptr, stride_a_sums,
+                    a_scale_ptr, stride_sa, out_scale_ptr, stride_so, a_zero_ptr, stride_za, za_mask, a_shift,
+                    out_zero_ptr, stride_zo, zo_mask, low, high, out_ptr, stride_ob, stride_oc, stride_om, stride_on,
+                    errors_ptr,
+                    A_FLIP: tl.constexpr, B_ZERO: tl.constexpr, ROW_SCALES: tl.constexpr, SPLIT: tl.constexpr,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """out[b, c] = requantize(Σ_k (A − za)(B − zb)) for few rows: program p adds the products of the K range
+    split_steps·BLOCK_K·[s, s + 1), s = p mod splits, to tile p div splits (BLOCK_M rows × BLOCK_N columns of one
+    batch and channel).
+
+    A {batch, channel, M, K} is read where it lies (int8 bits, flipped if A_FLIP), B as in ``_qmatmul_kernel``.
+    B_ZERO: zb' may be non-zero, so each program subtracts zb'[n]·Σ_k A'[m, k] of its range from its partial.
+    With SPLIT (splits > 1) the partials meet in partials[tile] {BLOCK_M, BLOCK_N} (int32, zero before the call)
+    through atomic additions; the program that draws the last ticket of tickets[tile] reads the sum, sets both back
+    to zero and requantizes. Without, each program requantizes its own tile. The first program of each tile checks
+    the tile's scales, as ``_column_terms_kernel`` does.
+    """
+    split = tl.program_id(0) % splits
+    tile = tl.program_id(0) // splits
+    b, c, tile_m, tile_n, _, b_first_row = _tile_place(tile, (M, N, channels, 0, 0, b_rows_b, b_rows_c), BLOCK_M,
+                                                       BLOCK_N, 1)
+    offs_m = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    if split == 0:
+        offs_n = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        bad = (_bad_scales(a_scale_ptr, stride_sa, offs_m, M) + 2 * _bad_scales(b_scale_ptr, stride_sb, offs_n, N)
+               + 4 * _bad_scales(out_scale_ptr, stride_so, offs_m, M))
+        if bad != 0:
+            tl.atomic_or(errors_ptr, bad)
+    a_rows = a_ptr + b.to(tl.int64) * stride_ab + c.to(tl.int64) * stride_ac + offs_m.to(tl.int64)[:, None] * stride_am
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
+    a_sums = tl.zeros((BLOCK_M,), dtype=tl.int32)
+    k_start = split * split_steps * BLOCK_K  # a multiple of BLOCK_K, as the compiler sees: aligned loads of A
+    for k in range(k_start, min(k_start + split_steps * BLOCK_K, K), BLOCK_K):
+        offs_k = k + tl.arange(0, BLOCK_K)
+        mask = (offs_m < M)[:, None] & (offs_k < K)[None, :]
+        a = tl.load(a_rows + offs_k.to(tl.int64)[None, :] * stride_ak, mask=mask, other=0)
+        if A_FLIP:
+            a = tl.where(mask, a ^ -128, 0).to(tl.int8)  # uint8 bits as int8, and 0 where masked
+        acc = tl.dot(a, b_desc.load([b_first_row + tile_n * BLOCK_N, k]).T, acc, out_dtype=tl.int32)
+        if B_ZERO:
+            a_sums += tl.sum(a.to(tl.int32), axis=1)
+    if B_ZERO:
+        offs_n = (tile_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)
+        zb = _b_zero_points(offs_n, offs_n < N, b_zero_ptr, stride_zb, zb_mask, b_shift)
+        acc -= a_sums[:, None] * zb[None, :]
+
+    row_args = (M, a_sums_ptr, stride_a_sums, a_scale_ptr, stride_sa, out_scale_ptr, stride_so, a_zero_ptr,
+                stride_za, za_mask, a_shift, out_zero_ptr, stride_zo, zo_mask, low, high, out_ptr, stride_ob,
+                stride_oc, stride_om)
+    column_args = (N, K, stride_b_sums, None, stride_on)
+    if SPLIT:
+        partials = (partials_ptr + tile.to(tl.int64) * (BLOCK_M * BLOCK_N)
+                    + tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :])
+        tl.atomic_add(partials, acc, sem="relaxed")
+        tl.debug_barrier()  # every thread's additions come before the ticket, whose release publishes them
+        if tl.atomic_add(tickets_ptr + tile, 1, sem="acq_rel") == splits - 1:  # the others have added theirs
+            acc = tl.load(partials, cache_modifier=".cg")  # from L2, where the atomic additions happened
+            tl.debug_barrier()  # every thread has read before any clears
+            tl.store(partials, tl.zeros_like(acc))
+            tl.store(tickets_ptr + tile, 0)
+            _requantize_tile(acc, b, c, tile_m, tile_n, b_first_row, row_args, column_args, b_sums_ptr, b_scale_ptr,
+                             stride_sb, b_zero_ptr, stride_zb, zb_mask, b_shift, ROW_SCALES, BLOCK_M, BLOCK_N)
+    else:
+        _requantize_tile(acc, b, c, tile_m, tile_n, b_first_row, row_args, column_args, b_sums_ptr, b_scale_ptr,
+                         stride_sb, b_zero_ptr, stride_zb, zb_mask, b_shift, ROW_SCALES, BLOCK_M, BLOCK_N)
+
+
 # -- operands --------------------------------------------------------------------------------------------------
 
 
@@ -470,6 +592,45 @@ def _zero_point(vector, device):
     return vector.view(torch.int8), vector.stride(0), 0xFF if vector.dtype == torch.uint8 else -1
 
 
+# Per device and stream: the zeroed int32 tickets and partial sums of _split_k_kernel (its calls on one stream run one
+# after another, and each leaves them zero). Grown on demand; outgrown ones are kept, for CUDA graphs that use them.
+_SPLIT_K_WORKSPACES: dict = {}
+
+
+def _split_k_workspace(device, size: int):
+    stream = torch._C._cuda_getCurrentRawStream(device.index) if device.type == "cuda" else 0
+    kept = _SPLIT_K_WORKSPACES.setdefault((device, stream), [])
+    if not kept or kept[-1].numel() < size:
+        kept.append(torch.zeros(next_power_of_2(size), dtype=torch.int32, device=device))
+    return kept[-1]
+
+
+def _split_k(a, b_operand, b_scale, b_zero_point, b_unsigned, row_parameters, row_scales, n, config, kept):
+    """Launches _split_k_kernel: K split into as many ranges (of whole BLOCK_K steps) as bring the programs to
+    ``config.split_k`` per SM."""
+    device = a.device
+    batches, channels, m, k = a.shape
+    tiles = batches * channels * cdiv(m, config.block_m) * cdiv(n, config.block_n)
+    steps = cdiv(k, config.block_k)
+    split_steps = cdiv(steps, min(steps, cdiv(config.split_k * _sm_count(device), tiles)))
+    splits = cdiv(steps, split_steps)
+    if splits > 1:
+        ticket_space = cdiv(tiles, 32) * 32  # the partial sums start 128-byte aligned
+        workspace = _split_k_workspace(device, ticket_space + tiles * config.block_m * config.block_n)
+        tickets, partials = workspace, workspace[ticket_space:]
+    else:
+        tickets = partials = _zeros(device).view(torch.int32)
+    launch(kept, "split k", _split_k_kernel, (_grid_size(tiles * splits),),
+           (a.view(torch.int8), *a.stride(),
+            TensorDescriptor.from_tensor(b_operand.rows, [config.block_n, config.block_k]),
+            m, n, k, channels, b_operand.rows_b, b_operand.rows_c, splits, split_steps, tickets, partials,
+            *_vector(b_operand.sums, device), *_vector(b_scale, device), *_zero_point(b_zero_point, device),
+            128 if b_unsigned else 0, *_vector(None, device), *row_parameters, error_word(device)),
+           dict(A_FLIP=a.dtype == torch.uint8, B_ZERO=b_zero_point is not None or b_unsigned, ROW_SCALES=row_scales,
+                SPLIT=splits > 1, BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
+                num_warps=config.num_warps, num_stages=config.num_stages))
+
+
 def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point,
                             out, config: Config | None = None, kept: dict | None = None) -> None:
     """a {B, C, M, K}, b {B, C, K, N}, out {B, C, M, N} (int8 or uint8 each, any strides); scales float32 vectors
@@ -483,17 +644,24 @@ def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, 
     batches, channels, m, k = a.shape
     n = b.shape[-1]
     a_unsigned, b_unsigned = a.dtype == torch.uint8, b.dtype == torch.uint8
-    # Column sums of B' are needed when za' can be non-zero, row sums of A' when zb' can be.
     config = config or choose_config(batches * channels, m, n, k, _sm_count(device), _wgmma_in_flight(device))
     # Column sums of B' are needed when za' can be non-zero, row sums of A' when zb' can be.
     b_operand = _PERSISTED_B.get(_b_operand_key(b)) or \
         _prepare(b.transpose(-1, -2), can_flip=False, pack=False, sum_rows=a_zero_point is not None or a_unsigned,
                  kept=kept, site="b")
+    row_scales = m > 1 and (a_scale.stride(0) != 0 or output_scale.stride(0) != 0)
+    low, high = (0, 255) if out.dtype == torch.uint8 else (-128, 127)
+    row_parameters = (
+        *_vector(a_scale, device), *_vector(output_scale, device), *_zero_point(a_zero_point, device),
+        128 if a_unsigned else 0, *_zero_point(output_zero_point, device), low, high,
+        out.view(torch.int8), *out.stride())
+    if config.split_k:
+        _split_k(a, b_operand, b_scale, b_zero_point, b_unsigned, row_parameters, row_scales, n, config, kept)
+        return
+
     # The Gluon kernel reads A from shared memory straight into the tensor cores: a uint8 A is flipped in a copy.
     a_operand = _prepare(a, can_flip=not config.gluon, pack=False, sum_rows=b_zero_point is not None or b_unsigned,
                          kept=kept, site="a")
-
-    row_scales = m > 1 and (a_scale.stride(0) != 0 or output_scale.stride(0) != 0)
     terms = torch.empty((2, n), dtype=torch.float64, device=device)
     block = 256
     launch(kept, "column terms", _column_terms_kernel, (cdiv(max(m, n), block),),
@@ -503,13 +671,9 @@ def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, 
 
     num_tiles = _grid_size(batches * channels * cdiv(m, config.block_m) * cdiv(n, config.block_n))
     programs = min(num_tiles, config.programs_per_sm * _sm_count(device)) if config.programs_per_sm else num_tiles
-    low, high = (0, 255) if out.dtype == torch.uint8 else (-128, 127)
     arguments = (
         m, n, k, channels, num_tiles, a_operand.rows_b, a_operand.rows_c, b_operand.rows_b, b_operand.rows_c,
-        *_vector(a_operand.sums, device), *_vector(b_operand.sums, device), terms,
-        *_vector(a_scale, device), *_vector(output_scale, device), *_zero_point(a_zero_point, device),
-        128 if a_unsigned else 0, *_zero_point(output_zero_point, device), low, high,
-        out.view(torch.int8), *out.stride())
+        *_vector(a_operand.sums, device), *_vector(b_operand.sums, device), terms, *row_parameters)
     if config.gluon:
         from . import qmatmul_hopper
 
