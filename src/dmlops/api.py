@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import dask_arrays
 from .device import CompiledOperator, Device
 from .ops import quantized_matmul as qmm
 from .ops.cumulative import CumulativeProductOperatorDesc, CumulativeSummationOperatorDesc
@@ -108,6 +109,8 @@ def _described(backend, array, strides, where: str) -> TensorDesc:
 
 
 def _cumulative(desc_type, x, axis, reverse, exclusive, out, backend):
+    if dask_arrays.given(x, out):  # lazy, chunk by chunk
+        return dask_arrays.cumulative(desc_type.operation, x, axis, reverse, exclusive, out, backend)
     name = "DML_OPERATOR_" + desc_type.operator_type.name
     (x, out), layouts = _numpy_layouts((x, out))
     plain_options = (backend is None or isinstance(backend, str)) and type(axis) is int and \
@@ -163,6 +166,10 @@ def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, 
     tensors; zero points may be None. The output type is ``output_dtype``, else the output zero point's, else
     ``out``'s, else uint8.
     """
+    if dask_arrays.given(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point, out):
+        return dask_arrays.quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale,
+                                                   output_zero_point, output_dtype=output_dtype, out=out,
+                                                   backend=backend)
     arguments, layouts = _numpy_layouts((a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale,
                                          output_zero_point, out))
     # plans are found by equality, which other kinds of options may not define plainly
