@@ -93,13 +93,14 @@ def cumulative(operation: str, x, axis, reverse, exclusive, out, backend):
         return x.map_blocks(_scan_chunk, scan, **options, dtype=x.dtype, meta=_meta(x, x.ndim, x.dtype))
 
     accumulation = ACCUMULATION_DTYPE.get(DataType.from_numpy(x.dtype), x.dtype)
-    local = x.map_blocks(_scan_chunk, scan, accumulation, **options, dtype=accumulation,
-                         meta=_meta(x, x.ndim, accumulation))
-    ones = tuple((1,) * x.numblocks[axis] if dimension == axis else sizes for dimension, sizes in enumerate(x.chunks))
-    totals = da.map_blocks(_chunk_total, local, x, operation, axis, reverse, exclusive, chunks=ones,
-                           dtype=accumulation, meta=local._meta)
+    local_meta = _meta(x, x.ndim, accumulation)
+    local = x.map_blocks(_scan_chunk, scan, accumulation, **options, dtype=accumulation, meta=local_meta)
+    total_chunks = tuple((1,) * x.numblocks[axis] if dimension == axis else sizes
+                         for dimension, sizes in enumerate(x.chunks))
+    totals = da.map_blocks(_chunk_total, local, x, operation, axis, reverse, exclusive, chunks=total_chunks,
+                           dtype=accumulation, meta=local_meta)
     carries = totals.rechunk({axis: -1}).map_blocks(_scan_chunk, scan, axis=axis, reverse=reverse, exclusive=True,
-                                                    backend=backend, dtype=accumulation, meta=local._meta)
+                                                    backend=backend, dtype=accumulation, meta=local_meta)
     index = tuple(range(x.ndim))
     # block i of the carries (one element along the axis) goes with block i of the local scans
     return da.blockwise(_add_carry, index, local, index, carries.rechunk({axis: 1}), index, operation=operation,
@@ -118,13 +119,17 @@ def _chunk_total(local, chunk, operation, axis, reverse, exclusive):
     """The chunk's total: its scan's last value in the scan's direction (the exclusive scan's, with that element)."""
     last = (slice(None),) * axis + ((slice(0, 1) if reverse else slice(-1, None)),)
     total = local[last]
-    return _SCANS[operation][2](total, chunk[last].astype(total.dtype)) if exclusive else total
+    return _combine(operation, total, chunk[last].astype(total.dtype)) if exclusive else total
 
 
 def _add_carry(local, carry, operation, output_dtype):
     """carry + local (or ×) in the accumulation type, rounded once to the output's type."""
-    with np.errstate(over="ignore"):  # float overflow is inf, as in the in-memory scan
-        return _SCANS[operation][2](carry, local).astype(output_dtype, copy=False)
+    return _combine(operation, carry, local).astype(output_dtype, copy=False)
+
+
+def _combine(operation, before, after):
+    with np.errstate(over="ignore", invalid="ignore"):  # inf and NaN as in the in-memory scan; integers wrap
+        return _SCANS[operation][2](before, after)
 
 
 # -- quantized matmul ----------------------------------------------------------------------------------------------
