@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import dask_arrays
 from .device import CompiledOperator, Device
 from .ops import cumulative as cumulative_rules
 from .ops import quantized_matmul as qmm
@@ -181,6 +182,8 @@ def _cumulative(desc_type, x, axis, reverse, exclusive, out, backend):
     plan = _PLANS.get(key) if key is not None else None
     if plan is not None:
         return plan(x, out)
+    if key is None and dask_arrays.given(x, out):  # lazy, chunk by chunk
+        return dask_arrays.cumulative(desc_type.operation, x, axis, reverse, exclusive, out, backend)
     result, plan = _cumulative_planned(desc_type, x, axis, reverse, exclusive, out, backend, key is not None)
     _keep(key, plan)
     return result
@@ -322,6 +325,9 @@ def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, 
     plan = _PLANS.get(key) if key is not None else None
     if plan is not None:
         return plan(arguments)
+    if key is None and dask_arrays.given(*arguments):  # lazy, block by block
+        return dask_arrays.quantized_linear_matmul(*arguments[:-1], output_dtype=output_dtype, out=arguments[-1],
+                                                   backend=backend)
     result, plan = _quantized_linear_matmul_planned(arguments, output_dtype, backend, key is not None)
     _keep(key, plan)
     return result

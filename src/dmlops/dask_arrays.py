@@ -1,0 +1,262 @@
+"""The array API on Dask arrays: lazy, chunk by chunk, with the semantics of the in-memory call.
+
+The array API hands a call here when any argument is a Dask array; the result is a Dask array and nothing is
+computed until the caller asks. Dask schedules (threads, processes or a ``dask.distributed`` cluster); every chunk
+runs through dmlops's own array API, so a NumPy chunk runs on the CPU backend and a CuPy chunk on the CUDA backend.
+
+Scans: each chunk is scanned alone (reverse and exclusive as asked) in its accumulation type (float32 for FLOAT16);
+each chunk's total is the last value of its scan in the scan's direction; the carry of a chunk, everything before
+its first element, is the exclusive scan of the totals (a small array, scanned by dmlops, so integers wrap in their
+own type); the output is carry + local (or ×), rounded once to the input's type. Integers equal the in-memory
+result exactly; floats are deterministic for a given chunking and within float32 accumulation error.
+
+Quantized matmul: where K is one chunk, each output block is one in-memory call. Otherwise each (M, N, K) block
+gives its exact integer accumulator Σ (A − za)(B − zb) as a float64 matmul (every product is at most 255² in
+magnitude, so float64 sums are exact below 2^53 / 255² terms); the K blocks are summed (exactly) and requantized
+once, so the result equals the in-memory one to the bit for every chunking. Scale values are lazy: a zero, NaN or
+infinite Dask scale raises ValidationError when the block that reads it is computed, not at the call.
+
+Dask arrays cannot be written into: ``out=`` is rejected. Scales and zero points that are not Dask arrays are
+chunked like their tensor; Dask ones must already be.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+
+import numpy as np
+
+from . import api
+from .ops.cumulative import ACCUMULATION_DTYPE, CumulativeProductOperatorDesc, CumulativeSummationOperatorDesc
+from .ops.cumulative import operator_name
+from .ops.quantized_matmul import NAME as QMM_NAME
+from .ops.quantized_matmul import QUANTIZATION_PARAMETERS, QuantizedLinearMatrixMultiplyOperatorDesc, check_scale
+from .ops.quantized_matmul import requantize
+from .types import DataType, ValidationError
+
+# The array API function and the binary operation of each scan.
+_SCANS = {"sum": (CumulativeSummationOperatorDesc, "cumulative_sum", np.add),
+          "product": (CumulativeProductOperatorDesc, "cumulative_product", np.multiply)}
+
+# Above this K, a float64 sum of products of at most 255² in magnitude may round.
+LARGEST_K = 2**53 // 255**2
+
+_DLPACK_CPU = 1
+
+
+def given(*values) -> bool:
+    """Whether any value is a Dask array (none can be before dask.array is imported)."""
+    module = sys.modules.get("dask.array")
+    return module is not None and any(isinstance(value, module.Array) for value in values)
+
+
+def _check_known_chunks(array, where: str) -> None:
+    if any(math.isnan(size) for sizes in array.chunks for size in sizes):
+        raise ValidationError(f"{where}: a Dask array of unknown chunk sizes (call compute_chunk_sizes() first)")
+
+
+def _reject_out(out, where: str) -> None:
+    if out is not None:
+        raise ValidationError(f"{where}: out= cannot be used with Dask arrays, which are immutable; "
+                              f"take the returned Dask array")
+
+
+def _probe(value, fill):
+    """A one-element NumPy stand-in of an array's type and dimension count (0-sized dimensions kept, so they are
+    rejected as the in-memory call rejects them), for checking a call with the in-memory API."""
+    return np.full(tuple(min(size, 1) for size in value.shape), fill, dtype=value.dtype)
+
+
+def _meta(like, ndim: int, dtype):
+    from dask.array.utils import meta_from_array
+    return meta_from_array(like, ndim=ndim, dtype=dtype)
+
+
+# -- scans ---------------------------------------------------------------------------------------------------------
+
+
+def cumulative(operation: str, x, axis, reverse, exclusive, out, backend):
+    """cumulative_sum / cumulative_product (``operation`` "sum" or "product") of a Dask array."""
+    import dask.array as da
+
+    desc_type, function_name, _ = _SCANS[operation]
+    name = operator_name(desc_type)
+    _reject_out(out, f"{name}.output_tensor")
+    x = da.asarray(x)
+    _check_known_chunks(x, f"{name}.input_tensor")
+    scan = getattr(api, function_name)
+    scan(_probe(x, 1), axis, reverse=reverse, exclusive=exclusive)  # the in-memory call's checks of type and axis
+    axis = int(axis) % x.ndim
+    options = dict(axis=axis, reverse=reverse, exclusive=exclusive, backend=backend)
+    if x.numblocks[axis] == 1:
+        return x.map_blocks(_scan_chunk, scan, **options, dtype=x.dtype, meta=_meta(x, x.ndim, x.dtype))
+
+    accumulation = ACCUMULATION_DTYPE.get(DataType.from_numpy(x.dtype), x.dtype)
+    local_meta = _meta(x, x.ndim, accumulation)
+    local = x.map_blocks(_scan_chunk, scan, accumulation, **options, dtype=accumulation, meta=local_meta)
+    total_chunks = tuple((1,) * x.numblocks[axis] if dimension == axis else sizes
+                         for dimension, sizes in enumerate(x.chunks))
+    totals = da.map_blocks(_chunk_total, local, x, operation, axis, reverse, exclusive, chunks=total_chunks,
+                           dtype=accumulation, meta=local_meta)
+    carries = totals.rechunk({axis: -1}).map_blocks(_scan_chunk, scan, axis=axis, reverse=reverse, exclusive=True,
+                                                    backend=backend, dtype=accumulation, meta=local_meta)
+    index = tuple(range(x.ndim))
+    # block i of the carries (one element along the axis) goes with block i of the local scans
+    return da.blockwise(_add_carry, index, local, index, carries.rechunk({axis: 1}), index, operation=operation,
+                        output_dtype=x.dtype, dtype=x.dtype, align_arrays=False, meta=_meta(x, x.ndim, x.dtype))
+
+
+def _scan_chunk(chunk, scan, accumulation=None, *, axis, reverse, exclusive, backend):
+    """The chunk's own scan, in the accumulation type if one is given (dmlops on a float32 copy of a FLOAT16 chunk
+    accumulates as the FLOAT16 scan does)."""
+    if accumulation is not None:
+        chunk = chunk.astype(accumulation, copy=False)
+    return scan(chunk, axis, reverse=bool(reverse), exclusive=bool(exclusive), backend=backend)
+
+
+def _chunk_total(local, chunk, operation, axis, reverse, exclusive):
+    """The chunk's total: its scan's last value in the scan's direction (the exclusive scan's, with that element)."""
+    last = (slice(None),) * axis + ((slice(0, 1) if reverse else slice(-1, None)),)
+    total = local[last]
+    return _combine(operation, total, chunk[last].astype(total.dtype)) if exclusive else total
+
+
+def _add_carry(local, carry, operation, output_dtype):
+    """carry + local (or ×) in the accumulation type, rounded once to the output's type."""
+    return _combine(operation, carry, local).astype(output_dtype, copy=False)
+
+
+def _combine(operation, before, after):
+    with np.errstate(over="ignore", invalid="ignore"):  # inf and NaN as in the in-memory scan; integers wrap
+        return _SCANS[operation][2](before, after)
+
+
+# -- quantized matmul ----------------------------------------------------------------------------------------------
+
+
+def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point,
+                            *, output_dtype=None, out=None, backend=None):
+    """quantized_linear_matmul where some argument is a Dask array (see the module's docstring)."""
+    import dask.array as da
+
+    _reject_out(out, f"{QMM_NAME}.output_tensor")
+    values, probes = {}, {}
+    for field, value in zip(QuantizedLinearMatrixMultiplyOperatorDesc.input_fields,
+                            (a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point)):
+        where = f"{QMM_NAME}.{field}"
+        if given(value):
+            _check_known_chunks(value, where)
+        elif hasattr(value, "__dlpack_device__") and value.__dlpack_device__()[0] != _DLPACK_CPU:
+            raise ValidationError(f"{where}: a {type(value).__name__} on a GPU cannot be mixed with Dask arrays; "
+                                  f"make it a Dask array (dask.array.from_array) whose chunks live where it does")
+        elif hasattr(value, "shape") or value is not None and np.ndim(value) > 0:
+            value = np.asarray(value)
+        values[field] = value
+        # numbers are checked as they are; arrays through one-element stand-ins of their type
+        probes[field] = _probe(value, "zero_point" not in field) if hasattr(value, "shape") else value
+    # the in-memory call's checks of types, dimension counts and numbers; its output's type is the output type
+    output_type = DataType.from_numpy(api.quantized_linear_matmul(*probes.values(), output_dtype=output_dtype).dtype)
+
+    a, b = da.asarray(values["a_tensor"]), da.asarray(values["b_tensor"])
+    (*a_batch, m, k), (*b_batch, b_k, n) = a.shape, b.shape
+    if b_k != k:
+        raise ValidationError(f"{QMM_NAME}.b_tensor: B's rows ({b_k}) must equal A's columns K ({k})")
+    if k > LARGEST_K:
+        raise ValidationError(f"{QMM_NAME}.a_tensor: K ({k}) is above {LARGEST_K}, where the exact accumulation "
+                              f"of K-split chunks ends")
+    try:
+        batch = np.broadcast_shapes(tuple(a_batch), tuple(b_batch))
+    except ValueError:
+        raise ValidationError(f"{QMM_NAME}.b_tensor: batch dimensions {b_batch} do not broadcast with A's "
+                              f"{a_batch}") from None
+    batch_index = "pqrs"[:len(batch)]
+    # blockwise's (array, index) pairs by field; the output's blocks are A's rows × B's columns
+    pairs = {"a_tensor": (da.broadcast_to(a, (*batch, m, k)), batch_index + "ik"),
+             "b_tensor": (da.broadcast_to(b, (*batch, k, n)), batch_index + "kj")}
+    a, b = pairs["a_tensor"][0], pairs["b_tensor"][0]
+    element_types = {"a_tensor": a.dtype, "b_tensor": b.dtype, "output_tensor": output_type.numpy_dtype}
+    chunks = {"a_tensor": a.chunks[-2], "b_tensor": b.chunks[-1], "output_tensor": a.chunks[-2]}
+    for field, (data_field, free_axis) in QUANTIZATION_PARAMETERS.items():
+        if values[field] is None:
+            pairs[field] = (None, None)
+            continue
+        parameter_type = np.float32 if "scale" in field else element_types[data_field]
+        if "scale" in field and not given(values[field]):
+            check_scale(field, np.asarray(values[field], np.float32))  # its values are known now
+        pairs[field] = _vector(values[field], field, parameter_type, free_axis, chunks[data_field])
+
+    out_index = batch_index + "ij"
+    meta = _meta(a, len(batch) + 2, output_type.numpy_dtype)
+    if a.numblocks[-1] == 1 and b.numblocks[-2] == 1:
+        return da.blockwise(_matmul_block, out_index, *_arguments(pairs, QuantizedLinearMatrixMultiplyOperatorDesc
+                                                                  .input_fields),
+                            output_dtype=output_type.numpy_dtype, backend=backend, concatenate=True,
+                            dtype=output_type.numpy_dtype, meta=meta)
+    partials = da.blockwise(_accumulator_block, out_index + "k",
+                            *_arguments(pairs, ("a_tensor", "a_zero_point_tensor", "b_tensor", "b_zero_point_tensor")),
+                            adjust_chunks={"k": 1}, dtype=np.float64, meta=_meta(a, len(batch) + 3, np.float64))
+    accumulators = partials.sum(axis=-1)  # integers below 2^53: exact in any order
+    return da.blockwise(_requantize_block, out_index, accumulators, out_index,
+                        *_arguments(pairs, ("a_scale_tensor", "b_scale_tensor", "output_scale_tensor",
+                                            "output_zero_point_tensor")),
+                        output_type=output_type, dtype=output_type.numpy_dtype, meta=meta)
+
+
+def _arguments(pairs: dict, fields) -> list:
+    """blockwise's arguments: the (array, index) pairs of ``fields``, in their order."""
+    return [item for field in fields for item in pairs[field]]
+
+
+def _vector(value, field: str, dtype, free_axis: int, chunks: tuple):
+    """(Dask array, blockwise index) of a scale or zero point: a 0-d array per tensor, else a vector along the rows
+    ("i") or columns ("j") of the output, chunked like its tensor there."""
+    import dask.array as da
+
+    where = f"{QMM_NAME}.{field}"
+    length = sum(chunks)
+    shape = tuple(value.shape) if hasattr(value, "shape") else ()
+    if math.prod(shape) == 1 or not shape:
+        return da.asarray(value).reshape(()).astype(dtype), ""
+    position = len(shape) - 1 if len(shape) == 1 else len(shape) + free_axis
+    if shape[position] != length or math.prod(shape) != length:
+        what = "per row {…, M, 1}" if free_axis == -2 else "per column {…, 1, N}"
+        raise ValidationError(f"{where}: sizes {list(shape)} must be per tensor {{1, …, 1}}, {what} or a vector of "
+                              f"{length} values")
+    if not given(value):
+        return da.from_array(np.asarray(value, dtype).reshape(-1), chunks=(chunks,)), "i" if free_axis == -2 else "j"
+    vector = value.reshape(-1)
+    if vector.chunks[0] != chunks:
+        tensor = QUANTIZATION_PARAMETERS[field][0]
+        raise ValidationError(f"{where}: chunks {vector.chunks[0]} must match {tensor}'s {chunks} along "
+                              f"{'M' if free_axis == -2 else 'N'} (rechunk it like its tensor)")
+    return vector.astype(dtype), "i" if free_axis == -2 else "j"
+
+
+def _column(values):
+    """A per-row vector as a column {M, 1}; a 0-d per-tensor value as it is."""
+    return values if values is None or values.ndim == 0 else values.reshape(-1, 1)
+
+
+def _matmul_block(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point, *,
+                  output_dtype, backend):
+    """One output block where K is one chunk: the in-memory call."""
+    return api.quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale,
+                                       output_zero_point, output_dtype=output_dtype, backend=backend)
+
+
+def _accumulator_block(a, a_zero_point, b, b_zero_point):
+    """Σ (A − za)(B − zb) over one K block, exact in float64, with a trailing axis of one (the K block's)."""
+    def shifted(x, zero_point):
+        x = x.astype(np.float64)
+        return x if zero_point is None else x - zero_point
+
+    return np.matmul(shifted(a, _column(a_zero_point)), shifted(b, b_zero_point))[..., None]
+
+
+def _requantize_block(accumulators, a_scale, b_scale, output_scale, output_zero_point, *, output_type):
+    for field, values in (("a_scale_tensor", a_scale), ("b_scale_tensor", b_scale),
+                          ("output_scale_tensor", output_scale)):
+        check_scale(field, values)  # lazy scales are known only now
+    zero = 0 if output_zero_point is None else _column(output_zero_point)
+    return requantize(accumulators, _column(a_scale), b_scale, _column(output_scale), zero, output_type)
