@@ -17,6 +17,7 @@ import multiprocessing
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -836,8 +837,18 @@ def test_each_kernel_forced_through_the_array_api(monkeypatch, name):
 
 @pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="no thread affinity")
 def test_pieces_leave_the_calling_threads_cores_as_they_were():
-    """The calling thread's cores are the same after pieces were handed out, also where a piece fails."""
+    """The calling thread's cores stay as they were while it takes pieces and after, also where a piece fails."""
     allowed = os.sched_getaffinity(0)
+    caller = threading.get_native_id()
+    seen = []
+
+    def record():
+        if threading.get_native_id() == caller:
+            seen.append(os.sched_getaffinity(0))
+        time.sleep(0.001)
+
+    cpu_pieces.run_in_pieces([record] * 8, True, then=[record] * 8)
+    assert seen and all(cores == allowed for cores in seen)
     rng = np.random.default_rng(15)
     a, b = random_values(rng, (50, 40), np.int8), random_values(rng, (40, 30), np.uint8)
     for kernel in cpu_integer_gemm.RUNNABLE:
