@@ -12,10 +12,12 @@ numba is installed, large scans on all cores), on one core, with ordinary stores
 the cache for large outputs along an outer axis), and with its NumPy-only engine.
 
 The quantized matmul counts 2·M·N·K operations and is compared with float32 BLAS (sgemm) of the same size, the
-ceiling of an exact product made through it. dmlops runs as installed (the integer GEMM on 16-bit products and the
-compiled requantization where numba is installed and the processor has AVX2), on one core, and as it runs with
-NumPy alone (float32 BLAS products, NumPy's requantization). NumPy's integer matmul never uses BLAS; it is timed on
-64 rows and reported as a rate.
+ceiling of an exact product made through it: n×n×n, and M × 4096 × 4096 for M = 1, 16, 128 (one token to a batch
+of them through a layer of a language model). dmlops runs as installed (the integer GEMM with the kernel picked for
+the processor, named in the header, and the compiled requantization, where numba is installed), on one core, and as
+it runs with NumPy alone (float32 BLAS products, NumPy's requantization). NumPy's integer matmul never uses BLAS; it
+is timed on up to 64 rows and reported as a rate. The header gives the processor's model and the flags that decide
+the kernels.
 
     python benchmarks/cpu.py --rows matmul     # only the quantized matmul (or: scans)
 """
@@ -33,11 +35,14 @@ import onnxruntime
 from onnx import TensorProto, helper
 
 import dmlops
-from dmlops.backends import cpu_qmatmul, cpu_scan
+from dmlops.backends import cpu_integer_gemm, cpu_qmatmul, cpu_scan
 
 SCAN_SHAPES = [((1 << 26,), 0, "1-D 2^26"), ((1024, 65536), 1, "1024 × 65536, last axis"),
                ((65536, 1024), 0, "65536 × 1024, axis 0"), ((1 << 22, 8), 1, "4M × 8, last axis")]
-MATMUL_SIZES = [512, 1024, 2048]
+MATMUL_SHAPES = [(512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048), (1, 4096, 4096), (16, 4096, 4096),
+                 (128, 4096, 4096)]  # M, K, N
+# The processor's flags that decide which kernels run (as /proc/cpuinfo names them).
+KERNEL_FLAGS = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx_vnni", "sse4a")
 ONNX_TYPES = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float16): TensorProto.FLOAT16,
               np.dtype(np.uint8): TensorProto.UINT8, np.dtype(np.int8): TensorProto.INT8}
 
@@ -78,7 +83,8 @@ def onnx_session(node, inputs, output, initializers=()):
 
     graph = helper.make_graph([node], "benchmark", [info(*i) for i in inputs], [info(*output)],
                               initializer=list(initializers))
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)])
+    # IR version 8 (ONNX 1.10): any ONNX Runtime reads it, whatever onnx writes by default
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)], ir_version=8)
     return onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
 
 
@@ -140,33 +146,33 @@ def scan_rows(repeats: int, copy: float):
 def matmul_rows(repeats: int):
     """uint8 A with zero point 128 (per tensor), int8 B with per-column scales, uint8 output."""
     rng = np.random.default_rng(3)
-    for n in MATMUL_SIZES:
-        a = rng.integers(0, 256, (n, n), dtype=np.uint8)
-        b = rng.integers(-128, 128, (n, n), dtype=np.int8)
+    for m, k, n in MATMUL_SHAPES:
+        a = rng.integers(0, 256, (m, k), dtype=np.uint8)
+        b = rng.integers(-128, 128, (k, n), dtype=np.int8)
         a_scale, a_zero = np.float32(0.02), np.uint8(128)
         b_scale, b_zero = (rng.random(n, dtype=np.float32) + 0.5) * 0.01, np.zeros(n, np.int8)
-        out_scale, out_zero = np.float32(0.1 * n**0.5), np.uint8(128)
+        out_scale, out_zero = np.float32(0.1 * k**0.5), np.uint8(128)
         session = onnx_session(
             helper.make_node("QLinearMatMul", ["a", "a_scale", "a_zero", "b", "b_scale", "b_zero", "y_scale",
                                                "y_zero"], ["y"]),
-            [("a", np.uint8, (n, n)), ("b", np.int8, (n, n))], ("y", np.uint8, (n, n)),
+            [("a", np.uint8, (m, k)), ("b", np.int8, (k, n))], ("y", np.uint8, (m, n)),
             [helper.make_tensor("a_scale", TensorProto.FLOAT, [], [a_scale]),
              helper.make_tensor("a_zero", TensorProto.UINT8, [], [a_zero]),
              helper.make_tensor("b_scale", TensorProto.FLOAT, [n], b_scale),
              helper.make_tensor("b_zero", TensorProto.INT8, [n], b_zero),
              helper.make_tensor("y_scale", TensorProto.FLOAT, [], [out_scale]),
              helper.make_tensor("y_zero", TensorProto.UINT8, [], [out_zero])])
-        out = np.empty((n, n), np.uint8)
+        out = np.empty((m, n), np.uint8)
 
         def run_backend(**engine):
             """The backend's call as the array API makes it: 4-D tensors, vectors of M or N."""
             vector = np.broadcast_to
             return lambda: cpu_qmatmul.quantized_linear_matmul(
-                a[None, None], vector(a_scale, (n,)), vector(a_zero, (n,)), b[None, None], b_scale, b_zero,
-                vector(out_scale, (n,)), vector(out_zero, (n,)), out[None, None], **engine)
+                a[None, None], vector(a_scale, (m,)), vector(a_zero, (m,)), b[None, None], b_scale, b_zero,
+                vector(out_scale, (m,)), vector(out_zero, (m,)), out[None, None], **engine)
 
-        sgemm_a = rng.standard_normal((n, n), dtype=np.float32)
-        sgemm_b = rng.standard_normal((n, n), dtype=np.float32)
+        sgemm_a = rng.standard_normal((m, k), dtype=np.float32)
+        sgemm_b = rng.standard_normal((k, n), dtype=np.float32)
         a_rows, b_wide = a[:64].astype(np.int32), b.astype(np.int32)
         times = median_times({
             "dmlops": lambda: dmlops.quantized_linear_matmul(a, a_scale, a_zero, b, b_scale, b_zero, out_scale,
@@ -176,15 +182,28 @@ def matmul_rows(repeats: int):
             "ONNX Runtime": lambda: session.run(None, {"a": a, "b": b}),
             "sgemm": lambda: sgemm_a @ sgemm_b,
         }, repeats)
-        operations = 2 * n**3 / 1e9
+        operations = 2 * m * n * k / 1e9
         rates = {name: operations / seconds for name, seconds in times.items()}
-        numpy_rate = operations * 64 / n / median_times({"NumPy": lambda: a_rows @ b_wide}, 1)["NumPy"]
+        numpy_rate = operations * len(a_rows) / m / median_times({"NumPy": lambda: a_rows @ b_wide}, 1)["NumPy"]
         dmlops.quantized_linear_matmul(a, a_scale, a_zero, b, b_scale, b_zero, out_scale, out_zero, out=out)
         difference = np.abs(out.astype(np.int16) - session.run(None, {"a": a, "b": b})[0]).max()
         dml, ort, floor = rates["dmlops"], rates["ONNX Runtime"], rates["sgemm"]
-        print(f"| {n} | {dml:.1f} | {rates['dmlops 1 core']:.1f} | {rates['dmlops NumPy-only']:.1f} | {ort:.1f} | "
-              f"{numpy_rate:.2f} | "
-              f"{floor:.1f} | {dml / ort:.2f} | {dml / floor:.2f} | {difference} |", flush=True)
+        print(f"| {m} × {k} × {n} | {dml:.1f} | {rates['dmlops 1 core']:.1f} | {rates['dmlops NumPy-only']:.1f} | "
+              f"{ort:.1f} | {numpy_rate:.2f} | {floor:.1f} | {dml / ort:.2f} | {dml / floor:.2f} | {difference} |",
+              flush=True)
+
+
+def processor() -> str:
+    """The processor's model and the flags of KERNEL_FLAGS it has (Linux), else what platform says."""
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            fields = dict(line.split(":", 1) for line in cpuinfo.read().split("\n\n")[0].splitlines() if ":" in line)
+    except OSError:
+        return platform.processor() or platform.machine()
+    fields = {key.strip(): value.strip() for key, value in fields.items()}
+    flags = set(fields.get("flags", "").split())
+    return (f"{fields.get('model name', '?')} (family {fields.get('cpu family', '?')}, model {fields.get('model', '?')});"
+            f" flags: {' '.join(flag for flag in KERNEL_FLAGS if flag in flags)}")
 
 
 def main():
@@ -193,9 +212,12 @@ def main():
     parser.add_argument("--rows", choices=["all", "scans", "matmul"], default="all")
     arguments = parser.parse_args()
     repeats = arguments.repeats
-    print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores; numpy {np.__version__}, "
-          f"onnxruntime {onnxruntime.__version__}, onnx {onnx.__version__}, "
-          f"numba {cpu_scan.numba.__version__ if cpu_scan.numba else 'absent'}; median of {repeats} rounds")
+    kernel = cpu_integer_gemm.KERNEL
+    print(f"{processor()}; {os.cpu_count()} cores")
+    print(f"numpy {np.__version__}, onnxruntime {onnxruntime.__version__}, onnx {onnx.__version__}, "
+          f"numba {cpu_scan.numba.__version__ if cpu_scan.numba else 'absent'}; quantized matmul kernel: "
+          f"{kernel.name if kernel else 'float32 BLAS'} (runnable: "
+          f"{', '.join(k.name for k in cpu_integer_gemm.RUNNABLE) or 'none'}); median of {repeats} rounds")
     if arguments.rows != "matmul":
         copy = copy_bandwidth(repeats)
         print(f"\nFloor: copy bandwidth {copy:.2f} GB/s (bytes read + written)\n")
@@ -205,7 +227,7 @@ def main():
         scan_rows(repeats, copy)
     if arguments.rows == "scans":
         return
-    print("\n| quantized matmul n×n×n | dmlops GOPS | dmlops 1 core | dmlops NumPy-only | ONNX Runtime | "
+    print("\n| quantized matmul M × K × N | dmlops GOPS | dmlops 1 core | dmlops NumPy-only | ONNX Runtime | "
           "NumPy int32 matmul | floor: sgemm GFLOP/s | dmlops / ORT | dmlops / sgemm | max |dmlops − ORT| |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     matmul_rows(repeats)

@@ -4,9 +4,9 @@ Scans run through both engines (the NumPy one, and the compiled one where numba 
 1-D, a long inner axis, a short inner axis, an outer axis, a middle axis; both directions, exclusive or not, in
 place or not, strided, broadcast and padded. Block and segment boundaries of the NumPy engine are crossed by
 shrinking its blocks; the compiled engine's rows written with streaming stores run on small tensors by request.
-The quantized matmul is checked through both ways of making its exact sums (float32 BLAS, the integer GEMM on
-16-bit products) across their K chunks, with zero points present and absent, every signedness,
-strided and broadcast operands. Outputs are poisoned first, and memory beside them must stay as it was.
+The quantized matmul is checked through every way of making its exact sums that can run here (float32 BLAS, and each
+kernel of the integer GEMM whose instructions the processor has) across their K chunks, with zero points present
+and absent, every signedness, strided and broadcast operands; the choice of kernel, by forcing each one. Outputs are poisoned first, and memory beside them must stay as it was.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import multiprocessing
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -24,11 +25,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dmlops.backends import cpu, cpu_int16_gemm, cpu_pieces, cpu_qmatmul, cpu_scan
+from dmlops.backends import cpu, cpu_integer_gemm, cpu_pieces, cpu_qmatmul, cpu_scan
 from dmlops import DataType
 from dmlops.ops import cumulative as cumulative_op
 from dmlops.ops import quantized_matmul as quantized_matmul_op
 
+import dmlops
 import reference
 from checks import assert_cumulative_matches
 
@@ -468,7 +470,7 @@ def quantized_case(rng, a_type, b_type, out_type, k, zero_points, per_element, b
 
 ZERO_POINTS = list(itertools.product([False, True], repeat=3))  # A, B, output
 REQUANTIZATIONS = [False] + ([True] if cpu_qmatmul.numba else [])  # compiled or not
-PRODUCT_ENGINES = ["float32"] + (["int16"] if cpu_int16_gemm.MADD_INSTRUCTIONS else [])
+PRODUCT_ENGINES = ["float32"] + [kernel.name for kernel in cpu_integer_gemm.RUNNABLE]
 
 
 @pytest.mark.parametrize("k", [1, 2, 257, 258, 259, 1023, 1024, 1025, 2100])
@@ -663,9 +665,10 @@ def test_extreme_values_stay_exact(k, a_type, b_type, zero_points):
     np.testing.assert_array_equal(acc, exact)
 
 
-# -- the integer GEMM on 16-bit products ---------------------------------------------------------------------------
+# -- the integer GEMM -----------------------------------------------------------------------------------------------
 
-needs_madd = pytest.mark.skipif(not cpu_int16_gemm.MADD_INSTRUCTIONS, reason="no numba, or no AVX2")
+# Every kernel whose instructions this processor has (none without numba).
+KERNELS = [pytest.param(kernel, id=kernel.name) for kernel in cpu_integer_gemm.RUNNABLE]
 
 
 def exact_product(a, zero_a, b, zero_b):
@@ -674,21 +677,22 @@ def exact_product(a, zero_a, b, zero_b):
     return a @ (b.astype(np.int64) - (0 if zero_b is None else zero_b.astype(np.int64)))
 
 
-def int16_product(a, zero_a, b, zero_b, pieces):
-    """cpu_int16_gemm.integer_product into poisoned scratch arrays, whose padding must not change the result."""
-    buffers = [np.full(shape, 0x5A5A, dtype) for shape, dtype in
-               zip(cpu_int16_gemm.packed_shapes(a.shape[0], a.shape[1], b.shape[1]), (np.int16, np.int16, np.int32))]
-    return cpu_int16_gemm.integer_product(a, zero_a, b, zero_b, *buffers, pieces)
+def kernel_product(kernel, a, zero_a, b, zero_b, pieces):
+    """cpu_integer_gemm.integer_product into poisoned scratch arrays, whose padding must not change the result."""
+    layouts = cpu_integer_gemm.scratch_layouts(kernel, a.shape[0], min(a.shape[1], cpu_integer_gemm.INT32_CHUNK),
+                                               b.shape[1])
+    buffers = [np.full(shape, 0x5A, dtype) for shape, dtype in layouts]
+    return cpu_integer_gemm.integer_product(kernel, a, zero_a, b, zero_b, buffers, pieces)
 
 
 @st.composite
 def strided_operands(draw):
     """a {M, K} and b {K, N} of any types, as views with steps, transposed or broadcast along a dimension (stride
-    0); sizes that are multiples of no block (6 rows, 16 columns, 2 along K, K_BLOCK); zero points per row /
-    column, per tensor (stride 0) or absent."""
+    0); sizes that are multiples of no block (6 rows, 16 or 64 columns, 2 or 4 along K, the kernels' K blocks);
+    zero points per row / column, per tensor (stride 0) or absent."""
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
-    m, n = draw(st.integers(1, 40)), draw(st.integers(1, 40))
-    k = draw(st.sampled_from([1, 15, 17, 100, cpu_int16_gemm.K_BLOCK + 21]))
+    m, n = draw(st.integers(1, 70)), draw(st.integers(1, 70))
+    k = draw(st.sampled_from([1, 2, 3, 15, 17, 100, 1045, 2069]))
 
     def operand(dtype, rows, columns):
         layout = draw(st.sampled_from(["contiguous", "steps", "transposed", "broadcast"]))
@@ -713,17 +717,37 @@ def strided_operands(draw):
             draw(st.sampled_from([1, 3])))
 
 
-@needs_madd
-@settings(max_examples=60, deadline=None)
+@pytest.mark.parametrize("kernel", KERNELS)
+@settings(max_examples=40, deadline=None)
 @given(strided_operands())
-def test_int16_product_is_exact(case):
+def test_kernel_product_is_exact(kernel, case):
     a, zero_a, b, zero_b, pieces = case
-    np.testing.assert_array_equal(int16_product(a, zero_a, b, zero_b, pieces), exact_product(a, zero_a, b, zero_b))
+    np.testing.assert_array_equal(kernel_product(kernel, a, zero_a, b, zero_b, pieces),
+                                  exact_product(a, zero_a, b, zero_b))
 
 
-@needs_madd
+@pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("a_type, b_type", list(itertools.product(QMM_TYPES, repeat=2)))
-def test_int16_product_past_the_int32_chunk(a_type, b_type):
+def test_kernel_product_at_the_extremes(kernel, a_type, b_type):
+    """Every product at ±255² (the zero point at the other end of the range) but a few: the int32 sums and the
+    byte kernels' corrections at their largest, K = INT32_CHUNK, the longest one call takes."""
+    k = cpu_integer_gemm.INT32_CHUNK
+    lowest, highest = np.iinfo(a_type).min, np.iinfo(a_type).max
+    a = np.full((7, k), lowest, a_type)
+    a[1::2] = highest
+    a[2, ::5] = highest
+    zero_a = np.array([highest, lowest] * 3 + [lowest], a_type)
+    b = np.full((k, 3), np.iinfo(b_type).max, b_type)
+    b[::7, 1] = np.iinfo(b_type).min
+    zero_b = np.array([np.iinfo(b_type).min, np.iinfo(b_type).max, np.iinfo(b_type).min], b_type)
+    exact = exact_product(a, zero_a, b, zero_b)
+    assert np.abs(exact).max() > 2**31 - 2**26
+    np.testing.assert_array_equal(kernel_product(kernel, a, zero_a, b, zero_b, 1), exact)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("a_type, b_type", list(itertools.product(QMM_TYPES, repeat=2)))
+def test_kernel_product_past_the_int32_chunk(kernel, a_type, b_type):
     """K = 40 000 > 33 025: every product at ±255², so an int32 sum over the whole of K would wrap; two chunks,
     added in float64, do not."""
     k = 40_000
@@ -734,44 +758,102 @@ def test_int16_product_past_the_int32_chunk(a_type, b_type):
     b = np.full((k, 2), np.iinfo(b_type).max, b_type)
     b[::7, 1] = np.iinfo(b_type).min
     zero_b = np.array([np.iinfo(b_type).min, np.iinfo(b_type).max], b_type)
-    product = int16_product(a, zero_a, b, zero_b, 1)
+    product = kernel_product(kernel, a, zero_a, b, zero_b, 1)
     exact = exact_product(a, zero_a, b, zero_b)
     assert np.abs(exact).max() > 2**31
     np.testing.assert_array_equal(product, exact)
 
 
-@needs_madd
-def test_int16_product_adds_many_chunks(monkeypatch):
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_kernel_product_adds_many_chunks(monkeypatch, kernel):
     """Chunks of 48 along K = 1001 (the last one short), random values."""
-    monkeypatch.setattr(cpu_int16_gemm, "INT32_CHUNK", 48)
+    monkeypatch.setattr(cpu_integer_gemm, "INT32_CHUNK", 48)
     rng = np.random.default_rng(12)
     a, b = random_values(rng, (13, 1001), np.uint8), random_values(rng, (1001, 9), np.int8)
     zero_a, zero_b = random_values(rng, 13, np.uint8), random_values(rng, 9, np.int8)
-    np.testing.assert_array_equal(int16_product(a, zero_a, b, zero_b, 3), exact_product(a, zero_a, b, zero_b))
+    np.testing.assert_array_equal(kernel_product(kernel, a, zero_a, b, zero_b, 3),
+                                  exact_product(a, zero_a, b, zero_b))
 
 
-@needs_madd
+@pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("compiled", REQUANTIZATIONS)
-def test_int16_chunks_requantized_in_pieces(monkeypatch, compiled):
-    """Chunks of 48 along K = 301, added in float64 by each piece of rows, then requantized there."""
-    monkeypatch.setattr(cpu_int16_gemm, "INT32_CHUNK", 48)
+def test_kernel_chunks_requantized(monkeypatch, kernel, compiled):
+    """Chunks of 48 along K = 301, added in float64, then requantized."""
+    monkeypatch.setattr(cpu_integer_gemm, "INT32_CHUNK", 48)
     rng = np.random.default_rng(14)
     arguments, expected = quantized_case(rng, np.int8, np.uint8, np.int8, 301, (True, True, True), True, m=40, n=33)
     out = poisoned(expected.shape, np.int8)
-    cpu_qmatmul.quantized_linear_matmul(*arguments, out, compiled=compiled, products="int16", pieces=3)
+    cpu_qmatmul.quantized_linear_matmul(*arguments, out, compiled=compiled, products=kernel.name, pieces=3)
     np.testing.assert_array_equal(out, expected)
 
 
-@needs_madd
+@pytest.mark.parametrize("features, expected", [
+    ({"avx", "avx2", "f16c"}, ["avx2"]),
+    ({"avx2", "avxvnni"}, ["avx-vnni", "avx2"]),
+    ({"avx2", "avx512f", "avx512bw", "avx512vl"}, ["avx512bw", "avx2"]),
+    ({"avx2", "avx512f", "avx512bw", "avx512vnni"}, ["avx512-vnni", "avx512bw", "avx2"]),
+    ({"avx2", "avx512f", "avx512bw", "avx512vl", "avx512vnni"}, ["avx512-vnni", "avx-vnni", "avx512bw", "avx2"]),
+    ({"sse4.2", "neon"}, []),
+])
+def test_kernels_follow_the_processors_features(monkeypatch, features, expected):
+    monkeypatch.setattr(cpu_integer_gemm, "numba", cpu_integer_gemm.numba or object())
+    monkeypatch.setattr(cpu_integer_gemm, "target_features", lambda: features)
+    assert [kernel.name for kernel in cpu_integer_gemm.runnable_kernels()] == expected
+
+
+@pytest.mark.parametrize("name", [kernel.name for kernel in cpu_integer_gemm.RUNNABLE] + ["float32", None])
+def test_a_named_kernel_is_chosen(monkeypatch, name):
+    """DMLOPS_CPU_KERNEL forces any kernel that can run here, or the float32 path; unset, the fastest one runs."""
+    if name is None:
+        monkeypatch.delenv("DMLOPS_CPU_KERNEL", raising=False)
+    else:
+        monkeypatch.setenv("DMLOPS_CPU_KERNEL", name)
+    chosen = cpu_integer_gemm.chosen_kernel()
+    runnable = cpu_integer_gemm.RUNNABLE
+    assert chosen == (runnable[0] if runnable else None) if name is None else \
+        (chosen is None if name == "float32" else chosen.name == name)
+
+
+@pytest.mark.parametrize("name", ["avx512-vnni", "avx-vnni", "avx512bw", "avx2", "sse2", ""])
+def test_kernels_that_cannot_run_are_rejected(monkeypatch, name):
+    monkeypatch.setattr(cpu_integer_gemm, "RUNNABLE", [])
+    with pytest.raises(dmlops.ValidationError, match="CPU quantized matmul: kernel .* cannot run here"):
+        cpu_integer_gemm.kernel_named(name)
+
+
+@pytest.mark.parametrize("name", PRODUCT_ENGINES)
+def test_each_kernel_forced_through_the_array_api(monkeypatch, name):
+    """The array API runs whichever kernel is chosen, and every one gives the operator's bits."""
+    monkeypatch.setattr(cpu_integer_gemm, "KERNEL", cpu_integer_gemm.kernel_named(name))
+    rng = np.random.default_rng(16)
+    for types, zero_points in [((np.uint8, np.int8, np.uint8), (True, False, True)),
+                               ((np.int8, np.uint8, np.int8), (True, True, False))]:
+        arguments, expected = quantized_case(rng, *types, 77, zero_points, True, batch=(2,), m=23, n=70)
+        a, a_scale, zero_a, b, b_scale, zero_b, output_scale, zero_out = arguments
+        out = dmlops.quantized_linear_matmul(a, a_scale, zero_a, b, b_scale, zero_b, output_scale, zero_out,
+                                             output_dtype=types[2])
+        np.testing.assert_array_equal(out, expected)
+
+
 @pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="no thread affinity")
 def test_pieces_leave_the_calling_threads_cores_as_they_were():
-    """The calling thread keeps to its core while it hands out pieces, then gets its cores back, also where a piece
-    fails."""
+    """The calling thread's cores stay as they were while it takes pieces and after, also where a piece fails."""
     allowed = os.sched_getaffinity(0)
+    caller = threading.get_native_id()
+    seen = []
+
+    def record():
+        if threading.get_native_id() == caller:
+            seen.append(os.sched_getaffinity(0))
+        time.sleep(0.001)
+
+    cpu_pieces.run_in_pieces([record] * 8, True, then=[record] * 8)
+    assert seen and all(cores == allowed for cores in seen)
     rng = np.random.default_rng(15)
     a, b = random_values(rng, (50, 40), np.int8), random_values(rng, (40, 30), np.uint8)
-    np.testing.assert_array_equal(int16_product(a, None, b, None, 3), exact_product(a, None, b, None))
-    assert os.sched_getaffinity(0) == allowed
+    for kernel in cpu_integer_gemm.RUNNABLE:
+        np.testing.assert_array_equal(kernel_product(kernel, a, None, b, None, 3), exact_product(a, None, b, None))
+        assert os.sched_getaffinity(0) == allowed
 
     def fail():
         raise ZeroDivisionError
@@ -803,20 +885,20 @@ def test_pieces_then_start_after_every_first_piece(threads):
         cpu_pieces.run_in_pieces([fail, functools.partial(first, 1)], threads, then=[lambda: None] * 2)
 
 
-def product_in_pieces(a, b, exact):
+def product_in_pieces(kernel, a, b, exact):
     """Exit status 0 where the product, cut into pieces for the threads, is exact."""
-    os._exit(0 if np.array_equal(int16_product(a, None, b, None, 3), exact) else 1)
+    os._exit(0 if np.array_equal(kernel_product(kernel, a, None, b, None, 3), exact) else 1)
 
 
-@needs_madd
+@pytest.mark.parametrize("kernel", KERNELS[:1])
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork")
-def test_int16_product_in_a_forked_child():
+def test_kernel_product_in_a_forked_child(kernel):
     """A child forked after a product has run has none of its parent's threads: it must start its own."""
     rng = np.random.default_rng(13)
     a, b = random_values(rng, (50, 40), np.int8), random_values(rng, (40, 30), np.uint8)
     exact = exact_product(a, None, b, None)
-    np.testing.assert_array_equal(int16_product(a, None, b, None, 3), exact)
-    child = multiprocessing.get_context("fork").Process(target=product_in_pieces, args=(a, b, exact))
+    np.testing.assert_array_equal(kernel_product(kernel, a, None, b, None, 3), exact)
+    child = multiprocessing.get_context("fork").Process(target=product_in_pieces, args=(kernel, a, b, exact))
     child.start()
     child.join(60)
     if child.exitcode is None:

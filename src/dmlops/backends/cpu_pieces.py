@@ -33,18 +33,16 @@ def new_pool_in_child() -> None:
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=new_pool_in_child)
 
-# The core the calling thread runs on (Linux, glibc), else None. Before handing out pieces, the calling thread
-# restricts the pool's threads to the other cores: woken on its own, a thread that had slept 0.1 s or more was
-# placed on the core of the thread that woke it (on this project's virtual machines, whose idle cores are halted),
-# and shared it with that thread for most of a short product (1024³ with the second core idle: 136 GOPS on two
-# threads, 266 with the helper restricted to the other core). The calling thread keeps to its own core until the
-# pieces are done: waiting for the GIL, it was woken by a helper onto the helper's core and waited there 1.5-2.5 ms
-# for its turn while its own core stayed idle (512³ after 0.2 s idle: 129 -> 144 GOPS).
+# The core the calling thread runs on (Linux, glibc), else None. Before handing out pieces, the pool's threads (this
+# module's own, never the caller's) are restricted to the cores other than the calling thread's: woken on its own, a
+# thread that had slept 0.1 s or more was placed on the core of the thread that woke it (on this project's virtual
+# machines, whose idle cores are halted), and shared it with that thread for most of a short product (1024³ with the
+# second core idle: 136 GOPS on two threads, 266 with the helper restricted to the other core). The calling thread's
+# own affinity is never changed: a library call leaves its caller's state as it was.
 try:
     CURRENT_CORE = ctypes.CDLL(None).sched_getcpu if hasattr(os, "sched_setaffinity") else None
 except (OSError, AttributeError):
     CURRENT_CORE = None
-
 
 
 def run_in_pieces(calls, threads: bool, then=()) -> None:
@@ -83,18 +81,15 @@ def run_in_pieces(calls, threads: bool, then=()) -> None:
         take()
 
     allowed = os.sched_getaffinity(0) if threads and CURRENT_CORE is not None else set()
-    here = CURRENT_CORE() if allowed else None
-    if len(allowed - {here}) > 0:  # see the note at CURRENT_CORE
+    others = allowed - {CURRENT_CORE()} if allowed else set()
+    if others:  # see the note at CURRENT_CORE
         for helper in HELPER_IDS:
-            os.sched_setaffinity(helper, allowed - {here})
-        os.sched_setaffinity(0, {here})
+            os.sched_setaffinity(helper, others)
     helpers = [PIECE_THREADS.submit(take_as_helper) for _ in range(HELPERS)] if threads else []
     try:
         take()
     finally:
         errors = [helper.exception() for helper in helpers]  # waits for every helper: they write into our arrays
-        if len(allowed - {here}) > 0:
-            os.sched_setaffinity(0, allowed)
     for error in errors:
         if error is not None:
             raise error

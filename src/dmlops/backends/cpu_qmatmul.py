@@ -1,7 +1,8 @@
 """Quantized linear matrix multiply on the CPU: the exact integer product, then the operator's requantization.
 
-Where numba is installed and the processor has AVX2, the exact sums come from an integer GEMM on 16-bit products
-(``cpu_int16_gemm``), which does twice the multiply-adds a cycle of float32 BLAS and needs no corrections.
+Where numba is installed and the processor has AVX2 or later, the exact sums come from an integer GEMM whose kernel
+is picked from the processor (``cpu_integer_gemm``: `vpdpbusd` where it has VNNI, else `vpmaddwd` on 16-bit
+products), at two to four times the multiply-adds a cycle of float32 BLAS.
 
 Elsewhere they come from float32 BLAS: NumPy never uses BLAS for integer matrices, so the integer product runs as a
 float32 GEMM, which is exact as long as every partial sum is an integer of magnitude at most 2^24 (float32 has a
@@ -30,7 +31,7 @@ import numpy as np
 
 from ..ops.quantized_matmul import OUTPUT_RANGE, requantize
 from ..types import DataType
-from . import cpu_int16_gemm
+from . import cpu_integer_gemm
 from .cpu_pieces import CORES, PIECES_PER_CORE, cut, run_in_pieces
 
 try:
@@ -58,7 +59,8 @@ def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, 
     """a {B, C, M, K}, b {B, C, K, N}, out {B, C, M, N}; scales and zero points are vectors of M or N, or None.
 
     ``compiled`` picks the requantization (None: the compiled one where numba is installed); ``products``, how the
-    exact sums are made: "int16" (the integer GEMM) or "float32" (BLAS); None: "int16" where it can run;
+    exact sums are made: the name of an integer GEMM kernel that can run here (``cpu_integer_gemm``: "avx512-vnni",
+    "avx-vnni", "avx512bw", "avx2") or "float32" (BLAS); None: ``cpu_integer_gemm.KERNEL``, the fastest one;
     ``pieces``, into how many pieces of rows the integer GEMM and the compiled requantization are cut for the cores
     (None: by their size).
     """
@@ -72,15 +74,16 @@ def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, 
 
     compiled = numba is not None if compiled is None else compiled
     zero_point = np.zeros(m, out.dtype) if output_zero_point is None else output_zero_point
-    if (cpu_int16_gemm.MADD_INSTRUCTIONS if products is None else products == "int16"):
-        # ã, b̃ in blocks and the int32 sums, written afresh for each matrix of the batch; each piece of rows is
+    kernel = cpu_integer_gemm.KERNEL if products is None else cpu_integer_gemm.kernel_named(products)
+    if kernel is not None:
+        # the packed operands and the int32 sums, written afresh for each matrix of the batch; each piece of rows is
         # requantized as soon as its sums are made, while they are in cache
-        buffers = scratch(list(zip(cpu_int16_gemm.packed_shapes(m, k, n), (np.int16, np.int16, np.int32))))
+        buffers = scratch(cpu_integer_gemm.scratch_layouts(kernel, m, min(k, cpu_integer_gemm.INT32_CHUNK), n))
         for index in np.ndindex(*out.shape[:2]):
             requantize_slice = rows_requantization(compiled, [], a_scale, b_scale, output_scale, zero_point,
                                                    out[index])
-            cpu_int16_gemm.integer_product(a[index], a_zero_point, b[index], b_zero_point, *buffers,
-                                           pieces_for(m * n * k, PARALLEL_MULTIPLY_ADDS), requantize_slice)
+            cpu_integer_gemm.integer_product(kernel, a[index], a_zero_point, b[index], b_zero_point, buffers,
+                                             pieces_for(m * n * k, PARALLEL_MULTIPLY_ADDS), requantize_slice)
         return
     requantize_sums = functools.partial(requantize_compiled, pieces=pieces_for(m * n, PARALLEL_OUTPUTS)) \
         if compiled else requantize_numpy

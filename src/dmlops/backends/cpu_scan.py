@@ -28,6 +28,7 @@ import numpy as np
 
 from ..ops.cumulative import ACCUMULATION_DTYPE
 from ..types import DataType
+from .cpu_compiled import call, target_features
 from .cpu_pieces import CORES, PIECES_PER_CORE, cut, run_in_pieces
 
 try:
@@ -359,30 +360,6 @@ def scan_compiled(operation, x3, out3, accumulation, reverse, exclusive, stream=
              np.empty(width, accumulation))
 
 
-# Entry points of compiled kernels by their arguments' types: finding them through numba's dispatcher at every call
-# costs more than a small scan.
-ENTRY_POINTS: dict = {}
-
-
-def call(kernel, *args) -> None:
-    """kernel(*args) through the entry point compiled for the arguments' numba types, strings as literals."""
-    key = (kernel, *map(argument_key, args))
-    entry = ENTRY_POINTS.get(key)
-    if entry is None:
-        entry = ENTRY_POINTS[key] = kernel.compile(tuple(numba.types.literal(arg) if isinstance(arg, str)
-                                                         else numba.typeof(arg) for arg in args))
-    entry(*args)
-
-
-def argument_key(arg):
-    """What numba's type of arg depends on, cheaply: an array's dtype, rank, layout, writability and alignment; a
-    NumPy scalar's or bool's type; a string itself."""
-    if isinstance(arg, np.ndarray):
-        flags = arg.flags
-        return arg.dtype, arg.ndim, flags.c_contiguous, flags.f_contiguous, flags.writeable, flags.aligned
-    return type(arg) if isinstance(arg, np.generic | bool) else arg
-
-
 def vector_aligned(size: int, dtype: np.dtype, address: int) -> np.ndarray:
     """An empty array of ``size`` whose elements fall on VECTOR_BYTES boundaries where those of an array at
     ``address`` (a multiple of the item size) do, so that the running row's vectors are as aligned as the output's
@@ -497,18 +474,11 @@ def streams(dtype: np.dtype) -> bool:
     return STREAM_STORES and numba is not None and (dtype.kind in "iu" or dtype != np.float16 and SINGLE_FLOATS)
 
 
-def target_features() -> list[str]:
-    """The features of the processor numba compiles for: "+avx2", "-sse4a", ..."""
-    from numba.core import codegen, config
-
-    return (config.CPU_FEATURES if config.CPU_FEATURES is not None else codegen.get_host_cpu_features()).split(",")
-
-
 def half_instructions() -> bool:
     """Whether the processor numba compiles for converts FLOAT16 in instructions: F16C on x86, always on ARM64.
     Elsewhere LLVM would call conversion routines that numba does not link, so FLOAT16 takes the NumPy engine."""
-    return "+f16c" in target_features() or platform.machine().lower() in ("aarch64", "arm64")
+    return "f16c" in target_features() or platform.machine().lower() in ("aarch64", "arm64")
 
 
 HALF_INSTRUCTIONS = numba is not None and half_instructions()
-SINGLE_FLOATS = numba is not None and "+sse4a" in target_features()  # a float alone streams (movntss / movntsd)
+SINGLE_FLOATS = numba is not None and "sse4a" in target_features()  # a float alone streams (movntss / movntsd)

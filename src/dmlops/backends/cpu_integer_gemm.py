@@ -1,0 +1,430 @@
+"""Exact integer GEMM of 8-bit matrices on x86 vector instructions (numba installed), its kernel picked from the
+processor at run time.
+
+Two kinds of kernel make the exact sums Σ_k (a − za)(b − zb) of a {M, K} and b {K, N}:
+
+- 16-bit products (`vpmaddwd`: AVX2 on 256-bit vectors, AVX-512BW on 512-bit ones). The operands are shifted by
+  their zero points into int16, ã = a − za and b̃ = b − zb (|ã|, |b̃| ≤ 255); `vpmaddwd` multiplies pairs of int16
+  and adds neighbouring products into int32 lanes, 16 multiply-adds an instruction on 256 bits.
+- byte products (`vpdpbusd`: AVX-512 VNNI on 512-bit vectors; AVX-VNNI, or AVX-512 VNNI with VL, on 256-bit ones).
+  `vpdpbusd` multiplies unsigned bytes by signed bytes and adds four neighbouring products into each int32 lane,
+  32 multiply-adds an instruction on 256 bits. The operands are moved into those ranges, A' = a + ca (ca = 128 for
+  INT8, else 0: the bits xor 0x80) and B' = b − cb (cb = 128 for UINT8), and the zero points into corrections:
+
+      Σ_k (a − za)(b − zb) = Σ_k (A' − α)(B' + β),   α = ca + za (per row), β = cb − zb (per column)
+                           = Σ_k A'·B' + β·Σ_k A' − α·(Σ_k B' + K·β)
+
+  with the row sums of A' made while packing A, the column sums of B' while packing B. The terms are added in
+  int32 arithmetic, which wraps: the result is exact wherever the true sum fits in int32.
+
+An int32 sum of products of magnitude ≤ 255² = 65 025 is exact for K up to 2^31 / 65 025 = 33 025 terms: a call
+takes K up to INT32_CHUNK, and the caller adds longer products chunk by chunk.
+
+Layout, as in BLAS kernels: A (ã or A') stays in rows {M, K}; B (b̃ or B') is packed in blocks of ``columns``,
+each block K / group steps of ``columns`` × ``group`` consecutive k ({N / columns, K / group, columns, group};
+a group is the 32 bits of one lane: 2 int16 or 4 bytes). A step of the kernel broadcasts one group of each of
+``rows`` rows of A and multiplies it with the block's groups: lane j gains Σ over the group of A[i, k]·B[k, j], so
+the sums build up with columns along the lanes, need no horizontal reduction, and are stored as vectors. 6 rows ×
+2 vectors of 256 bits fill the 16 vector registers of AVX2 (12 sums, 2 columns, a broadcast, a product); 6 rows ×
+4 vectors of 512 bits take 30 of AVX-512's 32.
+
+LLVM does not reach `vpmaddwd` or `vpdpbusd` from such a loop written in plain code (it matches only dot products
+whose loaded values each feed one product, and compiles a register-blocked kernel to `vpmulld`, 8 multiplies an
+instruction), so the kernel's loop is written as LLVM IR (``block_products``), calling the instruction's intrinsic.
+
+Cache blocking: ``rows`` rows × ``k_block`` of A stay in L1 while the kernel walks a panel of column blocks of B
+(PANEL_BYTES), which stays in L2 while the kernel walks the rows; a block of B is k_block × its columns
+(BLOCK_BYTES: on Zen 4, the 512-bit kernel ran at 246 GOPS a core on 64 KiB blocks, 455 on 32 KiB ones).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..types import ValidationError
+from .cpu_compiled import call, target_features
+from .cpu_pieces import CORES, cut, run_in_pieces
+
+try:
+    import numba
+    from llvmlite import ir
+    from numba.core import types
+    from numba.extending import intrinsic
+except ImportError:  # NumPy alone is enough; the float32 path is used instead
+    numba = None
+
+INT32_CHUNK = 32 * 1024  # 32 768 · 255² < 2^31: the int32 sums of a call are exact
+BLOCK_BYTES = 32 << 10  # k_block × a block's columns of B, which the kernel streams from L1
+PANEL_BYTES = 256 << 10  # a panel of B's column blocks, kept in L2
+TILE_ROWS = 32  # rows of B packed across its column blocks at a time (a multiple of 4)
+
+
+@dataclass(frozen=True)
+class Kernel:
+    name: str
+    needs: tuple  # sets of LLVM target features; the processor must have every feature of one of them
+    instruction: str  # the LLVM intrinsic
+    vector_bits: int
+    bytes: bool  # uint8 × int8 in groups of 4 (vpdpbusd), else int16 × int16 in pairs (vpmaddwd)
+    rows: int = 6
+    vectors: int = 2  # column vectors of one kernel call
+
+    @property
+    def group(self) -> int:
+        """Consecutive k in one 32-bit lane."""
+        return 4 if self.bytes else 2
+
+    @property
+    def columns(self) -> int:
+        return self.vectors * self.vector_bits // 32
+
+    @property
+    def element(self):
+        """The packed element types of A and of B."""
+        return (np.uint8, np.int8) if self.bytes else (np.int16, np.int16)
+
+    @property
+    def k_block(self) -> int:
+        return BLOCK_BYTES // (self.columns * np.dtype(self.element[1]).itemsize)
+
+    @property
+    def panel_blocks(self) -> int:
+        return PANEL_BYTES // BLOCK_BYTES
+
+
+# Fastest first.
+KERNELS = (
+    Kernel("avx512-vnni", ({"avx512vnni"},), "llvm.x86.avx512.vpdpbusd.512", 512, True, vectors=4),
+    Kernel("avx-vnni", ({"avxvnni"}, {"avx512vnni", "avx512vl"}), "llvm.x86.avx512.vpdpbusd.256", 256, True),
+    Kernel("avx512bw", ({"avx512bw"},), "llvm.x86.avx512.pmaddw.d.512", 512, False, vectors=4),
+    Kernel("avx2", ({"avx2"},), "llvm.x86.avx2.pmadd.wd", 256, False),
+)
+KERNELS_BY_NAME = {kernel.name: kernel for kernel in KERNELS}
+
+
+def runnable_kernels() -> list[Kernel]:
+    """The kernels whose instructions the processor numba compiles for has, fastest first."""
+    if numba is None:
+        return []
+    features = target_features()
+    return [kernel for kernel in KERNELS if any(needed <= features for needed in kernel.needs)]
+
+
+RUNNABLE = runnable_kernels()
+
+
+def chosen_kernel() -> Kernel | None:
+    """The fastest runnable kernel, or the one DMLOPS_CPU_KERNEL names ("float32": none, the float32 BLAS path)."""
+    name = os.environ.get("DMLOPS_CPU_KERNEL")
+    if not name:
+        return RUNNABLE[0] if RUNNABLE else None
+    return kernel_named(name)
+
+
+def kernel_named(name: str) -> Kernel | None:
+    """The runnable kernel of that name, or None for "float32"."""
+    if name == "float32":
+        return None
+    for kernel in RUNNABLE:
+        if kernel.name == name:
+            return kernel
+    raise ValidationError(f"CPU quantized matmul: kernel {name!r} cannot run here "
+                          f"(runnable: {', '.join(kernel.name for kernel in RUNNABLE) or 'none'}, float32)")
+
+
+KERNEL = chosen_kernel()
+
+
+def padded(size: int, multiple: int) -> int:
+    return -(-size // multiple) * multiple
+
+
+def scratch_layouts(kernel: Kernel, m: int, k: int, n: int):
+    """(shape, dtype) of the scratch arrays of a call: A packed, B packed in blocks, the int32 sums, and for byte
+    kernels the row sums of A' and the column terms (Σ_k B' + K·β), padded for the kernel. Rows of A hold K padded
+    to the group and one vector more, unread: rows a power of two of bytes apart would fall in the same L1 sets,
+    and the rows the kernel reads at once would evict each other."""
+    a_type, b_type = kernel.element
+    length = padded(k, kernel.group)
+    rows, columns = padded(m, kernel.rows), padded(n, kernel.columns)
+    vector = kernel.vector_bits // 8 // np.dtype(a_type).itemsize
+    layouts = [((rows, length + vector), a_type), ((columns // kernel.columns, length // kernel.group, kernel.columns,
+                                                    kernel.group), b_type), ((rows, columns), np.int32)]
+    if kernel.bytes:
+        layouts += [((rows,), np.int32), ((columns,), np.int32)]
+    return layouts
+
+
+def integer_product(kernel: Kernel, a, a_zero_point, b, b_zero_point, buffers, pieces: int = 1, finish=None):
+    """Σ_k (a − za)(b − zb) for a {M, K} and b {K, N}, the zero points vectors of M and N or None (0): int32 {M, N}
+    (a view of the sums buffer) where K ≤ INT32_CHUNK, else float64 {M, N}, the chunks' sums added exactly.
+
+    ``buffers`` are scratch arrays of ``scratch_layouts`` (for min(K, INT32_CHUNK) or more). B is packed on the
+    cores, then the rows are cut into ``pieces`` that each pack their rows of A, make their sums and, where given,
+    call ``finish(result, rows)`` (a slice) while those sums are in cache. Threads take the pieces in turn (the
+    compiled loops release the GIL)."""
+    if a.shape[1] > INT32_CHUNK:
+        total = np.zeros((a.shape[0], b.shape[1]))
+        for start in range(0, a.shape[1], INT32_CHUNK):
+            total += integer_product(kernel, a[:, start:start + INT32_CHUNK], a_zero_point,
+                                     b[start:start + INT32_CHUNK], b_zero_point, buffers, pieces)
+        if finish is not None:
+            finish(total, slice(0, a.shape[0]))
+        return total
+    m, k = a.shape
+    n = b.shape[1]
+    a_packed, b_packed, sums = buffers[:3]
+    result = sums[:m, :n]
+    length = padded(k, kernel.group)
+    b_groups = b_packed.view(np.int32).reshape(b_packed.shape[:3])  # each group of B in one int32
+    if kernel.bytes:
+        row_sums, column_terms = buffers[3:]
+        a_centre, b_centre = (128 if a.dtype == np.int8 else 0), (128 if b.dtype == np.uint8 else 0)
+        alpha = np.full(m, a_centre, np.int32) if a_zero_point is None else a_centre + a_zero_point.astype(np.int32)
+        zb = np.zeros(n, np.int32) if b_zero_point is None else b_zero_point.astype(np.int32)
+        beta = b_centre - zb
+        a_bits = a.view(np.uint8)  # the moves into range are xors of the bits
+
+        def pack_a(first, last):
+            call(pack_rows_bytes, a_bits, np.uint8(a_centre), a_packed, row_sums, first, last)
+
+        def pack_b(first, last):
+            call(pack_columns_bytes, b, np.uint8(b_centre), zb, b_groups, column_terms, first, last)
+
+        def correct(first, last):
+            call(correct_rows, sums, row_sums, alpha, beta, column_terms, first, last)
+    else:
+        za = np.zeros(m, a.dtype) if a_zero_point is None else a_zero_point
+        zb = np.zeros(n, b.dtype) if b_zero_point is None else b_zero_point
+
+        def pack_a(first, last):
+            call(pack_rows, a, za, a_packed, first, last)
+
+        def pack_b(first, last):
+            call(pack_columns, b, zb, b_groups, first, last)
+
+        correct = None
+
+    def rows_piece(first, last):
+        pack_a(first, last)
+        call(multiply_rows, kernel.name, a_packed, b_packed, sums, first, last, length, kernel.rows, kernel.k_block,
+             kernel.group, kernel.panel_blocks)
+        rows = slice(first, min(last, m))  # every piece holds rows of a: there is less than a piece of padding
+        if correct is not None:
+            correct(rows.start, rows.stop)
+        if finish is not None:
+            finish(result, rows)
+
+    # B in one piece a core (packing is short, and a piece costs about 10 µs to hand out), then the rows, in one
+    # hand-out: the threads are woken once, and the rows start as soon as B is packed
+    blocks = padded(n, kernel.columns) // kernel.columns
+    run_in_pieces([functools.partial(pack_b, *block_range) for block_range in cut(blocks, min(pieces, CORES), 1)],
+                  pieces > 1, then=[functools.partial(rows_piece, *rows)
+                                    for rows in cut(padded(m, kernel.rows), pieces, kernel.rows)])
+    return result
+
+
+if numba is not None:
+    compiled = numba.njit(nogil=True, cache=True)
+
+    @intrinsic
+    def block_products(typing_context, kernel, a, b, sums, row, block, start, steps, accumulate):
+        """sums[row:row + rows, block's columns] = (sums there, if accumulate, +) A[row:row + rows, start:start +
+        group·steps] @ B[start:start + group·steps, block's columns], A and B packed (C-contiguous), for the kernel
+        named by the literal ``kernel``."""
+        if not isinstance(kernel, types.StringLiteral):
+            return None
+        spec = KERNELS_BY_NAME[kernel.literal_value]
+        signature = types.none(kernel, a, b, sums, row, block, start, steps, accumulate)
+
+        def codegen(context, builder, signature, arguments):
+            int64, int32 = ir.IntType(64), ir.IntType(32)
+            lanes = ir.VectorType(int32, spec.vector_bits // 32)
+            vector_bytes = spec.vector_bits // 8
+            a_size, b_size = (np.dtype(t).itemsize for t in spec.element)
+            operand = ir.VectorType(ir.IntType(8 * b_size), vector_bytes // b_size)
+            row, block, start, steps, accumulate = arguments[4:]
+            a_array, b_array, sums_array = (context.make_array(kind)(context, builder, value)
+                                            for kind, value in zip(signature.args[1:4], arguments[1:4]))
+
+            def constant(value):
+                return ir.Constant(int64, value)
+
+            def address(array, first, index, offset):
+                """Byte address of array[first + index] plus offset bytes."""
+                row_bytes = builder.extract_value(array.strides, 0)
+                at = builder.mul(builder.add(first, constant(index)), row_bytes)
+                return builder.add(builder.ptrtoint(array.data, int64), builder.add(at, offset))
+
+            def load(at, kind):
+                return builder.load(builder.inttoptr(at, kind.as_pointer()), align=1)
+
+            def splat(group):
+                """The 32 bits of a group in each lane."""
+                vector = builder.insert_element(ir.Constant(lanes, None), group, ir.Constant(int32, 0))
+                return builder.shuffle_vector(vector, ir.Constant(lanes, None),
+                                              ir.Constant(lanes, [0] * lanes.count))
+
+            a_rows = [address(a_array, row, r, builder.mul(start, constant(a_size))) for r in range(spec.rows)]
+            b_steps = address(b_array, block, 0, builder.mul(start, constant(b_size * spec.columns)))
+            sums_at = [[address(sums_array, row, r, builder.add(builder.mul(block, constant(4 * spec.columns)),
+                                                                constant(vector_bytes * v)))
+                        for v in range(spec.vectors)] for r in range(spec.rows)]
+            if spec.bytes:  # vpdpbusd(sums, unsigned bytes, signed bytes)
+                dot = builder.module.declare_intrinsic(spec.instruction,
+                                                       fnty=ir.FunctionType(lanes, [lanes, lanes, lanes]))
+
+                def multiply_add(total, group, column):
+                    return builder.call(dot, [total, group, builder.bitcast(column, lanes)])
+            else:  # vpmaddwd(int16 pairs, int16 pairs), then an add
+                madd = builder.module.declare_intrinsic(spec.instruction,
+                                                        fnty=ir.FunctionType(lanes, [operand, operand]))
+
+                def multiply_add(total, group, column):
+                    return builder.add(total, builder.call(madd, [builder.bitcast(group, operand), column]))
+
+            entry, loop = builder.block, builder.append_basic_block("products")
+            done = builder.append_basic_block("products_done")
+            initial = [[builder.select(accumulate, load(at, lanes), ir.Constant(lanes, None)) for at in row_sums]
+                       for row_sums in sums_at]
+            builder.branch(loop)
+
+            builder.position_at_end(loop)
+            step = builder.phi(int64)
+            totals = [[builder.phi(lanes) for _ in range(spec.vectors)] for _ in range(spec.rows)]
+            b_at = builder.add(b_steps, builder.mul(step, constant(4 * spec.columns)))
+            columns = [load(builder.add(b_at, constant(vector_bytes * v)), operand) for v in range(spec.vectors)]
+            new_totals = []
+            for r in range(spec.rows):
+                group = splat(load(builder.add(a_rows[r], builder.mul(step, constant(4))), int32))
+                new_totals.append([multiply_add(totals[r][v], group, columns[v]) for v in range(spec.vectors)])
+            next_step = builder.add(step, constant(1))
+            step.add_incoming(constant(0), entry)
+            step.add_incoming(next_step, loop)
+            for r in range(spec.rows):
+                for v in range(spec.vectors):
+                    totals[r][v].add_incoming(initial[r][v], entry)
+                    totals[r][v].add_incoming(new_totals[r][v], loop)
+            builder.cbranch(builder.icmp_signed("<", next_step, steps), loop, done)
+
+            builder.position_at_end(done)
+            for r in range(spec.rows):
+                for v in range(spec.vectors):
+                    builder.store(new_totals[r][v], builder.inttoptr(sums_at[r][v], lanes.as_pointer()), align=4)
+            return context.get_dummy_value()
+
+        return signature, codegen
+
+    @compiled
+    def multiply_rows(kernel, a, b, sums, first_row, end_row, end, rows, k_block, group, panel_blocks):
+        """sums[first_row:end_row] = A[first_row:end_row, :end] @ B[:end] (int32), by runs of k_block and panels of
+        panel_blocks column blocks; end a multiple of the group."""
+        for k in range(0, end, k_block):
+            steps = min(k_block, end - k) // group
+            for panel in range(0, b.shape[0], panel_blocks):
+                for i in range(first_row, end_row, rows):
+                    for block in range(panel, min(panel + panel_blocks, b.shape[0])):
+                        block_products(kernel, a, b, sums, i, block, k, steps, k != 0)
+
+    @compiled
+    def pack_rows(a, zero_point, packed, first, last):
+        """packed[first:last] = a[first:last] − zero point (per row), int16, and 0 past the end of a: the padding
+        adds nothing to the sums."""
+        rows, length = a.shape
+        for i in range(first, last):
+            target = packed[i]
+            if i < rows:
+                shift = np.int16(zero_point[i])
+                for k in range(length):
+                    target[k] = np.int16(a[i, k]) - shift
+            target[length if i < rows else 0:] = 0
+
+    @compiled
+    def pack_columns(b, zero_point, pairs, first, last):
+        """pairs[block, k // 2, j] = b̃[k, j] in the low 16 bits and b̃[k + 1, j] in the high 16 (b̃ = b − zero point,
+        per column; j within the block) for the column blocks [first, last), and 0 past the end of b. By tiles of
+        TILE_ROWS rows of b, each walked block by block: the reads run along the tile's rows, which stay in cache, and
+        the writes along each block (block by block over the whole of K, B was read at 8 GB/s; a tile's pairs
+        across the blocks, at 2)."""
+        length, columns = b.shape
+        width_of_block = pairs.shape[2]
+        for first_pair in range(0, (length + 1) // 2, TILE_ROWS // 2):
+            for block in range(first, last):
+                start = block * width_of_block
+                width = min(width_of_block, columns - start)
+                shift = zero_point[start:start + width]
+                for pair in range(first_pair, min(first_pair + TILE_ROWS // 2, (length + 1) // 2)):
+                    k = 2 * pair
+                    second = k + 1 < length
+                    row, next_row = b[k, start:], b[k + 1 if second else k, start:]
+                    target = pairs[block, pair]
+                    for j in range(width):
+                        low = (np.int32(row[j]) - np.int32(shift[j])) & 0xFFFF
+                        target[j] = low | ((np.int32(next_row[j]) - np.int32(shift[j])) << 16 if second else 0)
+                    target[width:] = 0
+
+    @compiled
+    def pack_rows_bytes(a, flip, packed, row_sums, first, last):
+        """packed[first:last] = A' = the bits of a[first:last] xor flip, and 0 past the end of a; row_sums = Σ_k A'."""
+        rows, length = a.shape
+        for i in range(first, last):
+            target = packed[i]
+            total = 0
+            if i < rows:
+                for k in range(length):
+                    value = a[i, k] ^ flip
+                    target[k] = value
+                    total += value
+            target[length if i < rows else 0:] = 0
+            row_sums[i] = total
+
+    @compiled
+    def pack_columns_bytes(b, flip, zero_point, groups, column_terms, first, last):
+        """groups[block, k // 4, j] = B'[k + t, j] in byte t (B' = the bits of b xor flip, read as int8; j within the
+        block) for the column blocks [first, last), and 0 past the end of b; column_terms[j] = Σ_k B'[k, j] + K·β[j],
+        which is Σ_k b[k, j] − K·zero point[j]. By tiles of rows, as pack_columns, four rows at a time, so that the
+        columns' loop is vectorised."""
+        length, columns = b.shape
+        width_of_block = groups.shape[2]
+        flips = np.uint32(flip) * np.uint32(0x01010101)
+        column_terms[first * width_of_block:last * width_of_block] = 0
+        for first_group in range(0, (length + 3) // 4, TILE_ROWS // 4):
+            for block in range(first, last):
+                start = block * width_of_block
+                width = min(width_of_block, columns - start)
+                totals = column_terms[start:start + width]
+                for group in range(first_group, min(first_group + TILE_ROWS // 4, length // 4)):
+                    k = 4 * group
+                    row0, row1, row2, row3 = b[k, start:], b[k + 1, start:], b[k + 2, start:], b[k + 3, start:]
+                    target = groups[block, group]
+                    for j in range(width):
+                        v0, v1, v2, v3 = row0[j], row1[j], row2[j], row3[j]
+                        totals[j] += np.int32(v0) + np.int32(v1) + np.int32(v2) + np.int32(v3)
+                        target[j] = (np.uint32(np.uint8(v0)) | np.uint32(np.uint8(v1)) << 8
+                                     | np.uint32(np.uint8(v2)) << 16 | np.uint32(np.uint8(v3)) << 24) ^ flips
+                    target[width:] = 0
+                if length % 4 and first_group + TILE_ROWS // 4 > length // 4:  # the last group: bytes past b are 0
+                    target = groups[block, length // 4]
+                    for j in range(width):
+                        word = np.uint32(0)
+                        for k in range(length // 4 * 4, length):
+                            value = b[k, start + j]
+                            totals[j] += np.int32(value)
+                            word |= np.uint32(np.uint8(value) ^ flip) << (8 * (k % 4))
+                        target[j] = word
+                    target[width:] = 0
+        for j in range(first * width_of_block, min(columns, last * width_of_block)):
+            column_terms[j] -= length * np.int32(zero_point[j])
+
+    @compiled
+    def correct_rows(sums, row_sums, alpha, beta, column_terms, first, last):
+        """sums[i, j] += β[j]·Σ_k A'[i] − α[i]·column_terms[j] for rows [first, last), in wrapping int32."""
+        for i in range(first, last):
+            row_sum, shift = row_sums[i], alpha[i]
+            row = sums[i]
+            for j in range(beta.shape[0]):
+                row[j] = np.int32(row[j] + beta[j] * row_sum - shift * column_terms[j])
