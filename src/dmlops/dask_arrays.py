@@ -11,13 +11,15 @@ own type); the output is carry + local (or ×), rounded once to the input's type
 result exactly; floats are deterministic for a given chunking and within float32 accumulation error.
 
 Quantized matmul: where K is one chunk, each output block is one in-memory call. Otherwise each (M, N, K) block
-gives its exact integer accumulator Σ (A − za)(B − zb) as a float64 matmul (every product is at most 255² in
-magnitude, so float64 sums are exact below 2^53 / 255² terms); the K blocks are summed (exactly) and requantized
-once, so the result equals the in-memory one to the bit for every chunking. Scale values are lazy: a zero, NaN or
-infinite Dask scale raises ValidationError when the block that reads it is computed, not at the call.
+gives its exact integer accumulator Σ (A − za)(B − zb) through BLAS (every product is at most 255² in magnitude:
+float32 matmuls over 256 columns at a time are exact, and float64 sums of them below 2^53 / 255² terms); the K
+blocks are summed (exactly) and requantized once, so the result equals the in-memory one to the bit for every
+chunking. Scale values are lazy: a zero, NaN or infinite Dask scale raises ValidationError when the block that reads
+it is computed, not at the call.
 
 Dask arrays cannot be written into: ``out=`` is rejected. Scales and zero points that are not Dask arrays are
-chunked like their tensor; Dask ones must already be.
+chunked like their tensor; Dask ones must already be. A list is taken as the NumPy array it makes (so a zero point
+vector must be an array of its tensor's type, where the in-memory call also takes a list of numbers).
 """
 
 from __future__ import annotations
@@ -39,7 +41,9 @@ from .types import DataType, ValidationError
 _SCANS = {"sum": (CumulativeSummationOperatorDesc, "cumulative_sum", np.add),
           "product": (CumulativeProductOperatorDesc, "cumulative_product", np.multiply)}
 
-# Above this K, a float64 sum of products of at most 255² in magnitude may round.
+# Products (A − za)(B − zb) are at most 255² in magnitude: float32 sums of this many of them (2^24 / 255², rounded
+# down to a power of two) are exact, and float64 sums of up to LARGEST_K.
+FLOAT32_EXACT_TERMS = 256
 LARGEST_K = 2**53 // 255**2
 
 _DLPACK_CPU = 1
@@ -246,12 +250,20 @@ def _matmul_block(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_sca
 
 
 def _accumulator_block(a, a_zero_point, b, b_zero_point):
-    """Σ (A − za)(B − zb) over one K block, exact in float64, with a trailing axis of one (the K block's)."""
+    """Σ (A − za)(B − zb) over one K block, exact, in float64 with a trailing axis of one (the K block's): float32
+    products (BLAS sgemm) of FLOAT32_EXACT_TERMS columns at a time, whose sums stay integers below 2^24, added up in
+    float64."""
     def shifted(x, zero_point):
-        x = x.astype(np.float64)
+        x = x.astype(np.float32)
         return x if zero_point is None else x - zero_point
 
-    return np.matmul(shifted(a, _column(a_zero_point)), shifted(b, b_zero_point))[..., None]
+    a, b = shifted(a, _column(a_zero_point)), shifted(b, b_zero_point)
+    accumulators = np.zeros_like(a, shape=np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1]),
+                                 dtype=np.float64)
+    for start in range(0, a.shape[-1], FLOAT32_EXACT_TERMS):
+        end = start + FLOAT32_EXACT_TERMS
+        accumulators += np.matmul(a[..., start:end], b[..., start:end, :])
+    return accumulators[..., None]
 
 
 def _requantize_block(accumulators, a_scale, b_scale, output_scale, output_zero_point, *, output_type):
