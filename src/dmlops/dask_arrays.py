@@ -254,8 +254,7 @@ def _accumulator_block(a, a_zero_point, b, b_zero_point):
     products (BLAS sgemm) of FLOAT32_EXACT_TERMS columns at a time, whose sums stay integers below 2^24, added up in
     float64."""
     def shifted(x, zero_point):
-        x = x.astype(np.float32)
-        return x if zero_point is None else x - zero_point
+        return x.astype(np.float32) if zero_point is None else np.subtract(x, zero_point, dtype=np.float32)
 
     a, b = shifted(a, _column(a_zero_point)), shifted(b, b_zero_point)
     accumulators = np.zeros_like(a, shape=np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1]),
