@@ -237,9 +237,13 @@ def _vector(value, field: str, dtype, free_axis: int, chunks: tuple):
     return vector.astype(dtype), "i" if free_axis == -2 else "j"
 
 
-def _column(values):
-    """A per-row vector as a column {M, 1}; a 0-d per-tensor value as it is."""
-    return values if values is None or values.ndim == 0 else values.reshape(-1, 1)
+def _parameter_block(values, like, per_row: bool):
+    """A block of a scale or zero point as an array of like's kind (a NumPy parameter may meet CuPy chunks), a per-row
+    vector as a column {M, 1}; None stays None."""
+    if values is None:
+        return None
+    values = np.asarray(values, like=like)
+    return values.reshape(-1, 1) if per_row and values.ndim == 1 else values
 
 
 def _matmul_block(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point, *,
@@ -256,7 +260,7 @@ def _accumulator_block(a, a_zero_point, b, b_zero_point):
     def shifted(x, zero_point):
         return x.astype(np.float32) if zero_point is None else np.subtract(x, zero_point, dtype=np.float32)
 
-    a, b = shifted(a, _column(a_zero_point)), shifted(b, b_zero_point)
+    a, b = shifted(a, _parameter_block(a_zero_point, a, True)), shifted(b, _parameter_block(b_zero_point, b, False))
     accumulators = np.zeros_like(a, shape=np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1]),
                                  dtype=np.float64)
     for start in range(0, a.shape[-1], FLOAT32_EXACT_TERMS):
@@ -269,5 +273,7 @@ def _requantize_block(accumulators, a_scale, b_scale, output_scale, output_zero_
     for field, values in (("a_scale_tensor", a_scale), ("b_scale_tensor", b_scale),
                           ("output_scale_tensor", output_scale)):
         check_scale(field, values)  # lazy scales are known only now
-    zero = 0 if output_zero_point is None else _column(output_zero_point)
-    return requantize(accumulators, _column(a_scale), b_scale, _column(output_scale), zero, output_type)
+    zero = 0 if output_zero_point is None else _parameter_block(output_zero_point, accumulators, True)
+    return requantize(accumulators, _parameter_block(a_scale, accumulators, True),
+                      _parameter_block(b_scale, accumulators, False),
+                      _parameter_block(output_scale, accumulators, True), zero, output_type)
