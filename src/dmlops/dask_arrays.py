@@ -37,7 +37,7 @@ from .ops.quantized_matmul import QUANTIZATION_PARAMETERS, QuantizedLinearMatrix
 from .ops.quantized_matmul import requantize
 from .types import DataType, ValidationError
 
-# The array API function and the binary operation of each scan.
+# Each scan's desc, its array API function and its binary operation.
 _SCANS = {"sum": (CumulativeSummationOperatorDesc, "cumulative_sum", np.add),
           "product": (CumulativeProductOperatorDesc, "cumulative_product", np.multiply)}
 
