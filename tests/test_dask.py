@@ -152,6 +152,23 @@ def test_quantized_matmul_is_bit_identical_to_the_in_memory_call(client, data, a
     assert result.dtype == output_type
 
 
+@pytest.mark.parametrize("a_type, b_type", [(np.uint8, np.int8), (np.int8, np.uint8)])
+def test_k_block_accumulators_are_exact_at_the_extremes(a_type, b_type):
+    """Products of ±255 × ±255 over a K block longer than the float32 steps of FLOAT32_EXACT_TERMS columns."""
+    from dmlops.dask_arrays import FLOAT32_EXACT_TERMS, _accumulator_block
+
+    rng = np.random.default_rng(5)
+    k = 3 * FLOAT32_EXACT_TERMS + 17
+    lowest, highest = (np.iinfo(t) for t in (a_type, b_type))
+    a = np.where(rng.random((4, k)) < 0.9, lowest.max, lowest.min).astype(a_type)
+    b = np.where(rng.random((k, 3)) < 0.9, highest.min, highest.max).astype(b_type)
+    za = np.array([lowest.min, lowest.max, 0, lowest.min], a_type)
+    zb = np.array(highest.max, b_type)
+    expected = (a.astype(np.int64) - za[:, None]) @ (b.astype(np.int64) - zb)
+    np.testing.assert_array_equal(_accumulator_block(a, za, b, zb)[..., 0], expected)
+    assert np.abs(expected).max() > 2**24
+
+
 def test_quantized_matmul_chunks_are_a_rows_by_b_columns():
     a = da.zeros((2, 7, 9), dtype=np.int8, chunks=(1, (3, 4), (2, 7)))
     b = da.zeros((9, 5), dtype=np.uint8, chunks=((5, 4), (1, 4)))

@@ -11,13 +11,15 @@ own type); the output is carry + local (or ×), rounded once to the input's type
 result exactly; floats are deterministic for a given chunking and within float32 accumulation error.
 
 Quantized matmul: where K is one chunk, each output block is one in-memory call. Otherwise each (M, N, K) block
-gives its exact integer accumulator Σ (A − za)(B − zb) as a float64 matmul (every product is at most 255² in
-magnitude, so float64 sums are exact below 2^53 / 255² terms); the K blocks are summed (exactly) and requantized
-once, so the result equals the in-memory one to the bit for every chunking. Scale values are lazy: a zero, NaN or
-infinite Dask scale raises ValidationError when the block that reads it is computed, not at the call.
+gives its exact integer accumulator Σ (A − za)(B − zb) through BLAS (every product is at most 255² in magnitude:
+float32 matmuls over 256 columns at a time are exact, and float64 sums of them below 2^53 / 255² terms); the K
+blocks are summed (exactly) and requantized once, so the result equals the in-memory one to the bit for every
+chunking. Scale values are lazy: a zero, NaN or infinite Dask scale raises ValidationError when the block that reads
+it is computed, not at the call.
 
 Dask arrays cannot be written into: ``out=`` is rejected. Scales and zero points that are not Dask arrays are
-chunked like their tensor; Dask ones must already be.
+chunked like their tensor; Dask ones must already be. A list is taken as the NumPy array it makes (so a zero point
+vector must be an array of its tensor's type, where the in-memory call also takes a list of numbers).
 """
 
 from __future__ import annotations
@@ -35,11 +37,13 @@ from .ops.quantized_matmul import QUANTIZATION_PARAMETERS, QuantizedLinearMatrix
 from .ops.quantized_matmul import requantize
 from .types import DataType, ValidationError
 
-# The array API function and the binary operation of each scan.
+# Each scan's desc, its array API function and its binary operation.
 _SCANS = {"sum": (CumulativeSummationOperatorDesc, "cumulative_sum", np.add),
           "product": (CumulativeProductOperatorDesc, "cumulative_product", np.multiply)}
 
-# Above this K, a float64 sum of products of at most 255² in magnitude may round.
+# Products (A − za)(B − zb) are at most 255² in magnitude: float32 sums of this many of them (2^24 / 255², rounded
+# down to a power of two) are exact, and float64 sums of up to LARGEST_K.
+FLOAT32_EXACT_TERMS = 256
 LARGEST_K = 2**53 // 255**2
 
 _DLPACK_CPU = 1
@@ -233,9 +237,13 @@ def _vector(value, field: str, dtype, free_axis: int, chunks: tuple):
     return vector.astype(dtype), "i" if free_axis == -2 else "j"
 
 
-def _column(values):
-    """A per-row vector as a column {M, 1}; a 0-d per-tensor value as it is."""
-    return values if values is None or values.ndim == 0 else values.reshape(-1, 1)
+def _parameter_block(values, like, per_row: bool):
+    """A block of a scale or zero point as an array of like's kind (a NumPy parameter may meet CuPy chunks), a per-row
+    vector as a column {M, 1}; None stays None."""
+    if values is None:
+        return None
+    values = np.asarray(values, like=like)
+    return values.reshape(-1, 1) if per_row and values.ndim == 1 else values
 
 
 def _matmul_block(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point, *,
@@ -246,17 +254,26 @@ def _matmul_block(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_sca
 
 
 def _accumulator_block(a, a_zero_point, b, b_zero_point):
-    """Σ (A − za)(B − zb) over one K block, exact in float64, with a trailing axis of one (the K block's)."""
+    """Σ (A − za)(B − zb) over one K block, exact, in float64 with a trailing axis of one (the K block's): float32
+    products (BLAS sgemm) of FLOAT32_EXACT_TERMS columns at a time, whose sums stay integers below 2^24, added up in
+    float64."""
     def shifted(x, zero_point):
-        x = x.astype(np.float64)
-        return x if zero_point is None else x - zero_point
+        return x.astype(np.float32) if zero_point is None else np.subtract(x, zero_point, dtype=np.float32)
 
-    return np.matmul(shifted(a, _column(a_zero_point)), shifted(b, b_zero_point))[..., None]
+    a, b = shifted(a, _parameter_block(a_zero_point, a, True)), shifted(b, _parameter_block(b_zero_point, b, False))
+    accumulators = np.zeros_like(a, shape=np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1]),
+                                 dtype=np.float64)
+    for start in range(0, a.shape[-1], FLOAT32_EXACT_TERMS):
+        end = start + FLOAT32_EXACT_TERMS
+        accumulators += np.matmul(a[..., start:end], b[..., start:end, :])
+    return accumulators[..., None]
 
 
 def _requantize_block(accumulators, a_scale, b_scale, output_scale, output_zero_point, *, output_type):
     for field, values in (("a_scale_tensor", a_scale), ("b_scale_tensor", b_scale),
                           ("output_scale_tensor", output_scale)):
         check_scale(field, values)  # lazy scales are known only now
-    zero = 0 if output_zero_point is None else _column(output_zero_point)
-    return requantize(accumulators, _column(a_scale), b_scale, _column(output_scale), zero, output_type)
+    zero = 0 if output_zero_point is None else _parameter_block(output_zero_point, accumulators, True)
+    return requantize(accumulators, _parameter_block(a_scale, accumulators, True),
+                      _parameter_block(b_scale, accumulators, False),
+                      _parameter_block(output_scale, accumulators, True), zero, output_type)
