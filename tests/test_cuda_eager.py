@@ -44,10 +44,12 @@ def test_repeated_scans_take_kept_launches_with_fresh_values(torch_device, opera
             assert_cumulative_matches(x.cpu().numpy(), operation, x_values, axis, reverse, exclusive)
 
 
-def qmm_case(rng, m, k, n, a_type=np.uint8, b_type=np.int8, out_type=np.uint8):
+def qmm_case(rng, m, k, n, a_type=np.uint8, b_type=np.int8, out_type=np.uint8, zero_points=True):
     a, b = random_data(rng, a_type, (m, k)), random_data(rng, b_type, (k, n))
     a_zero, b_zero = random_data(rng, a_type, (m, 1)), random_data(rng, b_type, (1, n))
     out_zero = random_data(rng, out_type, (1, 1))
+    if not zero_points:
+        a_zero = b_zero = None
     scales = random_scales(rng, k, (m, 1), (1, n), (1, 1))
     expected = qmm_reference(a, scales[0], a_zero, b, scales[1], b_zero, scales[2], out_zero,
                              DataType.from_numpy(out_type))
@@ -59,18 +61,21 @@ def as_tensors(arrays, device):
     def vector(index, array):
         return array if index in (0, 3) or array.size == 1 else array.reshape(-1)
 
-    return [torch.from_numpy(np.ascontiguousarray(vector(index, array))).to(device)
+    return [None if array is None else torch.from_numpy(np.ascontiguousarray(vector(index, array))).to(device)
             for index, array in enumerate(arrays)]
 
 
 @pytest.mark.parametrize("prepared", [False, True])
-def test_repeated_quantized_matmuls_with_fresh_values(torch_device, prepared):
+@pytest.mark.parametrize("zero_points", [True, False])
+@pytest.mark.parametrize("b_type", [np.int8, np.uint8])
+def test_repeated_quantized_matmuls_with_fresh_values(torch_device, prepared, zero_points, b_type):
     """Repeated layouts with fresh values (vectors of row and column parameters, scalars as numbers), B given or
-    prepared once; M of 1 and of several rows."""
+    prepared once, with and without zero points; M of 1 and of several rows. Repeated calls replay the first call's
+    launches on their own tensors where they can (``launch.replay``)."""
     rng = np.random.default_rng(2)
     for m, k, n in [(1, 40, 24), (5, 40, 24), (1, 40, 24), (33, 70, 9)]:
         for _ in range(3):
-            arrays, expected = qmm_case(rng, m, k, n)
+            arrays, expected = qmm_case(rng, m, k, n, b_type=b_type, zero_points=zero_points)
             a, a_scale, a_zero, b, b_scale, b_zero, out_scale, out_zero = as_tensors(arrays, torch_device)
             out_scale, out_zero = float(out_scale.reshape(-1)[0]), int(out_zero.reshape(-1)[0])
             if prepared:

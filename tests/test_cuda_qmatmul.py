@@ -249,7 +249,7 @@ def test_k_major_b_is_read_in_place(torch_device, monkeypatch):
     real = qmatmul._prepare_kernel
 
     class Spy:
-        params = real.params  # what a kept launch reads of the kernel
+        params = getattr(real, "params", None)  # what a kept launch reads of a compiled kernel
 
         def __getitem__(self, grid):
             def launch(*args, PACK, **kwargs):

@@ -96,12 +96,13 @@ def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, 
                                         output_zero_point, out)
 
 
-def prepare_quantized_linear_matmul(tensors: dict):
-    """Run on the kernel tensors (by field, in binding order), and return run(tensors) for the same layouts."""
-    def run(tensors):
-        quantized_linear_matmul(*tensors.values())
+def prepare_quantized_linear_matmul(views: dict, kernel_tensors):
+    """Run on views (by field, in binding order), and return run(views) for views of the same layouts; the kernel
+    takes ``kernel_tensors(views)``."""
+    def run(views):
+        quantized_linear_matmul(*kernel_tensors(views).values())
 
-    run(tensors)
+    run(views)
     return run
 
 

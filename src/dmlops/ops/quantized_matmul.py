@@ -199,5 +199,4 @@ def run(desc: QuantizedLinearMatrixMultiplyOperatorDesc, backend, views: dict) -
 
 def prepare(desc: QuantizedLinearMatrixMultiplyOperatorDesc, backend, views: dict):
     """Run, and return the backend's kept run for views of the same layouts."""
-    run_kept = backend.prepare_quantized_linear_matmul(kernel_tensors(desc, backend, views))
-    return lambda views: run_kept(kernel_tensors(desc, backend, views))
+    return backend.prepare_quantized_linear_matmul(views, lambda views: kernel_tensors(desc, backend, views))

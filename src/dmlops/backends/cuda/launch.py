@@ -10,6 +10,7 @@ through Triton, keeps the compiled kernel, and then calls its launcher directly.
 from __future__ import annotations
 
 import torch
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from . import INTERPRETED
 
@@ -23,8 +24,9 @@ class KeptLaunch:
     """A kernel launched now through Triton and kept: ``relaunch(args)`` launches it again with other arguments of
     the same kinds (tensors of the same dtypes and alignment, the same scalars) and the same keyword constants."""
 
-    def __init__(self, kernel, grid, args: tuple, kwargs: dict):
-        self.kernel, self.grid, self.kwargs = kernel, grid, kwargs
+    def __init__(self, kernel, grid, args: tuple, kwargs: dict, zeroed: bool = False):
+        # zeroed: the launch adds into memory its caller zeroed for it (which a replay must zero again)
+        self.kernel, self.grid, self.args, self.kwargs, self.zeroed = kernel, grid, args, kwargs, zeroed
         compiled = kernel[grid](*args, **kwargs)
         self.compiled = None if INTERPRETED else compiled
         if self.compiled is not None:
@@ -44,11 +46,56 @@ class KeptLaunch:
                      *self.tail)
 
 
-def launch(kept: dict | None, site: str, kernel, grid, args: tuple, kwargs: dict) -> None:
-    """Launch ``kernel``; where ``kept`` (a plan's launches, by site) is given, through the launch kept there."""
+def launch(kept: dict | None, site: str, kernel, grid, args: tuple, kwargs: dict, zeroed: bool = False) -> None:
+    """Launch ``kernel``; where ``kept`` (a plan's launches, by site) is given, through the launch kept there.
+    ``zeroed``: the launch adds into memory zeroed for it."""
     if kept is None:
         kernel[grid](*args, **kwargs)
     elif site in kept:
         kept[site].relaunch(args)
     else:
-        kept[site] = KeptLaunch(kernel, grid, args, kwargs)
+        kept[site] = KeptLaunch(kernel, grid, args, kwargs, zeroed)
+
+
+def replay(kept: dict, sample: dict, run_again):
+    """``run(tensors)``: the launches of one call, kept in ``kept`` (in launch order), run again with the tensors of
+    another call (by field) wherever the first call's tensors (``sample``) were passed, and every other argument as it
+    was (the memory the first call made for itself is reused: launches on one stream run one after another). Used on
+    the stream and device of the first call, outside graph captures; elsewhere ``run_again(tensors)`` runs the whole
+    launcher. Returns None where a replay cannot stand for the launcher: two fields at one address, or a launch that
+    adds into memory zeroed for it."""
+    if any(launch.zeroed for launch in kept.values()):
+        return None
+    fields = {}
+    for field, tensor in sample.items():
+        if tensor is not None:
+            if fields.setdefault(tensor.data_ptr(), field) != field:
+                return None
+    steps = []  # (launch, [(position, field, dtype, descriptor or None)])
+    for kept_launch in kept.values():
+        replaced = []
+        for position, arg in enumerate(kept_launch.args):
+            base = arg.base if isinstance(arg, TensorDescriptor) else arg
+            if isinstance(base, torch.Tensor) and base.data_ptr() in fields:
+                replaced.append((position, fields[base.data_ptr()], base.dtype, arg if base is not arg else None))
+        steps.append((kept_launch, replaced))
+    on_gpu = sample["a_tensor"].device.type == "cuda"  # else Triton's interpreter, on CPU tensors
+    device = sample["a_tensor"].device.index
+    stream = torch._C._cuda_getCurrentRawStream(device) if on_gpu else None
+
+    def run(tensors):
+        if on_gpu and (torch._C._cuda_getDevice() != device or torch._C._cuda_getCurrentRawStream(device) != stream
+                       or torch._C._cuda_isCurrentStreamCapturing()):
+            run_again(tensors)
+            return
+        for kept_launch, replaced in steps:
+            args = list(kept_launch.args)
+            for position, field, dtype, descriptor in replaced:
+                tensor = tensors[field]
+                if tensor.dtype != dtype:
+                    tensor = tensor.view(dtype)
+                args[position] = tensor if descriptor is None else \
+                    TensorDescriptor(tensor, descriptor.shape, descriptor.strides, descriptor.block_shape)
+            kept_launch.relaunch(args)
+
+    return run

@@ -44,7 +44,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 from ...types import ValidationError
 from . import INTERPRETED, cdiv, check_devices, error_word, next_power_of_2
-from .launch import launch
+from .launch import launch, replay
 
 NAME = "DML_OPERATOR_QUANTIZED_LINEAR_MATRIX_MULTIPLY"
 
@@ -503,7 +503,7 @@ def _prepare(x4, *, can_flip: bool, pack: bool, sum_rows: bool, kept: dict | Non
         launch(kept, site, _prepare_kernel, grid,
                (source, rows, sums, -128 if flip else 0, k, r, own_c, rows_b, rows_c, *source.stride(),
                 rows.stride(0)),
-               dict(PACK=in_place is None, SUM=sum_rows, BLOCK_K=block_k, BLOCK_R=block_r))
+               dict(PACK=in_place is None, SUM=sum_rows, BLOCK_K=block_k, BLOCK_R=block_r), zeroed=sum_rows)
     return Operand(rows, rows_b, rows_c, sums, flip and in_place is not None)
 
 
@@ -545,16 +545,17 @@ def persist_b(array):
 # -- launcher --------------------------------------------------------------------------------------------------
 
 
-def prepare_quantized_linear_matmul(tensors: dict):
-    """Run on the kernel tensors (by field, in binding order), and return run(tensors), which runs on tensors of the
-    same layouts and alignment through the launches kept here."""
+def prepare_quantized_linear_matmul(views: dict, kernel_tensors):
+    """Run on views (by field, in binding order) of the layouts the desc says, and return run(views) for views of the
+    same layouts and alignment: the kept launches replayed on their addresses (``launch.replay``), else the launcher
+    on ``kernel_tensors(views)`` through the launches kept here."""
     kept = {}
 
-    def run(tensors):
-        quantized_linear_matmul(*tensors.values(), kept=kept)
+    def run_again(views):
+        quantized_linear_matmul(*kernel_tensors(views).values(), kept=kept)
 
-    run(tensors)
-    return run
+    run_again(views)
+    return replay(kept, views, run_again) or run_again
 
 
 @functools.cache
