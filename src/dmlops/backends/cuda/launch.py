@@ -51,9 +51,11 @@ def launch(kept: dict | None, site: str, kernel, grid, args: tuple, kwargs: dict
     ``zeroed``: the launch adds into memory zeroed for it."""
     if kept is None:
         kernel[grid](*args, **kwargs)
-    elif site in kept:
-        kept[site].relaunch(args)
-    else:
+        return
+    kept_launch = kept.get(site)
+    if kept_launch is not None and (kept_launch.kernel, kept_launch.grid, kept_launch.kwargs) == (kernel, grid, kwargs):
+        kept_launch.relaunch(args)
+    else:  # a first launch here, or one the same layout launches otherwise (a configuration forced in a test)
         kept[site] = KeptLaunch(kernel, grid, args, kwargs, zeroed)
 
 
