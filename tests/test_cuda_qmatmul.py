@@ -89,6 +89,7 @@ def cases(draw, rows=st.integers(1, MAX_SIZE)):
 def exact(args, output_type):
     """tests/reference.py's result for the array API's arguments (per-row vectors become {M, 1})."""
     a, a_scale, a_zero, b, b_scale, b_zero, out_scale, out_zero = args
+
     def per_row(x):
         return None if x is None else np.reshape(x, (-1, 1))
     return reference.quantized_matmul(a, per_row(a_scale), per_row(a_zero), b, b_scale, b_zero, per_row(out_scale),
@@ -308,6 +309,7 @@ def test_few_rows_choose_the_split_k_kernel():
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(case=cases(rows=st.sampled_from(FEW_ROWS)))
 def test_split_k_matches_cpu_backend(case, torch_device, monkeypatch):
+    """The drawn cases (layouts, batches, parameter forms) with few rows, K split into one-step ranges."""
     monkeypatch.setattr(qmatmul, "FEW_ROWS", SPLIT_SMALL)
     check_case(case, torch_device)
 
@@ -324,7 +326,7 @@ TYPE_CASES = [(a, b, out, zero_points, FEW_ROWS[i % len(FEW_ROWS)]) for i, (a, b
 def test_split_k_every_type_and_parameter_form(a_type, b_type, out_type, zero_points, m, torch_device, monkeypatch):
     """Against the exact reference, the output poisoned; N and K not multiples of the blocks."""
     monkeypatch.setattr(qmatmul, "FEW_ROWS", SPLIT_SMALL)
-    rng = np.random.default_rng(len(TYPE_CASES) * m + 2 * np.dtype(a_type).num + np.dtype(out_type).num + zero_points)
+    rng = np.random.default_rng([m, np.dtype(a_type).num, np.dtype(b_type).num, np.dtype(out_type).num, zero_points])
     n, k = 21, 70
     a, b = random_data(rng, a_type, (m, k)), random_data(rng, b_type, (k, n))
     scales = random_scales(rng, k, *((m, n, m) if zero_points else (1, 1, 1)))
@@ -374,17 +376,15 @@ def test_split_k_is_one_launch_with_b_persisted(torch_device, monkeypatch):
     rng = np.random.default_rng(9)
     m, n, k = 2, 24, 90
     a, b = random_data(rng, np.uint8, (m, k)), random_data(rng, np.uint8, (k, n))
-    a_scale, b_scale, out_scale = random_scales(rng, k, m, n, 1)
-    tensors = [torch.from_numpy(x).to(torch_device) for x in (a, a_scale, np.uint8([7]).repeat(m), b, b_scale,
-                                                               random_data(rng, np.uint8, n), out_scale)]
-    kept = qmatmul.persist_b(tensors[3])
-    launches.clear()
+    a_scale, b_scale, out_scale = random_scales(rng, k, m, n, m)
+    args = (a, a_scale, random_data(rng, np.uint8, m), b, b_scale, random_data(rng, np.uint8, n), out_scale, None)
+    tensors = [None if x is None else torch.from_numpy(x).to(torch_device) for x in args]
+    tensors[0] = tensors[0][None, None]  # as the operator passes them: {1, 1, M, K}
+    tensors[3] = qmatmul.persist_b(tensors[3])[None, None]  # packed here, found again by the call
     out, _ = poisoned_out(rng, (1, 1, m, n), np.int8, torch_device)
-    tensors[6] = tensors[6].expand(m)
-    qmatmul.quantized_linear_matmul(tensors[0][None, None], *tensors[1:3], kept[None, None], *tensors[4:], None, out)
+    launches.clear()
+    qmatmul.quantized_linear_matmul(*tensors, out)
     assert launches == ["_split_k_kernel"]
-    zb = tensors[5].cpu().numpy()
-    args = (a, a_scale, np.uint8([7]).repeat(m), b, b_scale, zb, out_scale, None)
     np.testing.assert_array_equal(out.cpu().numpy()[0, 0], exact(args, np.int8))
 
 
