@@ -407,10 +407,11 @@ def exact_reference(a, a_zero, b, b_zero, scales, out_zero, output_type):
 @pytest.mark.parametrize("m, n, k, a_type, b_type", [
     (2048, 2048, 2048, np.uint8, np.int8), (1000, 3000, 777, np.int8, np.uint8), (16, 11008, 4096, np.uint8, np.int8),
     (300, 4096, 11008, np.int8, np.int8), (4096, 512, 65536, np.uint8, np.uint8), (64, 64, 300000, np.int8, np.int8),
-    (4000, 4100, 8200, np.uint8, np.int8),
+    (1, 4096, 4096, np.uint8, np.uint8), (5, 300, 20000, np.int8, np.uint8), (4000, 4100, 8200, np.uint8, np.int8),
 ])
 def test_large_shapes(m, n, k, a_type, b_type):
-    """The shapes in the configuration the backend chooses; the last is the Gluon kernel's on sm_90."""
+    """The shapes in the configuration the backend chooses: M ≤ 16 the split-K kernel, K split (40 ways for
+    (5, 300, 20000) on 132 SMs); the last is the Gluon kernel's on sm_90."""
     rng = np.random.default_rng(m + n + k)
     a, b = random_data(rng, a_type, (m, k)), random_data(rng, b_type, (k, n))
     a_zero, b_zero = random_data(rng, a_type, (m, 1)), random_data(rng, b_type, (1, n))
