@@ -8,7 +8,8 @@ the weights' one-off preparations (a column-major copy, column sums, a dequantiz
 - dmlops, B persisted: B OWNED_BY_DML, repacked K-major once (``persist``); dmlops, B row-major: B repacked inside
   the call, as for a B bound at every execution.
 - torch._int_mm with B row-major, and with B column-major, each plus the requantization in float32 (shift A to
-  int8, subtract za'·Σ_k B, scale, round, add zo, clamp, cast; not bit-exact, which only makes it cheaper).
+  int8, subtract za'·Σ_k B, scale, round, add zo, clamp, cast; not bit-exact, which only makes it cheaper); an A of
+  16 rows or fewer is padded with zero rows before timing, since torch._int_mm takes more than 16.
 - dequantize → float32 matmul → quantize; and a bare bf16 matmul of the same shape, the tensor-core ceiling of
   the floating-point route.
 
@@ -22,6 +23,7 @@ exact accumulator (a float64 product of integers) requantized in float64.
     python benchmarks/qmatmul.py                 # the table of benchmarks/RESULTS.md
     python benchmarks/qmatmul.py --configs --jobs 12   # candidate tile configurations (compiled by 12 processes)
     python benchmarks/qmatmul.py --overhead      # where the host time of an eager call goes
+    python benchmarks/qmatmul.py --few-rows      # LLM decoding: M = 1 … 128, where reading B once is the floor
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ from dmlops.backends.cuda import qmatmul
 PEAK_INT8_TOPS = 1979.0
 SQUARE = [1024, 2048, 4096, 8192, 16384]
 LLM = [(m, k, n) for m in (16, 64, 256, 1024, 4096) for k, n in ((4096, 11008), (11008, 4096))]
+FEW_ROWS = [(m, 4096, n) for m in (1, 16, 32, 128) for n in (4096, 11008)]
+INT_MM_MIN_ROWS = 32  # torch._int_mm takes more than 16 rows: a smaller A is padded (outside timing) to this many
 
 
 def copy_bandwidth() -> float:
@@ -80,6 +84,13 @@ class Problem:
         return self.b.t().contiguous().t()
 
     @functools.cached_property
+    def a_int_mm(self):
+        """A flipped to int8 for torch._int_mm, padded with zero rows to INT_MM_MIN_ROWS if it has fewer."""
+        a8 = self.a.view(torch.int8) ^ -128
+        padding = max(0, INT_MM_MIN_ROWS - self.m)
+        return torch.cat([a8, a8.new_zeros((padding, self.k))]) if padding else a8
+
+    @functools.cached_property
     def b_column_sums(self):
         return self.b.sum(0, dtype=torch.int32)
 
@@ -110,8 +121,7 @@ class Problem:
         return self.out
 
     def torch_int_mm(self, b):
-        a8 = self.a.view(torch.int8) ^ -128
-        acc = torch._int_mm(a8, b)
+        acc = torch._int_mm(self.a_int_mm, b)[:self.m]
         acc -= (self.a_zero.int() - 128) * self.b_column_sums
         y = torch.mul(acc, self.multiplier)
         return y.round_().add_(self.out_zero).clamp_(0, 255).to(torch.uint8)
@@ -189,11 +199,54 @@ def table(shapes, bandwidth):
         torch.cuda.empty_cache()
 
 
+def few_rows(shapes, bandwidth):
+    """LLM decoding: GPU µs per call and the rate at which B is read, as a fraction of copy bandwidth (goal: 0.6,
+    about 9 µs for 4096 × 4096), B persisted; against dmlops's tile kernel (the best of its NARROW configurations,
+    what M ≤ 16 ran before the split-K kernel) and torch._int_mm + requantization (A padded to INT_MM_MIN_ROWS)."""
+    print("| M×K×N | MiB of B | dmlops µs (config) | B read TB/s | / copy | dmlops tile kernel µs (best NARROW) | "
+          "torch._int_mm B col-major + requant µs | torch._int_mm B row-major + requant µs | dmlops / best torch | "
+          "dmlops eager µs per call | exact |")
+    print("|" + "---|" * 11)
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    for m, k, n in shapes:
+        problem = Problem(m, k, n, generator)
+        exact = bool(torch.equal(problem.dmlops(problem.b_persisted), problem.exact()))
+        chosen = qmatmul.choose_config(1, m, n, k, torch.cuda.get_device_properties().multi_processor_count)
+        dmlops = microseconds(lambda: problem.dmlops(problem.b_persisted))
+        tile = min(microseconds(lambda: problem.dmlops(problem.b_persisted, config)) for config in qmatmul.NARROW)
+        column = microseconds(lambda: problem.torch_int_mm(problem.b_column_major))
+        row = microseconds(lambda: problem.torch_int_mm(problem.b))
+        eager = eager_microseconds(lambda: problem.dmlops(problem.b_persisted))
+        b_rate = k * n / (dmlops * 1e-6)
+        name = f"split-K {chosen.block_m}×{chosen.block_n}×{chosen.block_k}" if chosen.split_k else "tile kernel"
+        print(f"| {m}×{k}×{n} | {k * n / 2**20:.1f} | {dmlops:.1f} ({name}) | {b_rate / 1e12:.2f} | "
+              f"{b_rate / bandwidth:.2f} | {tile:.1f} | {column:.1f} | {row:.1f} | {min(column, row) / dmlops:.2f}× | "
+              f"{eager:.1f} | {'yes' if exact else 'NO'} |", flush=True)
+        del problem
+        torch.cuda.empty_cache()
+
+
+def microseconds(fn) -> float:
+    return triton.testing.do_bench_cudagraph(fn, return_mode="median") * 1e3
+
+
 C = qmatmul.Config
-CANDIDATES = {  # by shape class: M ≤ 64 (decode-like) and the rest; programs_per_sm > 0: persistent programs
+CANDIDATES = {  # by shape class: M ≤ 16, M ≤ 64 (decode-like) and the rest; programs_per_sm > 0: persistent
+    # programs; split_k > 0: the split-K kernel, K split until there are that many programs per SM
+    "few_rows": [qmatmul.FEW_ROWS, C(16, 64, 256, num_warps=4, num_stages=4, split_k=3),
+                 C(16, 64, 256, num_warps=4, num_stages=4, split_k=4),
+                 C(16, 64, 256, num_warps=8, num_stages=4, split_k=2),
+                 C(16, 64, 128, num_warps=4, num_stages=6, split_k=2),
+                 C(16, 128, 128, num_warps=4, num_stages=4, split_k=2),
+                 C(16, 128, 256, num_warps=4, num_stages=3, split_k=2),
+                 C(16, 32, 256, num_warps=4, num_stages=4, split_k=3),
+                 C(16, 32, 512, num_warps=4, num_stages=4, split_k=2),
+                 *qmatmul.NARROW],
     "small_m": [C(64, 128, 128, num_warps=4, num_stages=4), C(64, 64, 256, num_warps=4, num_stages=4),
                 C(64, 32, 256, num_warps=4, num_stages=4),
-                C(64, 32, 256, num_warps=4, num_stages=4, programs_per_sm=3)],
+                C(64, 32, 256, num_warps=4, num_stages=4, programs_per_sm=3),
+                C(32, 64, 256, num_warps=4, num_stages=4, split_k=2),
+                C(64, 64, 128, num_warps=8, num_stages=4, split_k=2)],
     "large": [C(128, 256, 128, num_warps=8, num_stages=3, epilogue_n=64),
               C(128, 256, 128, num_warps=8, num_stages=3, epilogue_n=64, programs_per_sm=1),
               C(128, 256, 128, num_warps=8, num_stages=4, epilogue_n=64),
@@ -212,7 +265,7 @@ CANDIDATES = {  # by shape class: M ≤ 64 (decode-like) and the rest; programs_
 
 
 def shape_class(shape) -> str:
-    return "small_m" if shape[0] <= 64 else "large"
+    return "few_rows" if shape[0] <= qmatmul.FEW_ROWS.block_m else "small_m" if shape[0] <= 64 else "large"
 
 
 def candidates(shape, chosen):
@@ -262,8 +315,9 @@ def configs(shapes, jobs: int, chosen=None):
             except Exception as error:  # a configuration the compiler or the GPU refuses
                 print(f"{m}×{k}×{n} {config}: {type(error).__name__}: {str(error)[:200]}", flush=True)
                 continue
-            print(f"{m}×{k}×{n} {config}: uint8 A {unsigned_tops:.0f} TOPS ({'exact' if exact else 'NOT EXACT'}), "
-                  f"int8 A {signed_tops:.0f} TOPS", flush=True)
+            unsigned_us = 2 * m * n * k / unsigned_tops / 1e6
+            print(f"{m}×{k}×{n} {config}: uint8 A {unsigned_tops:.0f} TOPS, {unsigned_us:.1f} µs "
+                  f"({'exact' if exact else 'NOT EXACT'}), int8 A {signed_tops:.0f} TOPS", flush=True)
         del problem, signed
         torch.cuda.empty_cache()
 
@@ -291,6 +345,7 @@ def main():
     parser.add_argument("--configs", action="store_true", help="time the candidate tile configurations")
     parser.add_argument("--jobs", type=int, default=1, help="processes compiling the candidates first (--configs)")
     parser.add_argument("--overhead", action="store_true", help="profile the host time of eager calls")
+    parser.add_argument("--few-rows", action="store_true", help="decoding shapes (M = 1 … 128): µs, B's read rate")
     parser.add_argument("--shapes", help="M,K,N;M,K,N… instead of the default list")
     parser.add_argument("--candidates", help="i,j,…: only these candidates of each class (--configs)")
     args = parser.parse_args()
@@ -306,6 +361,9 @@ def main():
     if args.overhead:
         for shape in shapes:
             overhead(shape)
+        return
+    if args.few_rows:
+        few_rows(shapes if args.shapes else FEW_ROWS, bandwidth)
         return
     table(shapes, bandwidth)
 

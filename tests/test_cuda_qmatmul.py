@@ -22,6 +22,7 @@ from dmlops.backends.cuda import qmatmul
 from dmlops.ops.quantized_matmul import NAME as QMM
 from dmlops.ops.quantized_matmul import requantize
 
+import reference
 from checks import rejects
 from conftest import ON_GPU
 from test_quantized_matmul import random_data
@@ -74,8 +75,8 @@ def run_both(args, output_type, device, *, layouts=(None, None), rng):
 
 
 @st.composite
-def cases(draw):
-    m, n, k = (draw(st.integers(1, MAX_SIZE)) for _ in range(3))
+def cases(draw, rows=st.integers(1, MAX_SIZE)):
+    m, n, k = draw(rows), draw(st.integers(1, MAX_SIZE)), draw(st.integers(1, MAX_SIZE))
     a_batch = tuple(draw(st.integers(1, 2)) for _ in range(draw(st.integers(0, 2))))
     b_batch = tuple(size if draw(st.booleans()) else 1 for size in a_batch)  # broadcast some batch dimensions
     a_type, b_type, out_type = (draw(st.sampled_from(TYPES)) for _ in range(3))
@@ -85,6 +86,16 @@ def cases(draw):
                draw(st.sampled_from([None, "transposed", "padded", "offset"])))
     return (m, n, k, a_batch, b_batch, a_type, b_type, out_type, row_scales, zero_points, layouts,
             draw(st.integers(0, 2**32 - 1)))
+
+
+def exact(args, output_type):
+    """tests/reference.py's result for the array API's arguments (per-row vectors become {M, 1})."""
+    a, a_scale, a_zero, b, b_scale, b_zero, out_scale, out_zero = args
+
+    def per_row(x):
+        return None if x is None else np.reshape(x, (-1, 1))
+    return reference.quantized_matmul(a, per_row(a_scale), per_row(a_zero), b, b_scale, b_zero, per_row(out_scale),
+                                      per_row(out_zero), output_type)
 
 
 def check_case(case, device):
@@ -300,6 +311,105 @@ def test_bad_scales_are_reported_by_check_errors(torch_device):
     dmlops.check_errors()
 
 
+# -- few rows: K split among programs --------------------------------------------------------------------------
+
+FEW_ROWS = [1, 2, 5, 16]
+# Blocks small enough, and programs per SM many enough, that K splits into ranges of one BLOCK_K step each, and
+# N into several column blocks: the partials meet through the atomic additions and the ticket.
+SPLIT_SMALL = qmatmul.Config(16, 16, 32, num_warps=4, num_stages=2, split_k=64)
+
+
+def test_few_rows_choose_the_split_k_kernel():
+    for m in FEW_ROWS:
+        assert qmatmul.choose_config(1, m, 4096, 4096, 132) is qmatmul.FEW_ROWS
+        assert qmatmul.choose_config(64, m, 11008, 4096, 132, wgmma_in_flight=True) is qmatmul.FEW_ROWS
+        assert qmatmul.choose_config(1, m, 4096, qmatmul.K_SLICE + 1, 132) is qmatmul.LONG_K  # int32 would overflow
+    assert not qmatmul.choose_config(1, 17, 4096, 4096, 132).split_k
+
+
+@settings(max_examples=40 if ON_GPU else 15, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(case=cases(rows=st.sampled_from(FEW_ROWS)))
+def test_split_k_matches_cpu_backend(case, torch_device, monkeypatch):
+    """The drawn cases (layouts, batches, parameter forms) with few rows, K split into one-step ranges."""
+    monkeypatch.setattr(qmatmul, "FEW_ROWS", SPLIT_SMALL)
+    check_case(case, torch_device)
+
+
+# Every combination of types, each with parameters per row and column and with parameters per tensor and zero points
+# absent, the row counts taking turns.
+TYPE_CASES = [(a, b, out, zero_points, FEW_ROWS[i % len(FEW_ROWS)]) for i, (a, b, out) in
+              enumerate((a, b, out) for a in TYPES for b in TYPES for out in TYPES) for zero_points in (True, False)]
+
+
+@pytest.mark.parametrize("a_type, b_type, out_type, zero_points, m", TYPE_CASES, ids=[
+    f"{np.dtype(a).name}-{np.dtype(b).name}-{np.dtype(out).name}-{'zero_points' if zero else 'none'}-m{m}"
+    for a, b, out, zero, m in TYPE_CASES])
+def test_split_k_every_type_and_parameter_form(a_type, b_type, out_type, zero_points, m, torch_device, monkeypatch):
+    """Against the exact reference, the output poisoned; N and K not multiples of the blocks."""
+    monkeypatch.setattr(qmatmul, "FEW_ROWS", SPLIT_SMALL)
+    rng = np.random.default_rng([m, np.dtype(a_type).num, np.dtype(b_type).num, np.dtype(out_type).num, zero_points])
+    n, k = 21, 70
+    a, b = random_data(rng, a_type, (m, k)), random_data(rng, b_type, (k, n))
+    scales = random_scales(rng, k, *((m, n, m) if zero_points else (1, 1, 1)))
+    zeros = [random_data(rng, dtype, count) if zero_points else None
+             for dtype, count in zip((a_type, b_type, out_type), (m, n, m))]
+    args = (a, scales[0], zeros[0], b, scales[1], zeros[1], scales[2], zeros[2])
+    got, expected = run_both(args, out_type, torch_device, rng=rng)
+    np.testing.assert_array_equal(got, exact(args, out_type))
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_split_k_workspace_is_left_clean(torch_device, monkeypatch):
+    """Calls in a row share the workspace: each must find it zero, so each must leave it zero, whatever the shape
+    and tile size of the call before; batches, and more rows than a tile holds (as the benchmark's candidates may
+    run), included."""
+    monkeypatch.setattr(qmatmul, "_SPLIT_K_WORKSPACES", {})
+    rng = np.random.default_rng(8)
+    for config, batch, (m, n, k) in [
+            (SPLIT_SMALL, (2,), (5, 40, 130)), (SPLIT_SMALL, (2,), (5, 40, 130)), (SPLIT_SMALL, (), (20, 20, 70)),
+            (qmatmul.Config(16, 32, 64, num_warps=4, num_stages=2, split_k=64), (1, 2), (3, 70, 200))]:
+        monkeypatch.setattr(qmatmul, "FEW_ROWS", config)
+        a, b = random_data(rng, np.uint8, batch + (m, k)), random_data(rng, np.uint8, (k, n))
+        args = (a, np.float32(0.02), np.uint8(3), b, np.float32(0.01), random_data(rng, np.uint8, n),
+                np.float32(0.5 * np.sqrt(k)), np.uint8(128))
+        got, _ = run_both(args, np.uint8, torch_device, rng=rng)
+        np.testing.assert_array_equal(got, exact(args, np.uint8))
+        (workspace,) = qmatmul._SPLIT_K_WORKSPACES.values()
+        assert all(not kept.any() for kept in workspace), "the workspace was left dirty"
+
+
+def test_split_k_is_one_launch_with_b_persisted(torch_device, monkeypatch):
+    """With B packed once (OWNED_BY_DML), a call launches the split-K kernel alone: A is read where it lies, and the
+    column terms are computed in the kernel."""
+    launches = []
+
+    class Counted:
+        def __init__(self, name):
+            self.name, self.kernel = name, getattr(qmatmul, name)
+
+        def __getitem__(self, grid):
+            launches.append(self.name)
+            return self.kernel[grid]
+
+    for name in ("_prepare_kernel", "_column_terms_kernel", "_split_k_kernel", "_qmatmul_kernel"):
+        monkeypatch.setattr(qmatmul, name, Counted(name))
+    monkeypatch.setattr(qmatmul, "FEW_ROWS", SPLIT_SMALL)
+    rng = np.random.default_rng(9)
+    m, n, k = 2, 24, 90
+    a, b = random_data(rng, np.uint8, (m, k)), random_data(rng, np.uint8, (k, n))
+    a_scale, b_scale, out_scale = random_scales(rng, k, m, n, m)
+    args = (a, a_scale, random_data(rng, np.uint8, m), b, b_scale, random_data(rng, np.uint8, n), out_scale, None)
+    tensors = [None if x is None else torch.from_numpy(x).to(torch_device) for x in args]
+    tensors[0] = tensors[0][None, None]  # as the operator passes them: {1, 1, M, K}
+    tensors[3] = qmatmul.persist_b(tensors[3])[None, None]  # packed here, found again by the call
+    out, _ = poisoned_out(rng, (1, 1, m, n), np.int8, torch_device)
+    launches.clear()
+    qmatmul.quantized_linear_matmul(*tensors, out)
+    assert launches == ["_split_k_kernel"]
+    np.testing.assert_array_equal(out.cpu().numpy()[0, 0], exact(args, np.int8))
+
+
 # -- on the GPU only: large shapes, long K, determinism, devices --------------------------------------------------
 
 gpu_only = pytest.mark.skipif(not ON_GPU, reason="needs a GPU (DMLOPS_TEST_GPU=1)")
@@ -319,10 +429,11 @@ def exact_reference(a, a_zero, b, b_zero, scales, out_zero, output_type):
 @pytest.mark.parametrize("m, n, k, a_type, b_type", [
     (2048, 2048, 2048, np.uint8, np.int8), (1000, 3000, 777, np.int8, np.uint8), (16, 11008, 4096, np.uint8, np.int8),
     (300, 4096, 11008, np.int8, np.int8), (4096, 512, 65536, np.uint8, np.uint8), (64, 64, 300000, np.int8, np.int8),
-    (4000, 4100, 8200, np.uint8, np.int8),
+    (1, 4096, 4096, np.uint8, np.uint8), (5, 300, 20000, np.int8, np.uint8), (4000, 4100, 8200, np.uint8, np.int8),
 ])
 def test_large_shapes(m, n, k, a_type, b_type):
-    """The shapes in the configuration the backend chooses; the last is the Gluon kernel's on sm_90."""
+    """The shapes in the configuration the backend chooses: M ≤ 16 the split-K kernel, K split (40 ways for
+    (5, 300, 20000) on 132 SMs); the last is the Gluon kernel's on sm_90."""
     rng = np.random.default_rng(m + n + k)
     a, b = random_data(rng, a_type, (m, k)), random_data(rng, b_type, (k, n))
     a_zero, b_zero = random_data(rng, a_type, (m, 1)), random_data(rng, b_type, (1, n))

@@ -406,7 +406,7 @@ def _split_k_kernel(a_ptr, stride_ab, stride_ac, stride_am, stride_ak, b_desc, M
         mask = (offs_m < M)[:, None] & (offs_k < K)[None, :]
         a = tl.load(a_rows + offs_k.to(tl.int64)[None, :] * stride_ak, mask=mask, other=0)
         if A_FLIP:
-            a = tl.where(mask, a ^ -128, 0).to(tl.int8)  # uint8 bits as int8, and 0 where masked
+            a = tl.where(mask, a ^ -128, 0)  # uint8 bits as int8, and 0 where masked
         acc = tl.dot(a, b_desc.load([b_first_row + tile_n * BLOCK_N, k]).T, acc, out_dtype=tl.int32)
         if B_ZERO:
             a_sums += tl.sum(a.to(tl.int32), axis=1)
