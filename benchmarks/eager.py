@@ -179,11 +179,13 @@ def profile_calls():
     x = torch.randn(32, 1024, device="cuda")
     a = torch.randint(0, 256, (1, 4096), dtype=torch.uint8, device="cuda")
     b = torch.randint(-128, 128, (4096, 4096), dtype=torch.int8, device="cuda")
-    scale, zero = torch.tensor(0.02, device="cuda"), torch.tensor(131, dtype=torch.uint8, device="cuda")
+    a_scale, a_zero = torch.tensor(0.02, device="cuda"), torch.tensor(131, dtype=torch.uint8, device="cuda")
+    out_scale, out_zero = torch.tensor(2.5, device="cuda"), torch.tensor(120, dtype=torch.uint8, device="cuda")
     prepared = dmlops.prepare_b(b, torch.rand(4096, device="cuda") + 0.1)
     for name, call in [("scan (32, 1024)", lambda: dmlops.cumulative_sum(x, -1)),
                        ("matmul 1 × 4096 × 4096, B prepared",
-                        lambda: dmlops.quantized_linear_matmul(a, scale, zero, prepared, None, None, scale, zero))]:
+                        lambda: dmlops.quantized_linear_matmul(a, a_scale, a_zero, prepared, None, None, out_scale,
+                                                               out_zero))]:
         call()
         profile = cProfile.Profile()
         profile.runcall(lambda: [call() for _ in range(500)])
