@@ -122,26 +122,27 @@ PLANS_KEPT = 256
 _UNPLANNED = object()
 
 
+_tensor_type = None  # torch.Tensor, once torch is imported
+
+
 def _layout(value):
     """What a plan depends on in one argument; _UNPLANNED where no plan can hold it."""
     kind = type(value)
+    if kind is _tensor_type:
+        return kind, value.dtype, value.shape, value.stride(), value.device, value.data_ptr() % 16
     if kind is np.ndarray:
         return kind, value.dtype, value.shape, value.strides, value.flags.writeable
-    if kind is _torch_tensor():
-        return kind, value.dtype, value.shape, value.stride(), value.device, value.data_ptr() % 16
     if value is None or kind is float or kind is int:
         return kind, value  # by value: validated once
     return _UNPLANNED
 
 
-def _torch_tensor():
-    torch = sys.modules.get("torch")
-    return torch.Tensor if torch is not None else None
-
-
 def _plan_key(operation, options, arguments):
     """The key of a call's plan, or None where it can have none."""
-    layouts = tuple(_layout(value) for value in arguments)
+    global _tensor_type
+    if _tensor_type is None and "torch" in sys.modules:
+        _tensor_type = sys.modules["torch"].Tensor
+    layouts = tuple(map(_layout, arguments))
     if _UNPLANNED in layouts:
         return None
     return operation, options, layouts

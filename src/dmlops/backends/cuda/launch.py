@@ -35,6 +35,14 @@ class KeptLaunch:
             self.tail = [kwargs[param.name] if param.name in kwargs else param.default
                          for param in kernel.params[len(args):]]
             self.grid3 = tuple(grid) + (1,) * (3 - len(grid))
+            launcher = compiled.run
+            # Triton's launcher object only adds scratch memory to the call, where the kernel has none: its C
+            # function is called directly then
+            self.direct = getattr(launcher, "global_scratch_size", 1) == 0 and \
+                getattr(launcher, "profile_scratch_size", 1) == 0 and hasattr(launcher, "launch")
+            if self.direct:
+                self.head = (compiled.function, launcher.launch_cooperative_grid, launcher.launch_pdl, None, None,
+                             compiled.packed_metadata, None, None, None)
 
     def relaunch(self, args) -> None:
         compiled = self.compiled
@@ -42,8 +50,11 @@ class KeptLaunch:
             self.kernel[self.grid](*args, **self.kwargs)
             return
         stream = torch._C._cuda_getCurrentRawStream(torch._C._cuda_getDevice())
-        compiled.run(*self.grid3, stream, compiled.function, compiled.packed_metadata, None, None, None, *args,
-                     *self.tail)
+        if self.direct:
+            compiled.run.launch(*self.grid3, stream, *self.head, *args, *self.tail)
+        else:
+            compiled.run(*self.grid3, stream, compiled.function, compiled.packed_metadata, None, None, None, *args,
+                         *self.tail)
 
 
 def launch(kept: dict | None, site: str, kernel, grid, args: tuple, kwargs: dict, zeroed: bool = False) -> None:
@@ -94,7 +105,7 @@ def replay(kept: dict, sample: dict, run_again):
             args = list(kept_launch.args)
             for position, field, dtype, descriptor in replaced:
                 tensor = tensors[field]
-                if tensor.dtype != dtype:
+                if tensor.dtype != dtype and (descriptor is not None or not on_gpu):  # compiled: addresses only
                     tensor = tensor.view(dtype)
                 args[position] = tensor if descriptor is None else \
                     TensorDescriptor(tensor, descriptor.shape, descriptor.strides, descriptor.block_shape)

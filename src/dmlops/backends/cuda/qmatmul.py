@@ -367,8 +367,8 @@ SPLIT_K_ARGUMENTS_NOT_SPECIALIZED = [
 
 
 @triton.jit(do_not_specialize=SPLIT_K_ARGUMENTS_NOT_SPECIALIZED)
-def _split_k_kernel(a_ptr, stride_ab, stride_ac, stride_am, stride_ak, b_desc, M, N, K, channels, b_rows_b, b_rows_c,
-                    splits, split_steps, tickets_ptr, partials_ptr, b_sums_ptr, stride_b_sums, b_scale_ptr, stride_sb,
+def _split_k_kernel(a_ptr, stride_ab, stride_ac, stride_am, stride_ak, b_ptr, stride_b, M, N, K, channels, b_rows_b,
+                    b_rows_c, splits, split_steps, tickets_ptr, partials_ptr, b_sums_ptr, stride_b_sums, b_scale_ptr, stride_sb,
                     b_zero_ptr, stride_zb, zb_mask, b_shift, a_sums_ptr, stride_a_sums,
                     a_scale_ptr, stride_sa, out_scale_ptr, stride_so, a_zero_ptr, stride_za, za_mask, a_shift,
                     out_zero_ptr, stride_zo, zo_mask, low, high, out_ptr, stride_ob, stride_oc, stride_om, stride_on,
@@ -379,7 +379,9 @@ def _split_k_kernel(a_ptr, stride_ab, stride_ac, stride_am, stride_ak, b_desc, M
     split_steps·BLOCK_K·[s, s + 1), s = p mod splits, to tile p div splits (BLOCK_M rows × BLOCK_N columns of one
     batch and channel).
 
-    A {batch, channel, M, K} is read where it lies (int8 bits, flipped if A_FLIP), B as in ``_qmatmul_kernel``.
+    A {batch, channel, M, K} is read where it lies (int8 bits, flipped if A_FLIP); B's K-major rows (those of
+    ``_qmatmul_kernel``, row stride stride_b) by plain pointer loads, which the compiler pipelines: a tensor-memory
+    descriptor would cost its encoding on the host at every call.
     B_ZERO: zb' may be non-zero, so each program subtracts zb'[n]·Σ_k A'[m, k] of its range from its partial.
     With SPLIT (splits > 1) the partials meet in partials[tile] {BLOCK_M, BLOCK_N} (int32, zero before the call)
     through atomic additions; the program that draws the last ticket of tickets[tile] reads the sum, sets both back
@@ -398,6 +400,9 @@ def _split_k_kernel(a_ptr, stride_ab, stride_ac, stride_am, stride_ak, b_desc, M
         if bad != 0:
             tl.atomic_or(errors_ptr, bad)
     a_rows = a_ptr + b.to(tl.int64) * stride_ab + c.to(tl.int64) * stride_ac + offs_m.to(tl.int64)[:, None] * stride_am
+    offs_bn = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask_bn = offs_bn < N
+    b_rows = b_ptr + (b_first_row + offs_bn).to(tl.int64)[:, None] * stride_b
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
     a_sums = tl.zeros((BLOCK_M,), dtype=tl.int32)
     k_start = split * split_steps * BLOCK_K  # a multiple of BLOCK_K, as the compiler sees: aligned loads of A
@@ -407,7 +412,9 @@ def _split_k_kernel(a_ptr, stride_ab, stride_ac, stride_am, stride_ak, b_desc, M
         a = tl.load(a_rows + offs_k.to(tl.int64)[None, :] * stride_ak, mask=mask, other=0)
         if A_FLIP:
             a = tl.where(mask, a ^ -128, 0)  # uint8 bits as int8, and 0 where masked
-        acc = tl.dot(a, b_desc.load([b_first_row + tile_n * BLOCK_N, k]).T, acc, out_dtype=tl.int32)
+        b_tile = tl.load(b_rows + offs_k.to(tl.int64)[None, :], mask=mask_bn[:, None] & (offs_k < K)[None, :],
+                         other=0)
+        acc = tl.dot(a, b_tile.T, acc, out_dtype=tl.int32)
         if B_ZERO:
             a_sums += tl.sum(a.to(tl.int32), axis=1)
     if B_ZERO:
@@ -623,7 +630,7 @@ def _split_k(a, b_operand, b_scale, b_zero_point, b_unsigned, row_parameters, ro
         tickets = partials = _zeros(device).view(torch.int32)
     launch(kept, "split k", _split_k_kernel, (_grid_size(tiles * splits),),
            (a.view(torch.int8), *a.stride(),
-            TensorDescriptor.from_tensor(b_operand.rows, [config.block_n, config.block_k]),
+            b_operand.rows, b_operand.rows.stride(0),
             m, n, k, channels, b_operand.rows_b, b_operand.rows_c, splits, split_steps, tickets, partials,
             *_vector(b_operand.sums, device), *_vector(b_scale, device), *_zero_point(b_zero_point, device),
             128 if b_unsigned else 0, *_vector(None, device), *row_parameters, error_word(device)),
