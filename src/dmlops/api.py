@@ -222,11 +222,12 @@ def _cumulative_planned(desc_type, x, axis, reverse, exclusive, out, backend, pl
             not _first_elements_match(be, (source_x, out), (native_x, native_out if out is not None else None)):
         return result, None
     adopt = be.adopter(source_x)
+    allocate = be.allocator(sizes, data_type, like=native_x)
 
     def plan(x, out):
         native_x = adopt(x)
         if out is None:
-            native_out = be.empty(sizes, data_type, like=native_x)
+            native_out = allocate()
             run({"input_tensor": native_x, "output_tensor": native_out})
             return restore(native_out)
         views = {"input_tensor": native_x, "output_tensor": _adopt_output(device, out, f"{name}.output_tensor")}
@@ -395,6 +396,7 @@ def _quantized_linear_matmul_planned(arguments, output_dtype, backend, planned: 
         sources[-1] = None
     if not planned or not _first_elements_match(be, sources, [native[field] for field in fields]):
         return result, None
+    allocate = be.allocator(output_sizes, output_type, like=native["a_tensor"])
     adopters = [be.adopter(value) if value is not None and field not in constants else None
                 for field, value in zip(fields, arguments)]
     def plan(arguments):
@@ -404,7 +406,7 @@ def _quantized_linear_matmul_planned(arguments, output_dtype, backend, planned: 
                 views[field] = adopt(value)
         out = arguments[-1]
         if out is None:
-            views["output_tensor"] = be.empty(output_sizes, output_type, like=views["a_tensor"])
+            views["output_tensor"] = allocate()
         else:
             views["output_tensor"] = _adopt_output(device, out, f"{QMM_NAME}.output_tensor")
             compiled.check_aliasing(views)

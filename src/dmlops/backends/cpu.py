@@ -166,6 +166,11 @@ def empty(sizes, data_type: DataType, like=None) -> np.ndarray:
     return np.empty(sizes, data_type.numpy_dtype)
 
 
+def allocator(sizes, data_type: DataType, like=None):
+    """A function of no arguments that returns what ``empty(sizes, data_type, like)`` returns, each time anew."""
+    return functools.partial(np.empty, tuple(sizes), data_type.numpy_dtype)
+
+
 def asarray(value, data_type: DataType, like=None) -> np.ndarray:
     return np.asarray(value, dtype=data_type.numpy_dtype)
 

@@ -7,6 +7,7 @@ same kernels run on CPU tensors, which is how they are tested without a GPU.
 
 from __future__ import annotations
 
+import functools
 import os
 
 import numpy as np
@@ -190,6 +191,11 @@ def data_type(array) -> DataType:
 
 def empty(sizes, data_type: DataType, like=None):
     return torch.empty(tuple(sizes), dtype=TORCH_DTYPES[data_type], device=like.device)
+
+
+def allocator(sizes, data_type: DataType, like=None):
+    """A function of no arguments that returns what ``empty(sizes, data_type, like)`` returns, each time anew."""
+    return functools.partial(torch.empty, tuple(sizes), dtype=TORCH_DTYPES[data_type], device=like.device)
 
 
 def asarray(value, data_type: DataType, like=None):
