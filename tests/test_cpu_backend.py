@@ -258,7 +258,7 @@ x = np.arange(1.0, 25.0, dtype=np.float32).reshape(2, 3, 4)
 for axis, operation, dtype in [(2, "sum", np.float32), (0, "product", np.float16)]:
     out = np.empty_like(x, dtype)
     cpu_scan.cumulative(operation, x.astype(dtype), out, axis, True, True, compiled=True, pieces=1)
-kernels = (cpu_scan.scan_lines_compiled, cpu_scan.scan_rows_compiled)
+kernels = (cpu_scan.scan_lines_vectors, cpu_scan.scan_rows_compiled)
 print(sum(kernel.stats.cache_hits.total() for kernel in kernels), sum(kernel.stats.cache_misses.total() for kernel in kernels))
 """
 
@@ -311,18 +311,71 @@ def test_float16_long_axes_accumulate_in_float32(compiled, shape, axis):
     np.testing.assert_array_equal(out, np.cumsum(np.ones(shape), axis=axis).astype(np.float16))
 
 
+# Axis classes whose compiled scans walk rows of lines (Q > 1) one element after another.
+ROWS_CLASSES = ["outer axis", "middle axis", "axis of one"]
+
+
 @pytest.mark.skipif(cpu_scan.numba is None, reason="no numba")
 @pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=lambda t: np.dtype(t).name)
-def test_compiled_engine_gives_the_reference_bits(dtype):
-    """The compiled loop adds in the order of the walk, as dmlops.ops' reference does, -0.0 and all."""
+def test_compiled_rows_give_the_reference_bits(dtype):
+    """The compiled rows loop adds in the order of the walk, as dmlops.ops' reference does, -0.0 and all."""
     rng = np.random.default_rng(8)
-    for (shape, axis), (operation, reverse, exclusive) in itertools.product(AXIS_CLASSES.values(), VARIANTS):
+    for name, (operation, reverse, exclusive) in itertools.product(ROWS_CLASSES, VARIANTS):
+        shape, axis = AXIS_CLASSES[name]
         x = random_values(rng, shape, dtype, operation)
         x.flat[0] = x.flat[-1] = -0.0
         out = poisoned(shape, dtype)
         scan(True, operation, x, out, axis, reverse, exclusive)
         expected = cumulative_op.reference(operation, x, axis, reverse, exclusive)
         np.testing.assert_array_equal(out.view(f"u{out.itemsize}"), expected.view(f"u{out.itemsize}"))
+
+
+@pytest.mark.skipif(cpu_scan.numba is None, reason="no numba")
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64], ids=lambda t: np.dtype(t).name)
+@pytest.mark.parametrize("length", [2, 9, cpu_scan.VECTOR_LINE, cpu_scan.VECTOR_LINE + 7, 301])
+def test_compiled_lines_are_deterministic_and_keep_the_first_element(dtype, length):
+    """Contiguous lines walk a vector at a time (a tree within it): the same bits on every run, within the bound
+    of a running tally, and the first output as the walk writes it (-0.0 kept; the identity where exclusive);
+    -0.0 inputs elsewhere leave the running value as it was."""
+    rng = np.random.default_rng(length)
+    for operation, reverse, exclusive in VARIANTS:
+        x = random_values(rng, (3, length), dtype, operation)
+        x[:, 0] = x[:, -1] = -0.0
+        x[1, length // 2] = -0.0
+        runs = []
+        for _ in range(2):
+            out = poisoned(x.shape, dtype)
+            scan(True, operation, x, out, 1, reverse, exclusive)
+            runs.append(out.view(f"u{out.itemsize}"))
+        np.testing.assert_array_equal(runs[0], runs[1])
+        assert_cumulative_matches(out, operation, x, 1, reverse, exclusive)
+        expected = cumulative_op.reference(operation, x, 1, reverse, exclusive)
+        first = -1 if reverse else 0
+        np.testing.assert_array_equal(out[:, first].view(f"u{out.itemsize}"),
+                                      expected[:, first].view(f"u{out.itemsize}"))
+
+
+@pytest.mark.skipif(cpu_scan.numba is None, reason="no numba")
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int32, np.uint64], ids=lambda t: np.dtype(t).name)
+@pytest.mark.parametrize("length", [128, 131, 1000])
+@pytest.mark.parametrize("in_place", [False, True])
+def test_one_long_line_in_segments_on_all_cores(monkeypatch, dtype, length, in_place):
+    """A line of many segments (shrunk to 64 elements): the segments' totals, then the segments scanned from them
+    on all cores; in place too; the same bits on every run."""
+    monkeypatch.setattr(cpu_scan, "SEGMENT", 64)
+    rng = np.random.default_rng(length)
+    for operation, reverse, exclusive in VARIANTS:
+        x = random_values(rng, length, dtype, operation)
+        if operation == "product" and x.dtype.kind == "f":
+            x = (np.sign(x) * rng.uniform(0.99, 1.01, length)).astype(dtype)  # a product of 1000 stays finite
+        runs = []
+        for _ in range(2):
+            source = x.copy()
+            out = source if in_place else poisoned(x.shape, dtype)
+            cpu_scan.cumulative(operation, source, out, 0, reverse, exclusive, compiled=True)
+            runs.append(out.view(f"u{out.itemsize}").copy())
+        np.testing.assert_array_equal(runs[0], runs[1])
+        assert_cumulative_matches(out, operation, x, 0, reverse, exclusive)
 
 
 @pytest.mark.skipif(cpu_scan.numba is None, reason="no numba")

@@ -61,6 +61,7 @@ INT32_CHUNK = 32 * 1024  # 32 768 · 255² < 2^31: the int32 sums of a call are 
 BLOCK_BYTES = 32 << 10  # k_block × a block's columns of B, which the kernel streams from L1
 PANEL_BYTES = 256 << 10  # a panel of B's column blocks, kept in L2
 TILE_ROWS = 32  # rows of B packed across its column blocks at a time (a multiple of 4)
+PARALLEL_PACKING = 1 << 20  # B of this many elements or more is packed on every core, however few rows A has
 
 
 @dataclass(frozen=True)
@@ -219,12 +220,14 @@ def integer_product(kernel: Kernel, a, a_zero_point, b, b_zero_point, buffers, p
         if finish is not None:
             finish(result, rows)
 
-    # B in one piece a core (packing is short, and a piece costs about 10 µs to hand out), then the rows, in one
-    # hand-out: the threads are woken once, and the rows start as soon as B is packed
+    # B in one piece a core (packing is short, and a piece costs about 10 µs to hand out), on every core where B is
+    # large (few rows of A: packing B is most of the call), then the rows, in one hand-out: the threads are woken
+    # once, and the rows start as soon as B is packed
     blocks = padded(n, kernel.columns) // kernel.columns
-    run_in_pieces([functools.partial(pack_b, *block_range) for block_range in cut(blocks, min(pieces, CORES), 1)],
-                  pieces > 1, then=[functools.partial(rows_piece, *rows)
-                                    for rows in cut(padded(m, kernel.rows), pieces, kernel.rows)])
+    pack_pieces = CORES if k * n >= PARALLEL_PACKING else min(pieces, CORES)
+    run_in_pieces([functools.partial(pack_b, *block_range) for block_range in cut(blocks, pack_pieces, 1)],
+                  max(pieces, pack_pieces) > 1, then=[functools.partial(rows_piece, *rows)
+                                                      for rows in cut(padded(m, kernel.rows), pieces, kernel.rows)])
     return result
 
 
