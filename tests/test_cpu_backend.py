@@ -258,7 +258,9 @@ x = np.arange(1.0, 25.0, dtype=np.float32).reshape(2, 3, 4)
 for axis, operation, dtype in [(2, "sum", np.float32), (0, "product", np.float16)]:
     out = np.empty_like(x, dtype)
     cpu_scan.cumulative(operation, x.astype(dtype), out, axis, True, True, compiled=True, pieces=1)
-kernels = (cpu_scan.scan_lines_vectors, cpu_scan.scan_rows_compiled)
+line = np.ones(cpu_scan.VECTOR_LINE, np.float32)
+cpu_scan.cumulative("sum", line, np.empty_like(line), 0, False, False, compiled=True, pieces=1)
+kernels = (cpu_scan.scan_lines_compiled, cpu_scan.scan_rows_compiled, cpu_scan.scan_lines_vectors)
 print(sum(kernel.stats.cache_hits.total() for kernel in kernels), sum(kernel.stats.cache_misses.total() for kernel in kernels))
 """
 
@@ -270,7 +272,7 @@ def test_compiled_scans_cached_across_processes(tmp_path):
     environment = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
     runs = [subprocess.run([sys.executable, "-c", CACHED_SCANS], env=environment, capture_output=True, text=True,
                            check=True).stdout.split() for _ in range(2)]
-    assert runs == [["0", "2"], ["2", "0"]]
+    assert runs == [["0", "3"], ["3", "0"]]
 
 
 @STREAMED
@@ -779,20 +781,40 @@ def test_kernel_product_is_exact(kernel, case):
                                   exact_product(a, zero_a, b, zero_b))
 
 
+DIRECT_KERNELS = [kernel for kernel in KERNELS if kernel.values[0].direct]
+
+
+@pytest.mark.parametrize("kernel", DIRECT_KERNELS)
+@pytest.mark.parametrize("m", list(range(1, cpu_integer_gemm.DIRECT_ROWS + 1)))
+@pytest.mark.parametrize("a_type, b_type", list(itertools.product(QMM_TYPES, repeat=2)))
+def test_direct_product_is_exact(kernel, m, a_type, b_type):
+    """Few rows of A against B as it lies (rows contiguous, strided between them; K a multiple of 4, N of 64),
+    zero points per element or absent, every strip of rows; the poisoned scratch must not show."""
+    rng = np.random.default_rng(m)
+    for k, n, zero_points in [(4, 64, True), (100, 192, False), (1028, 128, True)]:
+        a = random_values(rng, (m, k), a_type)
+        b = random_values(rng, (k, 2 * n), b_type)[:, n:]  # rows 2N apart
+        zero_a = random_values(rng, m, a_type) if zero_points else None
+        zero_b = random_values(rng, n, b_type) if zero_points else None
+        np.testing.assert_array_equal(kernel_product(kernel, a, zero_a, b, zero_b, 3),
+                                      exact_product(a, zero_a, b, zero_b))
+
+
 @pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("a_type, b_type", list(itertools.product(QMM_TYPES, repeat=2)))
 def test_kernel_product_at_the_extremes(kernel, a_type, b_type):
     """Every product at ±255² (the zero point at the other end of the range) but a few: the int32 sums and the
-    byte kernels' corrections at their largest, K = INT32_CHUNK, the longest one call takes."""
+    byte kernels' corrections at their largest, K = INT32_CHUNK, the longest one call takes; 7 rows × 64 columns,
+    so that a kernel that reads B as it lies does."""
     k = cpu_integer_gemm.INT32_CHUNK
     lowest, highest = np.iinfo(a_type).min, np.iinfo(a_type).max
     a = np.full((7, k), lowest, a_type)
     a[1::2] = highest
     a[2, ::5] = highest
     zero_a = np.array([highest, lowest] * 3 + [lowest], a_type)
-    b = np.full((k, 3), np.iinfo(b_type).max, b_type)
-    b[::7, 1] = np.iinfo(b_type).min
-    zero_b = np.array([np.iinfo(b_type).min, np.iinfo(b_type).max, np.iinfo(b_type).min], b_type)
+    b = np.full((k, 64), np.iinfo(b_type).max, b_type)  # 7 × 64: the direct kernel's too, where there is one
+    b[::7, 1::3] = np.iinfo(b_type).min
+    zero_b = np.array([np.iinfo(b_type).min, np.iinfo(b_type).max] * 32, b_type)
     exact = exact_product(a, zero_a, b, zero_b)
     assert np.abs(exact).max() > 2**31 - 2**26
     np.testing.assert_array_equal(kernel_product(kernel, a, zero_a, b, zero_b, 1), exact)
