@@ -64,7 +64,8 @@ TILE_ROWS = 32  # rows of B packed across its column blocks at a time (a multipl
 PARALLEL_PACKING = 1 << 20  # B of this many elements or more is packed on every core, however few rows A has
 # A of at most this many rows is multiplied with B as it lies (``direct_products``), where the kernel can: packing B
 # would be most of the call.
-DIRECT_ROWS = 8
+DIRECT_ROWS = 16
+DIRECT_STEPS = 64  # steps of 4 rows of B a direct run takes across the column blocks
 PREFETCH_ROWS = 32  # how far ahead the direct kernel prefetches B's rows (prefetches past the end are harmless)
 DIRECT_STRIP = 4  # rows of A a direct call takes (4 × 4 sums, 4 column sums, 4 rows of B and 4 interleaved: 28 zmm)
 
@@ -266,18 +267,21 @@ if numba is not None:
     compiled = numba.njit(nogil=True, cache=True)
 
     @intrinsic
-    def direct_products(typing_context, kernel, rows, a, b, flip, sums, column_sums, row, column, steps):
-        """sums[row:row + rows, column:column + 64] = A'[row:row + rows, :4·steps] @ B'[:4·steps, column:column + 64]
-        and column_sums[column:column + 64] = Σ_k B' there, for the 512-bit byte kernel named by ``kernel``; rows
-        a literal "1" to "4" (4 rows: 16 sums, 4 column sums, 4 rows of B and 4 interleaved take 28 of the 32 zmm). B' = the bits of b xor flip, read from b's rows as they lie: each step loads 4 rows
+    def direct_products(typing_context, kernel, rows, a, b, flip, sums, column_sums, row, column, start, steps,
+                        accumulate):
+        """sums[row:row + rows, column:column + 64] = (those sums, if accumulate, +) A'[row:row + rows, k] @ B'[k,
+        column:column + 64] and column_sums[column:column + 64] = (the same) Σ_k B' there, k in [4·start,
+        4·(start + steps)), for the 512-bit byte kernel named by ``kernel``; rows
+        a literal "1" to "4", "+" after it where the column sums are made too (4 rows: 16 sums, 4 column sums, 4
+        rows of B and 4 interleaved take 28 of the 32 zmm). B' = the bits of b xor flip, read from b's rows as they lie: each step loads 4 rows
         of 64 bytes and interleaves them (unpack bytes, then words, within 128-bit lanes) into 4 vectors whose
         lanes hold 4 consecutive k of one column, column 16·L + 4·v + i in lane i of 128-bit lane L of vector v;
         the sums are put back in column order once, at the end."""
         if not (isinstance(kernel, types.StringLiteral) and isinstance(rows, types.StringLiteral)):
             return None
         spec = KERNELS_BY_NAME[kernel.literal_value]
-        count = int(rows.literal_value)
-        signature = types.none(kernel, rows, a, b, flip, sums, column_sums, row, column, steps)
+        count, with_column_sums = int(rows.literal_value[0]), rows.literal_value.endswith("+")
+        signature = types.none(kernel, rows, a, b, flip, sums, column_sums, row, column, start, steps, accumulate)
 
         def codegen(context, builder, signature, arguments):
             int64, int32, int16, int8 = ir.IntType(64), ir.IntType(32), ir.IntType(16), ir.IntType(8)
@@ -287,7 +291,7 @@ if numba is not None:
             a_array, b_array, sums_array, column_array = (
                 context.make_array(kind)(context, builder, value)
                 for kind, value in zip((signature.args[i] for i in (2, 3, 5, 6)), (arguments[i] for i in (2, 3, 5, 6))))
-            flip, row, column, steps = arguments[4], arguments[7], arguments[8], arguments[9]
+            flip, (row, column, start, steps, accumulate) = arguments[4], arguments[7:]
 
             def constant(value, kind=int64):
                 return ir.Constant(kind, value)
@@ -317,8 +321,9 @@ if numba is not None:
                         for i in range(half * high, half * (high + 1))
                         for index in (lane * per_lane + i, total + lane * per_lane + i)]
 
-            def in_column_order(vectors):
-                """The 4 vectors back in column order: a 4 × 4 transpose of 128-bit chunks."""
+            def in_column_order(vectors, back=False):
+                """The 4 vectors in column order (back: from it): a 4 × 4 transpose of 128-bit chunks, its own
+                inverse."""
                 def chunks(first, second, pairs):
                     return shuffle(first, second, [offset + 4 * chunk + i for chunk, offset in pairs
                                                    for i in range(4)])
@@ -339,14 +344,22 @@ if numba is not None:
                       for r in range(count)]
             b_at = builder.add(base(b_array), column)
             b_stride = stride(b_array)
-            zeros = ir.Constant(lanes, None)
+            targets = [builder.add(base(sums_array), builder.add(builder.mul(builder.add(row, constant(r)),
+                                                                             stride(sums_array)),
+                                                                 builder.mul(column, constant(4))))
+                       for r in range(count)]
+            if with_column_sums:
+                targets.append(builder.add(base(column_array), builder.mul(column, constant(4))))
+            initial = [[builder.select(accumulate, load(builder.add(target, constant(size * v)), lanes),
+                                       ir.Constant(lanes, None)) for v in range(4)] for target in targets]
+            initial = [in_column_order(vectors, back=True) for vectors in initial]
             entry, loop = builder.block, builder.append_basic_block("direct")
             done = builder.append_basic_block("direct_done")
             builder.branch(loop)
 
             builder.position_at_end(loop)
             step = builder.phi(int64)
-            totals = [[builder.phi(lanes) for _ in range(4)] for _ in range(count + 1)]  # the last: column sums
+            totals = [[builder.phi(lanes) for _ in range(4)] for _ in targets]  # the last: column sums, if made
             k = builder.mul(step, constant(4))
             prefetch = builder.module.declare_intrinsic(
                 "llvm.prefetch.p0", fnty=ir.FunctionType(ir.VoidType(), [ir.PointerType(int8)] + [int32] * 3))
@@ -365,23 +378,19 @@ if numba is not None:
             for r in range(count):
                 group = splat(load(builder.add(a_rows[r], k), int32), lanes)
                 new_totals.append([builder.call(dot, [totals[r][v], group, groups[v]]) for v in range(4)])
-            new_totals.append([builder.call(dot, [totals[count][v], ones, groups[v]]) for v in range(4)])
+            if with_column_sums:
+                new_totals.append([builder.call(dot, [totals[count][v], ones, groups[v]]) for v in range(4)])
             next_step = builder.add(step, constant(1))
-            step.add_incoming(constant(0), entry)
+            step.add_incoming(start, entry)
             step.add_incoming(next_step, loop)
-            for r in range(count + 1):
+            for r in range(len(targets)):
                 for v in range(4):
-                    totals[r][v].add_incoming(zeros, entry)
+                    totals[r][v].add_incoming(initial[r][v], entry)
                     totals[r][v].add_incoming(new_totals[r][v], loop)
-            builder.cbranch(builder.icmp_signed("<", next_step, steps), loop, done)
+            builder.cbranch(builder.icmp_signed("<", next_step, builder.add(start, steps)), loop, done)
 
             builder.position_at_end(done)
-            targets = [builder.add(base(sums_array), builder.add(builder.mul(builder.add(row, constant(r)),
-                                                                             stride(sums_array)),
-                                                                 builder.mul(column, constant(4))))
-                       for r in range(count)]
-            targets.append(builder.add(base(column_array), builder.mul(column, constant(4))))
-            for r in range(count + 1):
+            for r in range(len(targets)):
                 for v, vector in enumerate(in_column_order(new_totals[r])):
                     at = builder.add(targets[r], constant(size * v))
                     builder.store(vector, builder.inttoptr(at, lanes.as_pointer()), align=4)
@@ -391,18 +400,32 @@ if numba is not None:
 
     @compiled
     def multiply_direct(kernel, a, b, flip, sums, column_sums, rows, first_block, last_block, steps):
-        """direct_products for every row of A and the column blocks of 64 [first_block, last_block)."""
-        for block in range(first_block, last_block):
-            column = 64 * block
-            for row in range(0, rows - rows % 4, 4):
-                direct_products(kernel, "4", a, b, flip, sums, column_sums, row, column, steps)
-            row = rows - rows % 4
-            if rows % 4 == 1:
-                direct_products(kernel, "1", a, b, flip, sums, column_sums, row, column, steps)
-            elif rows % 4 == 2:
-                direct_products(kernel, "2", a, b, flip, sums, column_sums, row, column, steps)
-            elif rows % 4 == 3:
-                direct_products(kernel, "3", a, b, flip, sums, column_sums, row, column, steps)
+        """direct_products for every row of A and the column blocks of 64 [first_block, last_block), by runs of
+        DIRECT_STEPS steps across the blocks: each run reads a band of B's rows along them."""
+        for start in range(0, steps, DIRECT_STEPS):
+            run = min(DIRECT_STEPS, steps - start)
+            for block in range(first_block, last_block):
+                column = 64 * block
+                if rows >= 4:  # the first strip makes B's column sums too
+                    direct_products(kernel, "4+", a, b, flip, sums, column_sums, 0, column, start, run, start > 0)
+                for row in range(4, rows - rows % 4, 4):
+                    direct_products(kernel, "4", a, b, flip, sums, column_sums, row, column, start, run, start > 0)
+                row = rows - rows % 4
+                if rows % 4 == 1:
+                    if rows < 4:
+                        direct_products(kernel, "1+", a, b, flip, sums, column_sums, row, column, start, run, start > 0)
+                    else:
+                        direct_products(kernel, "1", a, b, flip, sums, column_sums, row, column, start, run, start > 0)
+                elif rows % 4 == 2:
+                    if rows < 4:
+                        direct_products(kernel, "2+", a, b, flip, sums, column_sums, row, column, start, run, start > 0)
+                    else:
+                        direct_products(kernel, "2", a, b, flip, sums, column_sums, row, column, start, run, start > 0)
+                elif rows % 4 == 3:
+                    if rows < 4:
+                        direct_products(kernel, "3+", a, b, flip, sums, column_sums, row, column, start, run, start > 0)
+                    else:
+                        direct_products(kernel, "3", a, b, flip, sums, column_sums, row, column, start, run, start > 0)
 
     @intrinsic
     def block_products(typing_context, kernel, a, b, sums, row, block, start, steps, accumulate):
