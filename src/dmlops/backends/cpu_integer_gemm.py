@@ -63,7 +63,8 @@ PANEL_BYTES = 256 << 10  # a panel of B's column blocks, kept in L2
 TILE_ROWS = 32  # rows of B packed across its column blocks at a time (a multiple of 4)
 PARALLEL_PACKING = 1 << 20  # B of this many elements or more is packed on every core, however few rows A has
 # A of at most this many rows is multiplied with B as it lies (``direct_products``), where the kernel can: packing B
-# would be most of the call.
+# would be most of the call (Zen 4, 4096 × 4096 B, best of 15 calls on a busy machine: 1 row 7 -> 26 GOPS, 4 rows
+# 48 -> 95, 8 rows 79 -> 134, 16 rows 133 -> 140).
 DIRECT_ROWS = 16
 DIRECT_STEPS = 64  # steps of 4 rows of B a direct run takes across the column blocks
 PREFETCH_ROWS = 32  # how far ahead the direct kernel prefetches B's rows (prefetches past the end are harmless)
