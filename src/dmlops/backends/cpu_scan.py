@@ -209,7 +209,7 @@ def scan_lines_numpy(ufunc, identity, x, out, carry, fresh, exclusive) -> None:
 #
 # One loop per layout: the running value of each line lives in a register (Q = 1), or in a row that stays in L1 and
 # is updated a vector at a time (Q > 1). The loops take the operation ("sum", "product") and the way elements are
-# read and written ("value", "half", "half by integers") as string literals, so that ``combine``, ``load`` and
+# read and written ("value", "half") as string literals, so that ``combine``, ``load`` and
 # ``store`` are compiled in: names rather than compiled functions, whose numba types the on-disk cache cannot keep
 # from one process to the next (it failed to save its index, and grew by an entry a process).
 # FLOAT16 is read and written as its bits, converted by the processor's own instructions (F16C on x86), which round
@@ -231,12 +231,6 @@ if numba is not None:
             return builder.bitcast(builder.fptrunc(arguments[0], ir.HalfType()), ir.IntType(16))
         return numba.uint16(numba.float32), codegen
 
-    @intrinsic
-    def float_from_bits(typing_context, bits):
-        def codegen(context, builder, signature, arguments):
-            return builder.bitcast(arguments[0], ir.FloatType())
-        return numba.float32(numba.uint32), codegen
-
     @compiled
     def add(a, b):
         return a + b
@@ -252,19 +246,6 @@ if numba is not None:
     @compiled
     def load_half(line, i):
         return half_to_float(line[i])
-
-    @compiled
-    def load_half_by_integers(line, i):
-        """load_half for the inclusive lines loop, in integer instructions and a multiply: there LLVM loads a
-        FLOAT16 for its conversion instruction into the register of the running value (vpinsrw writes part of a
-        register), so that each load waits for the previous addition (4M × 8: 1.4 GB/s, 2.3 this way). The bits
-        move 13 places into a float32's, whose exponent is then 112 too small (bias 127 against 15), subnormals
-        included; infinities and NaNs take the float32 exponent of all ones, their payload as it is."""
-        bits = np.uint32(line[i])
-        wide = (bits & np.uint32(0x7FFF)) << np.uint32(13) | (bits & np.uint32(0x8000)) << np.uint32(16)
-        if bits & np.uint32(0x7C00) == np.uint32(0x7C00):
-            return float_from_bits(wide | np.uint32(0x7F800000))
-        return float_from_bits(wide) * np.float32(2.0**112)
 
     @compiled
     def store_value(line, i, value):
@@ -288,8 +269,8 @@ if numba is not None:
         return chosen
 
     combine = chosen_by_name({"sum": add, "product": multiply})
-    load = chosen_by_name({"value": load_value, "half": load_half, "half by integers": load_half_by_integers})
-    store = chosen_by_name({"value": store_value, "half": store_half, "half by integers": store_half})
+    load = chosen_by_name({"value": load_value, "half": load_half})
+    store = chosen_by_name({"value": store_value, "half": store_half})
 
     @compiled
     def scan_lines_compiled(x, out, operation, element, identity, reverse, exclusive):
@@ -314,6 +295,46 @@ if numba is not None:
                 else:
                     tally = combine(operation, tally, value)
                     store(element, target, at, tally)
+
+    @compiled
+    def scan_half_lines(x, out, operation, identity, reverse, exclusive, widened, scanned, heads):
+        """Q = 1, FLOAT16 bits (x, out {P, L}, C-contiguous), lines shorter than VECTOR_LINE: blocks of lines widened
+        to float32 a vector at a time (widened: {lines of a block, L}), scanned there by scan_lines_compiled into
+        scanned, and narrowed back the same way; the first element of an inclusive scan keeps its bits (a
+        signalling NaN too: heads holds them while out overwrites x)."""
+        length = x.shape[1]
+        head = length - 1 if reverse else 0
+        flat_x, flat_out = x.ravel(), out.ravel()
+        flat_widened, flat_scanned = widened.ravel(), scanned.ravel()
+        for first in range(0, x.shape[0], widened.shape[0]):
+            count = min(widened.shape[0], x.shape[0] - first)
+            start, size = first * length, count * length
+            widen(flat_x[start:start + size], flat_widened)
+            for p in range(count):
+                heads[p] = x[first + p, head]
+            scan_lines_compiled(widened[:count], scanned[:count], operation, "value", identity, reverse, exclusive)
+            narrow(flat_scanned[:size], flat_out[start:start + size])
+            if not exclusive:
+                for p in range(count):
+                    out[first + p, head] = heads[p]
+
+    @compiled
+    def widen(bits, values):
+        """values[:bits.size] = the FLOAT16 bits as float32, a vector at a time."""
+        size = bits.shape[0]
+        for i in range(0, size - size % HALF_LANES, HALF_LANES):
+            convert_vector(bits, values, i)
+        for i in range(size - size % HALF_LANES, size):
+            values[i] = half_to_float(bits[i])
+
+    @compiled
+    def narrow(values, bits):
+        """bits[:values.size] = the float32 values rounded to FLOAT16 bits, a vector at a time."""
+        size = values.shape[0]
+        for i in range(0, size - size % HALF_LANES, HALF_LANES):
+            convert_vector(values, bits, i)
+        for i in range(size - size % HALF_LANES, size):
+            bits[i] = float_to_half(values[i])
 
     @compiled
     def scan_rows_compiled(x, out, operation, element, identity, reverse, exclusive, tally):
@@ -358,6 +379,10 @@ LINE_VECTOR_BYTES = 32
 # Lines this long or longer walk vectors; shorter ones one element after another, which the processor overlaps from
 # line to line (lines of 8: 16 GB/s that way, 2 by vectors; of 1024: 6 against 31).
 VECTOR_LINE = 128
+# Shorter FLOAT16 lines are scanned in float32 blocks of about this many elements (8 KiB in and 8 KiB out, in L1),
+# converted a vector at a time on the way in and out (4M × 8 converting element by element: 4.8 GB/s).
+HALF_BLOCK = 2048
+HALF_LANES = 8  # FLOAT16 converted 8 at a time (F16C: 128 bits of halves, 256 of floats)
 # A line this long or longer, alone or with fewer lines than cores, is cut into segments of this many elements (so
 # that the bits do not depend on the number of cores): their totals are made on all cores, then the segments are
 # scanned on all cores, each from the combined totals of the segments before it.
@@ -385,6 +410,25 @@ if numba is not None:
             builder.store(value, pointer(array_type, array), align=1)
 
         return load, store
+
+    @intrinsic
+    def convert_vector(typing_context, source, target, at):
+        """target[at:at + 8] = source[at:at + 8] converted: FLOAT16 bits to float32, or float32 to FLOAT16 bits
+        (one vcvtph2ps / vcvtps2ph: LLVM leaves the conversion loops element by element)."""
+        widen = source.dtype == numba.types.uint16
+
+        def codegen(context, builder, signature, arguments):
+            lanes = HALF_LANES
+            if widen:
+                load, _ = vector_access(context, builder, numba.types.float32, True, lanes, arguments[2])
+                _, store = vector_access(context, builder, numba.types.float32, False, lanes, arguments[2])
+            else:
+                load, _ = vector_access(context, builder, numba.types.float32, False, lanes, arguments[2])
+                _, store = vector_access(context, builder, numba.types.float32, True, lanes, arguments[2])
+            store(signature.args[1], arguments[1], load(signature.args[0], arguments[0]))
+            return context.get_dummy_value()
+
+        return numba.types.none(source, target, at), codegen
 
     @intrinsic
     def add_vector(typing_context, operation, element, source, at, totals):
@@ -589,9 +633,12 @@ def scan_compiled(operation, x3, out3, accumulation, reverse, exclusive, stream=
     if width == 1 and contiguous_lines(x3[:, :, 0], out3[:, :, 0]) and x3.shape[1] >= VECTOR_LINE:
         call(scan_lines_vectors, x3[:, :, 0], out3[:, :, 0], operation, element, identity,
              neutral_of(operation, accumulation), reverse, exclusive, LINE_VECTOR_BYTES // accumulation.itemsize)
+    elif width == 1 and element == "half" and x3[:, :, 0].flags.c_contiguous and out3[:, :, 0].flags.c_contiguous:
+        lines = max(1, HALF_BLOCK // x3.shape[1])
+        call(scan_half_lines, x3[:, :, 0], out3[:, :, 0], operation, identity, reverse, exclusive,
+             np.empty((lines, x3.shape[1]), np.float32), np.empty((lines, x3.shape[1]), np.float32),
+             np.empty(lines, np.uint16))
     elif width == 1:  # 2-D, so that contiguous lines compile as such
-        if element == "half" and not exclusive:  # see load_half_by_integers (exclusive lines do not stall)
-            element = "half by integers"
         call(scan_lines_compiled, x3[:, :, 0], out3[:, :, 0], operation, element, identity, reverse, exclusive)
     else:
         call(scan_rows_compiled, x3, out3, operation, element, identity, reverse, exclusive,
