@@ -374,7 +374,7 @@ def test_one_long_line_in_segments_on_all_cores(monkeypatch, dtype, length, in_p
         for _ in range(2):
             source = x.copy()
             out = source if in_place else poisoned(x.shape, dtype)
-            cpu_scan.cumulative(operation, source, out, 0, reverse, exclusive, compiled=True)
+            cpu_scan.cumulative(operation, source, out, 0, reverse, exclusive, compiled=True, segments=True)
             runs.append(out.view(f"u{out.itemsize}").copy())
         np.testing.assert_array_equal(runs[0], runs[1])
         assert_cumulative_matches(out, operation, x, 0, reverse, exclusive)

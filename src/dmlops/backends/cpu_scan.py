@@ -62,13 +62,15 @@ IDENTITIES = {"sum": 0, "product": 1}
 
 
 def cumulative(operation: str, x: np.ndarray, out: np.ndarray, axis: int, reverse: bool, exclusive: bool,
-               compiled: bool | None = None, pieces: int | None = None, stream: bool | None = None) -> None:
+               compiled: bool | None = None, pieces: int | None = None, stream: bool | None = None,
+               segments: bool | None = None) -> None:
     """out = the running sum or product of x along axis; out may be x itself (in place).
 
     ``compiled`` picks the engine (None: the compiled one where numba is installed and can run x's type);
     ``pieces``, into how many independent scans (of lines before the axis) each view is cut for the cores (None:
     by the view's size); ``stream``, whether the compiled engine may write rows with streaming stores (None: where
-    out has STREAM_BYTES or more).
+    out has STREAM_BYTES or more); ``segments``, whether the compiled engine scans a long line alone (or one of
+    fewer lines than cores) in segments on all cores (None: SEGMENTED_LINES).
     """
     can_compile = numba is not None and (x.dtype != np.float16 or HALF_INSTRUCTIONS)
     if can_compile if compiled is None else compiled and can_compile:
@@ -79,8 +81,8 @@ def cumulative(operation: str, x: np.ndarray, out: np.ndarray, axis: int, revers
         scan = scan_numpy
     accumulation = ACCUMULATION_DTYPE.get(DataType.from_numpy(x.dtype), x.dtype)
     for x3, out3 in views_3d(x, out, axis):
-        if scan is not scan_numpy and pieces is None and x3.shape[2] == 1 and x3.shape[0] < CORES and \
-                x3.shape[1] >= 2 * SEGMENT and contiguous_lines(x3[:, :, 0], out3[:, :, 0]):
+        if scan is not scan_numpy and (SEGMENTED_LINES if segments is None else segments) and x3.shape[2] == 1 and \
+                x3.shape[0] < CORES and x3.shape[1] >= 2 * SEGMENT and contiguous_lines(x3[:, :, 0], out3[:, :, 0]):
             for line in range(x3.shape[0]):
                 scan_segmented(operation, x3[line, :, 0], out3[line, :, 0], accumulation, reverse, exclusive)
             continue
@@ -383,10 +385,15 @@ VECTOR_LINE = 128
 # converted a vector at a time on the way in and out (4M × 8 converting element by element: 4.8 GB/s).
 HALF_BLOCK = 2048
 HALF_LANES = 8  # FLOAT16 converted 8 at a time (F16C: 128 bits of halves, 256 of floats)
-# A line this long or longer, alone or with fewer lines than cores, is cut into segments of this many elements (so
-# that the bits do not depend on the number of cores): their totals are made on all cores, then the segments are
-# scanned on all cores, each from the combined totals of the segments before it.
+# A line this long or longer, alone or with fewer lines than cores, can be cut into segments of this many elements
+# (so that the bits do not depend on the number of cores): their totals are made on all cores, then the segments
+# are scanned on all cores, each from the combined totals of the segments before it.
 SEGMENT = 1 << 20
+# Whether it is, by default. Not: on the Zen 4 machine (shared) one core's vector walk of one 2^26 line already ran
+# at the copy floor (float32 1.05-1.07 of np.copyto, FLOAT16 0.58), and the totals' extra read made the segmented
+# scan slower (0.63-0.66, FLOAT16 0.43-0.46): each of the two cores then scanned at half its speed alone, the
+# memory being the limit. It pays where a core walks a line slower than memory does.
+SEGMENTED_LINES = False
 
 if numba is not None:
     def vector_access(context, builder, tally, half, lanes, at):
@@ -549,16 +556,20 @@ if numba is not None:
 
     @compiled
     def segment_total(source, operation, element, neutral, first, last, totals):
-        """source[first:last] combined: lane by lane into totals (vectorised), then the lanes and the elements
+        """source[first:last] combined: vector by vector into the rows of totals ({4, lanes}: four independent
+        chains, so that one vector's operation need not wait for the last one's), then the lanes and the elements
         left, in order."""
-        lanes = totals.shape[0]
+        lanes = totals.shape[1]
         totals[:] = neutral
-        end = first + (last - first) // lanes * lanes
-        for i in range(first, end, lanes):
-            add_vector(operation, element, source, i, totals)
-        total = totals[0]
-        for j in range(1, lanes):
-            total = as_type_of(combine(operation, total, totals[j]), neutral)
+        width = 4 * lanes
+        end = first + (last - first) // width * width
+        for i in range(first, end, width):
+            for chain in range(4):
+                add_vector(operation, element, source, i + chain * lanes, totals[chain])
+        total = neutral
+        for chain in range(4):
+            for j in range(lanes):
+                total = as_type_of(combine(operation, total, totals[chain, j]), neutral)
         for i in range(end, last):
             total = as_type_of(combine(operation, total, load(element, source, i)), neutral)
         return total
@@ -583,7 +594,7 @@ def scan_segmented(operation, x_line, out_line, accumulation, reverse, exclusive
 
     def total(index):
         totals[index] = accumulation.type(call(segment_total, x_line, operation, element, neutral, *bounds[index],
-                                               np.empty(lanes, accumulation)))
+                                               np.empty((4, lanes), accumulation)))
 
     def scan(pieces):
         tally = neutral
