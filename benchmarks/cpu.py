@@ -205,8 +205,8 @@ def processor() -> str:
         return platform.processor() or platform.machine()
     fields = {key.strip(): value.strip() for key, value in fields.items()}
     flags = set(fields.get("flags", "").split())
-    return (f"{fields.get('model name', '?')} (family {fields.get('cpu family', '?')}, model {fields.get('model', '?')});"
-            f" flags: {' '.join(flag for flag in KERNEL_FLAGS if flag in flags)}")
+    return (f"{fields.get('model name', '?')} (family {fields.get('cpu family', '?')}, "
+            f"model {fields.get('model', '?')}); flags: {' '.join(flag for flag in KERNEL_FLAGS if flag in flags)}")
 
 
 def main():

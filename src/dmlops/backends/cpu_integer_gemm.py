@@ -272,12 +272,12 @@ if numba is not None:
                         accumulate):
         """sums[row:row + rows, column:column + 64] = (those sums, if accumulate, +) A'[row:row + rows, k] @ B'[k,
         column:column + 64] and column_sums[column:column + 64] = (the same) Σ_k B' there, k in [4·start,
-        4·(start + steps)), for the 512-bit byte kernel named by ``kernel``; rows
-        a literal "1" to "4", "+" after it where the column sums are made too (4 rows: 16 sums, 4 column sums, 4
-        rows of B and 4 interleaved take 28 of the 32 zmm). B' = the bits of b xor flip, read from b's rows as they lie: each step loads 4 rows
-        of 64 bytes and interleaves them (unpack bytes, then words, within 128-bit lanes) into 4 vectors whose
-        lanes hold 4 consecutive k of one column, column 16·L + 4·v + i in lane i of 128-bit lane L of vector v;
-        the sums are put back in column order once, at the end."""
+        4·(start + steps)), for the 512-bit byte kernel named by ``kernel``; rows a literal "1" to "4", "+" after it
+        where the column sums are made too (4 rows: 16 sums, 4 column sums, 4 rows of B and 4 interleaved take 28
+        of the 32 zmm). B' = the bits of b xor flip, read from b's rows as they lie: each step loads 4 rows of 64
+        bytes and interleaves them (unpack bytes, then words, within 128-bit lanes) into 4 vectors whose lanes hold
+        4 consecutive k of one column, column 16·L + 4·v + i in lane i of 128-bit lane L of vector v; the sums are
+        put back in column order once, at the end."""
         if not (isinstance(kernel, types.StringLiteral) and isinstance(rows, types.StringLiteral)):
             return None
         spec = KERNELS_BY_NAME[kernel.literal_value]
