@@ -55,7 +55,7 @@ PARALLEL_ELEMENTS = 1 << 20
 # to memory (a scan of 4-8 MiB float32 then a sum of its output: 5 % slower streamed; of 16 MiB: 10 % faster).
 STREAM_BYTES = 16 << 20
 STREAM_STORES = platform.machine().lower() in ("x86_64", "amd64")  # the fence after them is an x86 instruction
-VECTOR_BYTES = 32  # a streaming vector store writes this many bytes at an address aligned to them (AVX)
+VECTOR_BYTES = 32  # an AVX vector: a streaming store writes this many bytes at an address aligned to them
 
 UFUNCS = {"sum": np.add, "product": np.multiply}
 IDENTITIES = {"sum": 0, "product": 1}
@@ -369,7 +369,7 @@ if numba is not None:
                         store(element, target, q, after)
 
 
-# Contiguous lines (Q = 1) walk a vector of LINE_VECTOR_BYTES at a time: its elements' running values within the
+# Contiguous lines (Q = 1) walk a vector of VECTOR_BYTES at a time: its elements' running values within the
 # vector come from log2(lanes) shifted copies combined (a tree, not a chain), then the running value before the
 # vector is combined with each lane. The chain from one vector to the next is one operation, not one an element: the
 # loop runs at the speed of memory rather than at one addition's latency an element, and FLOAT16 converts a vector at
@@ -377,7 +377,6 @@ if numba is not None:
 # xi) in a tree's order, within the accumulation bound of a running tally. The running values start at a neutral
 # element (−0.0 for float sums: −0.0 + x is x for every x, +0.0 included), and a line's first output is written as
 # the walk writes it (the input's own bits, or the identity where exclusive).
-LINE_VECTOR_BYTES = 32
 # Lines this long or longer walk vectors; shorter ones one element after another, which the processor overlaps from
 # line to line (lines of 8: 16 GB/s that way, 2 by vectors; of 1024: 6 against 31).
 VECTOR_LINE = 128
@@ -443,7 +442,7 @@ if numba is not None:
         if not (isinstance(operation, numba.types.StringLiteral) and isinstance(element, numba.types.StringLiteral)):
             return None
         tally = totals.dtype
-        lanes = LINE_VECTOR_BYTES // (tally.bitwidth // 8)
+        lanes = VECTOR_BYTES // (tally.bitwidth // 8)
         instruction = {"sum": ("fadd", "add"), "product": ("fmul", "mul")}[operation.literal_value]
 
         def codegen(context, builder, signature, arguments):
@@ -461,12 +460,12 @@ if numba is not None:
     def scan_vector(typing_context, operation, element, source, target, at, tally, neutral, reverse, exclusive):
         """target[at:at + lanes] = the scan of source[at:at + lanes] from tally (reverse: walked from its end;
         exclusive: each lane gets the running value before it), in tally's type (FLOAT16 read and written as its
-        bits); returns the running value after the vector. lanes = LINE_VECTOR_BYTES // tally's size."""
+        bits); returns the running value after the vector. lanes = VECTOR_BYTES // tally's size."""
         if not (isinstance(operation, numba.types.StringLiteral) and isinstance(element, numba.types.StringLiteral)):
             return None
         floating = isinstance(tally, numba.types.Float)
         half = element.literal_value == "half"
-        lanes = LINE_VECTOR_BYTES // (tally.bitwidth // 8)
+        lanes = VECTOR_BYTES // (tally.bitwidth // 8)
         instruction = {"sum": ("fadd", "add"), "product": ("fmul", "mul")}[operation.literal_value]
 
         def codegen(context, builder, signature, arguments):
@@ -584,7 +583,7 @@ def scan_segmented(operation, x_line, out_line, accumulation, reverse, exclusive
         x_line, out_line, element = x_line.view(np.uint16), out_line.view(np.uint16), "half"
     length = x_line.shape[0]
     identity, neutral = accumulation.type(IDENTITIES[operation]), neutral_of(operation, accumulation)
-    lanes = LINE_VECTOR_BYTES // accumulation.itemsize
+    lanes = VECTOR_BYTES // accumulation.itemsize
     bounds = [(start, min(start + SEGMENT, length)) for start in range(0, length, SEGMENT)]
     if reverse:
         bounds.reverse()  # in the walk's order
@@ -643,7 +642,7 @@ def scan_compiled(operation, x3, out3, accumulation, reverse, exclusive, stream=
         x3, out3, element = x3.view(np.uint16), out3.view(np.uint16), "half"
     if width == 1 and contiguous_lines(x3[:, :, 0], out3[:, :, 0]) and x3.shape[1] >= VECTOR_LINE:
         call(scan_lines_vectors, x3[:, :, 0], out3[:, :, 0], operation, element, identity,
-             neutral_of(operation, accumulation), reverse, exclusive, LINE_VECTOR_BYTES // accumulation.itemsize)
+             neutral_of(operation, accumulation), reverse, exclusive, VECTOR_BYTES // accumulation.itemsize)
     elif width == 1 and element == "half" and x3[:, :, 0].flags.c_contiguous and out3[:, :, 0].flags.c_contiguous:
         lines = max(1, HALF_BLOCK // x3.shape[1])
         call(scan_half_lines, x3[:, :, 0], out3[:, :, 0], operation, identity, reverse, exclusive,
