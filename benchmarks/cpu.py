@@ -8,8 +8,9 @@ call does not decide a row. Each timed call starts after the thread pools of the
 short call (under 0.1 s) right after an untimed one of its own, with its pool awake. Scans count 2·n·itemsize bytes (read once, written once) and are compared with the
 floor, this machine's copy bandwidth (``np.copyto`` of 256 MiB). NumPy has no reverse or exclusive scan: it flips,
 scans, flips back and subtracts the input (exclusive sums). dmlops runs as installed (its compiled engine where
-numba is installed, large scans on all cores), on one core, with ordinary stores only (no streaming stores past
-the cache for large outputs along an outer axis), and with its NumPy-only engine.
+numba is installed, large scans on all cores), on one core, with one long line in segments on all cores (the same
+as installed for the other rows), with ordinary stores only (no streaming stores past the cache for large outputs
+along an outer axis), and with its NumPy-only engine.
 
 The quantized matmul counts 2·M·N·K operations and is compared with float32 BLAS (sgemm) of the same size, the
 ceiling of an exact product made through it: n×n×n, and M × 4096 × 4096 for M = 1, 16, 128 (one token to a batch
@@ -127,6 +128,7 @@ def scan_rows(repeats: int, copy: float):
                 times = median_times({
                     "dmlops": lambda: dmlops.cumulative_sum(x, axis, reverse=reverse, exclusive=exclusive, out=out),
                     "dmlops 1 core": dmlops_scan(pieces=1),
+                    "dmlops segments": dmlops_scan(segments=True),
                     "dmlops cached stores": dmlops_scan(stream=False),
                     "dmlops NumPy-only": dmlops_scan(compiled=False),
                     "ONNX Runtime": lambda: session.run(None, {"x": x}),
@@ -136,6 +138,7 @@ def scan_rows(repeats: int, copy: float):
                 dml, ort = rates["dmlops"], rates["ONNX Runtime"]
                 variant = "reverse + exclusive" if reverse else "plain"
                 print(f"| {label} | {np.dtype(dtype).name} | {variant} | {dml:.2f} | {rates['dmlops 1 core']:.2f} | "
+                      f"{rates['dmlops segments']:.2f} | "
                       f"{rates['dmlops cached stores']:.2f} | {rates['dmlops NumPy-only']:.2f} | {ort:.2f} | "
                       f"{rates['NumPy']:.2f} | {dml / ort:.2f} | {dml / copy:.2f} |", flush=True)
 
@@ -202,8 +205,8 @@ def processor() -> str:
         return platform.processor() or platform.machine()
     fields = {key.strip(): value.strip() for key, value in fields.items()}
     flags = set(fields.get("flags", "").split())
-    return (f"{fields.get('model name', '?')} (family {fields.get('cpu family', '?')}, model {fields.get('model', '?')});"
-            f" flags: {' '.join(flag for flag in KERNEL_FLAGS if flag in flags)}")
+    return (f"{fields.get('model name', '?')} (family {fields.get('cpu family', '?')}, "
+            f"model {fields.get('model', '?')}); flags: {' '.join(flag for flag in KERNEL_FLAGS if flag in flags)}")
 
 
 def main():
@@ -221,9 +224,9 @@ def main():
     if arguments.rows != "matmul":
         copy = copy_bandwidth(repeats)
         print(f"\nFloor: copy bandwidth {copy:.2f} GB/s (bytes read + written)\n")
-        print("| scan (cumulative sum) | type | variant | dmlops GB/s | dmlops 1 core | dmlops cached stores | "
-              "dmlops NumPy-only | ONNX Runtime | NumPy | dmlops / ORT | dmlops / copy |")
-        print("|---|---|---|---|---|---|---|---|---|---|---|")
+        print("| scan (cumulative sum) | type | variant | dmlops GB/s | dmlops 1 core | dmlops segments | "
+              "dmlops cached stores | dmlops NumPy-only | ONNX Runtime | NumPy | dmlops / ORT | dmlops / copy |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
         scan_rows(repeats, copy)
     if arguments.rows == "scans":
         return

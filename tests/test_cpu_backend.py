@@ -258,7 +258,9 @@ x = np.arange(1.0, 25.0, dtype=np.float32).reshape(2, 3, 4)
 for axis, operation, dtype in [(2, "sum", np.float32), (0, "product", np.float16)]:
     out = np.empty_like(x, dtype)
     cpu_scan.cumulative(operation, x.astype(dtype), out, axis, True, True, compiled=True, pieces=1)
-kernels = (cpu_scan.scan_lines_compiled, cpu_scan.scan_rows_compiled)
+line = np.ones(cpu_scan.VECTOR_LINE, np.float32)
+cpu_scan.cumulative("sum", line, np.empty_like(line), 0, False, False, compiled=True, pieces=1)
+kernels = (cpu_scan.scan_lines_compiled, cpu_scan.scan_rows_compiled, cpu_scan.scan_lines_vectors)
 print(sum(kernel.stats.cache_hits.total() for kernel in kernels), sum(kernel.stats.cache_misses.total() for kernel in kernels))
 """
 
@@ -270,7 +272,7 @@ def test_compiled_scans_cached_across_processes(tmp_path):
     environment = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
     runs = [subprocess.run([sys.executable, "-c", CACHED_SCANS], env=environment, capture_output=True, text=True,
                            check=True).stdout.split() for _ in range(2)]
-    assert runs == [["0", "2"], ["2", "0"]]
+    assert runs == [["0", "3"], ["3", "0"]]
 
 
 @STREAMED
@@ -311,18 +313,71 @@ def test_float16_long_axes_accumulate_in_float32(compiled, shape, axis):
     np.testing.assert_array_equal(out, np.cumsum(np.ones(shape), axis=axis).astype(np.float16))
 
 
+# Axis classes whose compiled scans walk rows of lines (Q > 1) one element after another.
+ROWS_CLASSES = ["outer axis", "middle axis", "axis of one"]
+
+
 @pytest.mark.skipif(cpu_scan.numba is None, reason="no numba")
 @pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=lambda t: np.dtype(t).name)
-def test_compiled_engine_gives_the_reference_bits(dtype):
-    """The compiled loop adds in the order of the walk, as dmlops.ops' reference does, -0.0 and all."""
+def test_compiled_rows_give_the_reference_bits(dtype):
+    """The compiled rows loop adds in the order of the walk, as dmlops.ops' reference does, -0.0 and all."""
     rng = np.random.default_rng(8)
-    for (shape, axis), (operation, reverse, exclusive) in itertools.product(AXIS_CLASSES.values(), VARIANTS):
+    for name, (operation, reverse, exclusive) in itertools.product(ROWS_CLASSES, VARIANTS):
+        shape, axis = AXIS_CLASSES[name]
         x = random_values(rng, shape, dtype, operation)
         x.flat[0] = x.flat[-1] = -0.0
         out = poisoned(shape, dtype)
         scan(True, operation, x, out, axis, reverse, exclusive)
         expected = cumulative_op.reference(operation, x, axis, reverse, exclusive)
         np.testing.assert_array_equal(out.view(f"u{out.itemsize}"), expected.view(f"u{out.itemsize}"))
+
+
+@pytest.mark.skipif(cpu_scan.numba is None, reason="no numba")
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64], ids=lambda t: np.dtype(t).name)
+@pytest.mark.parametrize("length", [2, 9, cpu_scan.VECTOR_LINE, cpu_scan.VECTOR_LINE + 7, 301])
+def test_compiled_lines_are_deterministic_and_keep_the_first_element(dtype, length):
+    """Contiguous lines walk a vector at a time (a tree within it): the same bits on every run, within the bound
+    of a running tally, and the first output as the walk writes it (-0.0 kept; the identity where exclusive);
+    -0.0 inputs elsewhere leave the running value as it was."""
+    rng = np.random.default_rng(length)
+    for operation, reverse, exclusive in VARIANTS:
+        x = random_values(rng, (3, length), dtype, operation)
+        x[:, 0] = x[:, -1] = -0.0
+        x[1, length // 2] = -0.0
+        runs = []
+        for _ in range(2):
+            out = poisoned(x.shape, dtype)
+            scan(True, operation, x, out, 1, reverse, exclusive)
+            runs.append(out.view(f"u{out.itemsize}"))
+        np.testing.assert_array_equal(runs[0], runs[1])
+        assert_cumulative_matches(out, operation, x, 1, reverse, exclusive)
+        expected = cumulative_op.reference(operation, x, 1, reverse, exclusive)
+        first = -1 if reverse else 0
+        np.testing.assert_array_equal(out[:, first].view(f"u{out.itemsize}"),
+                                      expected[:, first].view(f"u{out.itemsize}"))
+
+
+@pytest.mark.skipif(cpu_scan.numba is None, reason="no numba")
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int32, np.uint64], ids=lambda t: np.dtype(t).name)
+@pytest.mark.parametrize("length", [128, 131, 1000])
+@pytest.mark.parametrize("in_place", [False, True])
+def test_one_long_line_in_segments_on_all_cores(monkeypatch, dtype, length, in_place):
+    """A line of many segments (shrunk to 64 elements): the segments' totals, then the segments scanned from them
+    on all cores; in place too; the same bits on every run."""
+    monkeypatch.setattr(cpu_scan, "SEGMENT", 64)
+    rng = np.random.default_rng(length)
+    for operation, reverse, exclusive in VARIANTS:
+        x = random_values(rng, length, dtype, operation)
+        if operation == "product" and x.dtype.kind == "f":
+            x = (np.sign(x) * rng.uniform(0.99, 1.01, length)).astype(dtype)  # a product of 1000 stays finite
+        runs = []
+        for _ in range(2):
+            source = x.copy()
+            out = source if in_place else poisoned(x.shape, dtype)
+            cpu_scan.cumulative(operation, source, out, 0, reverse, exclusive, compiled=True, segments=True)
+            runs.append(out.view(f"u{out.itemsize}").copy())
+        np.testing.assert_array_equal(runs[0], runs[1])
+        assert_cumulative_matches(out, operation, x, 0, reverse, exclusive)
 
 
 @pytest.mark.skipif(cpu_scan.numba is None, reason="no numba")
@@ -341,6 +396,28 @@ def test_compiled_entry_points_follow_the_arguments_types():
 
 COMPILED_HALF = pytest.mark.skipif(cpu_scan.numba is None or not cpu_scan.HALF_INSTRUCTIONS,
                                    reason="no numba, or no FLOAT16 instructions")
+
+
+@COMPILED_HALF
+@pytest.mark.parametrize("shape", [(10, 8), (7, 5), (3, 21)])
+@pytest.mark.parametrize("in_place", [False, True])
+def test_short_float16_lines_in_float32_blocks(monkeypatch, shape, in_place):
+    """Short FLOAT16 lines go through float32 blocks of lines (shrunk to 24 elements: several blocks, the last one
+    short, conversions with elements left over); every variant, in place too; an inclusive scan's signalling NaN
+    first keeps its bits."""
+    monkeypatch.setattr(cpu_scan, "HALF_BLOCK", 24)
+    rng = np.random.default_rng(shape[1])
+    for operation, reverse, exclusive in VARIANTS:
+        x = random_values(rng, shape, np.float16, operation)
+        source = x.copy()
+        out = source if in_place else poisoned(shape, np.float16)
+        scan(True, operation, source, out, 1, reverse, exclusive)
+        assert_cumulative_matches(out, operation, x, 1, reverse, exclusive)
+    first = -1 if reverse else 0
+    x.view(np.uint16)[:, first] = 0x7C01
+    out = poisoned(shape, np.float16)
+    scan(True, "sum", x, out, 1, reverse, False)
+    np.testing.assert_array_equal(out.view(np.uint16)[:, first], 0x7C01)
 
 
 @COMPILED_HALF
@@ -379,16 +456,7 @@ def test_compiled_float16_widening_matches_numpy():
 
 
 @COMPILED_HALF
-def test_compiled_float16_widening_by_integers_matches_numpy():
-    """Every FLOAT16, subnormals, infinities and NaNs (signalling ones too) included, bit for bit."""
-    bits = np.arange(1 << 16, dtype=np.uint16)
-    wide = np.empty(bits.shape, np.float32)
-    widen_all_by_integers(bits, wide)
-    np.testing.assert_array_equal(wide.view(np.uint32), bits.view(np.float16).astype(np.float32).view(np.uint32))
-
-
-@COMPILED_HALF
-@pytest.mark.parametrize("shape", [(5,), (5, 40)], ids=["a line", "rows"])
+@pytest.mark.parametrize("shape", [(5,), (cpu_scan.VECTOR_LINE + 3,), (5, 40)], ids=["a line", "a long line", "rows"])
 def test_compiled_float16_copies_the_first(shape):
     """The first element of an inclusive scan is the input's, bit for bit, a signalling NaN included."""
     x = np.random.default_rng(12).standard_normal(shape).astype(np.float16)
@@ -409,11 +477,6 @@ if cpu_scan.numba is not None:
     def widen_all(bits, wide):
         for i in range(bits.size):
             wide[i] = cpu_scan.half_to_float(bits[i])
-
-    @cpu_scan.numba.njit
-    def widen_all_by_integers(bits, wide):
-        for i in range(bits.size):
-            wide[i] = cpu_scan.load_half_by_integers(bits, i)
 
 
 # -- quantized matmul ------------------------------------------------------------------------------------------
@@ -726,20 +789,40 @@ def test_kernel_product_is_exact(kernel, case):
                                   exact_product(a, zero_a, b, zero_b))
 
 
+DIRECT_KERNELS = [kernel for kernel in KERNELS if kernel.values[0].direct]
+
+
+@pytest.mark.parametrize("kernel", DIRECT_KERNELS)
+@pytest.mark.parametrize("m", list(range(1, cpu_integer_gemm.DIRECT_ROWS + 1)))
+@pytest.mark.parametrize("a_type, b_type", list(itertools.product(QMM_TYPES, repeat=2)))
+def test_direct_product_is_exact(kernel, m, a_type, b_type):
+    """Few rows of A against B as it lies (rows contiguous, strided between them; K a multiple of 4, N of 64),
+    zero points per element or absent, every strip of rows; the poisoned scratch must not show."""
+    rng = np.random.default_rng(m)
+    for k, n, zero_points in [(4, 64, True), (100, 192, False), (1028, 128, True)]:
+        a = random_values(rng, (m, k), a_type)
+        b = random_values(rng, (k, 2 * n), b_type)[:, n:]  # rows 2N apart
+        zero_a = random_values(rng, m, a_type) if zero_points else None
+        zero_b = random_values(rng, n, b_type) if zero_points else None
+        np.testing.assert_array_equal(kernel_product(kernel, a, zero_a, b, zero_b, 3),
+                                      exact_product(a, zero_a, b, zero_b))
+
+
 @pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("a_type, b_type", list(itertools.product(QMM_TYPES, repeat=2)))
 def test_kernel_product_at_the_extremes(kernel, a_type, b_type):
     """Every product at ±255² (the zero point at the other end of the range) but a few: the int32 sums and the
-    byte kernels' corrections at their largest, K = INT32_CHUNK, the longest one call takes."""
+    byte kernels' corrections at their largest, K = INT32_CHUNK, the longest one call takes; 7 rows × 64 columns,
+    so that a kernel that reads B as it lies does."""
     k = cpu_integer_gemm.INT32_CHUNK
     lowest, highest = np.iinfo(a_type).min, np.iinfo(a_type).max
     a = np.full((7, k), lowest, a_type)
     a[1::2] = highest
     a[2, ::5] = highest
     zero_a = np.array([highest, lowest] * 3 + [lowest], a_type)
-    b = np.full((k, 3), np.iinfo(b_type).max, b_type)
-    b[::7, 1] = np.iinfo(b_type).min
-    zero_b = np.array([np.iinfo(b_type).min, np.iinfo(b_type).max, np.iinfo(b_type).min], b_type)
+    b = np.full((k, 64), np.iinfo(b_type).max, b_type)  # 7 × 64: the direct kernel's too, where there is one
+    b[::7, 1::3] = np.iinfo(b_type).min
+    zero_b = np.array([np.iinfo(b_type).min, np.iinfo(b_type).max] * 32, b_type)
     exact = exact_product(a, zero_a, b, zero_b)
     assert np.abs(exact).max() > 2**31 - 2**26
     np.testing.assert_array_equal(kernel_product(kernel, a, zero_a, b, zero_b, 1), exact)

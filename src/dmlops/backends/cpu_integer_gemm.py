@@ -47,7 +47,7 @@ import numpy as np
 
 from ..types import ValidationError
 from .cpu_compiled import call, target_features
-from .cpu_pieces import CORES, cut, run_in_pieces
+from .cpu_pieces import CORES, PIECES_PER_CORE, cut, run_in_pieces
 
 try:
     import numba
@@ -61,6 +61,14 @@ INT32_CHUNK = 32 * 1024  # 32 768 · 255² < 2^31: the int32 sums of a call are 
 BLOCK_BYTES = 32 << 10  # k_block × a block's columns of B, which the kernel streams from L1
 PANEL_BYTES = 256 << 10  # a panel of B's column blocks, kept in L2
 TILE_ROWS = 32  # rows of B packed across its column blocks at a time (a multiple of 4)
+PARALLEL_PACKING = 1 << 20  # B of this many elements or more is packed on every core, however few rows A has
+# A of at most this many rows is multiplied with B as it lies (``direct_products``), where the kernel can: packing B
+# would be most of the call (Zen 4, 4096 × 4096 B, best of 15 calls on a busy machine: 1 row 7 -> 26 GOPS, 4 rows
+# 48 -> 95, 8 rows 79 -> 134, 16 rows 133 -> 140).
+DIRECT_ROWS = 16
+DIRECT_STEPS = 64  # steps of 4 rows of B a direct run takes across the column blocks
+PREFETCH_ROWS = 32  # how far ahead the direct kernel prefetches B's rows (prefetches past the end are harmless)
+DIRECT_STRIP = 4  # rows of A a direct call takes (4 × 4 sums, 4 column sums, 4 rows of B and 4 interleaved: 28 zmm)
 
 
 @dataclass(frozen=True)
@@ -72,6 +80,7 @@ class Kernel:
     bytes: bool  # uint8 × int8 in groups of 4 (vpdpbusd), else int16 × int16 in pairs (vpmaddwd)
     rows: int = 6
     vectors: int = 2  # column vectors of one kernel call
+    direct: bool = False  # has ``direct_products``: B read as it lies, for A of at most DIRECT_ROWS rows
 
     @property
     def group(self) -> int:
@@ -98,7 +107,7 @@ class Kernel:
 
 # Fastest first.
 KERNELS = (
-    Kernel("avx512-vnni", ({"avx512vnni"},), "llvm.x86.avx512.vpdpbusd.512", 512, True, vectors=4),
+    Kernel("avx512-vnni", ({"avx512vnni"},), "llvm.x86.avx512.vpdpbusd.512", 512, True, vectors=4, direct=True),
     Kernel("avx-vnni", ({"avxvnni"}, {"avx512vnni", "avx512vl"}), "llvm.x86.avx512.vpdpbusd.256", 256, True),
     Kernel("avx512bw", ({"avx512bw"},), "llvm.x86.avx512.pmaddw.d.512", 512, False, vectors=4),
     Kernel("avx2", ({"avx2"},), "llvm.x86.avx2.pmadd.wd", 256, False),
@@ -179,6 +188,11 @@ def integer_product(kernel: Kernel, a, a_zero_point, b, b_zero_point, buffers, p
     n = b.shape[1]
     a_packed, b_packed, sums = buffers[:3]
     result = sums[:m, :n]
+    if kernel.direct and m <= DIRECT_ROWS and k % 4 == 0 and n % 64 == 0 and b.strides[1] == 1:
+        direct_product(kernel, a, a_zero_point, b, b_zero_point, buffers, pieces)
+        if finish is not None:
+            finish(result, slice(0, m))
+        return result
     length = padded(k, kernel.group)
     b_groups = b_packed.view(np.int32).reshape(b_packed.shape[:3])  # each group of B in one int32
     if kernel.bytes:
@@ -219,17 +233,200 @@ def integer_product(kernel: Kernel, a, a_zero_point, b, b_zero_point, buffers, p
         if finish is not None:
             finish(result, rows)
 
-    # B in one piece a core (packing is short, and a piece costs about 10 µs to hand out), then the rows, in one
-    # hand-out: the threads are woken once, and the rows start as soon as B is packed
+    # B in one piece a core (packing is short, and a piece costs about 10 µs to hand out), on every core where B is
+    # large (few rows of A: packing B is most of the call), then the rows, in one hand-out: the threads are woken
+    # once, and the rows start as soon as B is packed
     blocks = padded(n, kernel.columns) // kernel.columns
-    run_in_pieces([functools.partial(pack_b, *block_range) for block_range in cut(blocks, min(pieces, CORES), 1)],
-                  pieces > 1, then=[functools.partial(rows_piece, *rows)
-                                    for rows in cut(padded(m, kernel.rows), pieces, kernel.rows)])
+    pack_pieces = CORES if k * n >= PARALLEL_PACKING else min(pieces, CORES)
+    run_in_pieces([functools.partial(pack_b, *block_range) for block_range in cut(blocks, pack_pieces, 1)],
+                  max(pieces, pack_pieces) > 1, then=[functools.partial(rows_piece, *rows)
+                                                      for rows in cut(padded(m, kernel.rows), pieces, kernel.rows)])
     return result
+
+
+def direct_product(kernel: Kernel, a, a_zero_point, b, b_zero_point, buffers, pieces: int) -> None:
+    """integer_product's sums for a byte kernel that reads B as it lies (rows contiguous, K a multiple of 4, N of 64):
+    A packed here, then the column blocks of 64 on the cores, each block's sums and column sums of B' made at once."""
+    m, k = a.shape
+    n = b.shape[1]
+    a_packed, _, sums, row_sums, column_terms = buffers
+    a_centre, b_centre = (128 if a.dtype == np.int8 else 0), (128 if b.dtype == np.uint8 else 0)
+    call(pack_rows_bytes, a.view(np.uint8), np.uint8(a_centre), a_packed, row_sums, 0, m)
+    b_bits = b.view(np.uint8)
+    blocks = n // 64
+    count = max(1, min(blocks, PIECES_PER_CORE * CORES if k * n >= PARALLEL_PACKING else pieces))
+    run_in_pieces([functools.partial(call, multiply_direct, kernel.name, a_packed, b_bits, np.uint8(b_centre), sums,
+                                     column_terms, m, first, last, k // 4) for first, last in cut(blocks, count, 1)],
+                  count > 1)
+    alpha = np.full(m, a_centre, np.int32) if a_zero_point is None else a_centre + a_zero_point.astype(np.int32)
+    beta = b_centre - (np.zeros(n, np.int32) if b_zero_point is None else b_zero_point.astype(np.int32))
+    column_terms[:n] += k * beta
+    call(correct_rows, sums, row_sums, alpha, beta, column_terms, 0, m)
 
 
 if numba is not None:
     compiled = numba.njit(nogil=True, cache=True)
+
+    @intrinsic
+    def direct_products(typing_context, kernel, rows, a, b, flip, sums, column_sums, row, column, start, steps,
+                        accumulate):
+        """sums[row:row + rows, column:column + 64] = (those sums, if accumulate, +) A'[row:row + rows, k] @ B'[k,
+        column:column + 64] and column_sums[column:column + 64] = (the same) Σ_k B' there, k in [4·start,
+        4·(start + steps)), for the 512-bit byte kernel named by ``kernel``; rows a literal "1" to "4", "+" after it
+        where the column sums are made too (4 rows: 16 sums, 4 column sums, 4 rows of B and 4 interleaved take 28
+        of the 32 zmm). B' = the bits of b xor flip, read from b's rows as they lie: each step loads 4 rows of 64
+        bytes and interleaves them (unpack bytes, then words, within 128-bit lanes) into 4 vectors whose lanes hold
+        4 consecutive k of one column, column 16·L + 4·v + i in lane i of 128-bit lane L of vector v; the sums are
+        put back in column order once, at the end."""
+        if not (isinstance(kernel, types.StringLiteral) and isinstance(rows, types.StringLiteral)):
+            return None
+        spec = KERNELS_BY_NAME[kernel.literal_value]
+        count, with_column_sums = int(rows.literal_value[0]), rows.literal_value.endswith("+")
+        signature = types.none(kernel, rows, a, b, flip, sums, column_sums, row, column, start, steps, accumulate)
+
+        def codegen(context, builder, signature, arguments):
+            int64, int32, int16, int8 = ir.IntType(64), ir.IntType(32), ir.IntType(16), ir.IntType(8)
+            size = spec.vector_bits // 8  # bytes of a vector: columns of a block
+            lanes = ir.VectorType(int32, size // 4)
+            byte_vector, word_vector = ir.VectorType(int8, size), ir.VectorType(int16, size // 2)
+            a_array, b_array, sums_array, column_array = (
+                context.make_array(kind)(context, builder, value)
+                for kind, value in zip((signature.args[i] for i in (2, 3, 5, 6)), (arguments[i] for i in (2, 3, 5, 6))))
+            flip, (row, column, start, steps, accumulate) = arguments[4], arguments[7:]
+
+            def constant(value, kind=int64):
+                return ir.Constant(kind, value)
+
+            def base(array):
+                return builder.ptrtoint(array.data, int64)
+
+            def stride(array):
+                return builder.extract_value(array.strides, 0)
+
+            def load(at, kind):
+                return builder.load(builder.inttoptr(at, kind.as_pointer()), align=1)
+
+            def splat(value, vector):
+                one = builder.insert_element(ir.Constant(vector, None), value, constant(0, int32))
+                return builder.shuffle_vector(one, ir.Constant(vector, None),
+                                              ir.Constant(ir.VectorType(int32, vector.count), [0] * vector.count))
+
+            def shuffle(first, second, indices):
+                return builder.shuffle_vector(first, second, ir.Constant(ir.VectorType(int32, len(indices)), indices))
+
+            def unpack(width, high):
+                """Indices of unpack{lo,hi} of elements ``width`` bytes wide, within 128-bit lanes."""
+                per_lane, total = 16 // width, size // width
+                half = per_lane // 2
+                return [index for lane in range(size // 16)
+                        for i in range(half * high, half * (high + 1))
+                        for index in (lane * per_lane + i, total + lane * per_lane + i)]
+
+            def in_column_order(vectors, back=False):
+                """The 4 vectors in column order (back: from it): a 4 × 4 transpose of 128-bit chunks, its own
+                inverse."""
+                def chunks(first, second, pairs):
+                    return shuffle(first, second, [offset + 4 * chunk + i for chunk, offset in pairs
+                                                   for i in range(4)])
+                v = size // 4
+                low01 = chunks(vectors[0], vectors[1], [(0, 0), (0, v), (1, 0), (1, v)])
+                low23 = chunks(vectors[2], vectors[3], [(0, 0), (0, v), (1, 0), (1, v)])
+                high01 = chunks(vectors[0], vectors[1], [(2, 0), (2, v), (3, 0), (3, v)])
+                high23 = chunks(vectors[2], vectors[3], [(2, 0), (2, v), (3, 0), (3, v)])
+                return [chunks(low01, low23, [(0, 0), (1, 0), (0, v), (1, v)]),
+                        chunks(low01, low23, [(2, 0), (3, 0), (2, v), (3, v)]),
+                        chunks(high01, high23, [(0, 0), (1, 0), (0, v), (1, v)]),
+                        chunks(high01, high23, [(2, 0), (3, 0), (2, v), (3, v)])]
+
+            dot = builder.module.declare_intrinsic(spec.instruction, fnty=ir.FunctionType(lanes, [lanes] * 3))
+            flips = splat(flip, byte_vector)
+            ones = splat(constant(0x01010101, int32), lanes)
+            a_rows = [builder.add(base(a_array), builder.mul(builder.add(row, constant(r)), stride(a_array)))
+                      for r in range(count)]
+            b_at = builder.add(base(b_array), column)
+            b_stride = stride(b_array)
+            targets = [builder.add(base(sums_array), builder.add(builder.mul(builder.add(row, constant(r)),
+                                                                             stride(sums_array)),
+                                                                 builder.mul(column, constant(4))))
+                       for r in range(count)]
+            if with_column_sums:
+                targets.append(builder.add(base(column_array), builder.mul(column, constant(4))))
+            initial = [[builder.select(accumulate, load(builder.add(target, constant(size * v)), lanes),
+                                       ir.Constant(lanes, None)) for v in range(4)] for target in targets]
+            initial = [in_column_order(vectors, back=True) for vectors in initial]
+            entry, loop = builder.block, builder.append_basic_block("direct")
+            done = builder.append_basic_block("direct_done")
+            builder.branch(loop)
+
+            builder.position_at_end(loop)
+            step = builder.phi(int64)
+            totals = [[builder.phi(lanes) for _ in range(4)] for _ in targets]  # the last: column sums, if made
+            k = builder.mul(step, constant(4))
+            prefetch = builder.module.declare_intrinsic(
+                "llvm.prefetch.p0", fnty=ir.FunctionType(ir.VoidType(), [ir.PointerType(int8)] + [int32] * 3))
+            for t in range(4):  # the rows PREFETCH_ROWS ahead: the processor's own prefetch misses strides of rows
+                ahead = builder.add(b_at, builder.mul(builder.add(k, constant(PREFETCH_ROWS + t)), b_stride))
+                builder.call(prefetch, [builder.inttoptr(ahead, ir.PointerType(int8)), constant(0, int32),
+                                        constant(3, int32), constant(1, int32)])
+            rows_of_b = [builder.xor(load(builder.add(b_at, builder.mul(builder.add(k, constant(t)), b_stride)),
+                                          byte_vector), flips) for t in range(4)]
+            bytes01 = [shuffle(rows_of_b[0], rows_of_b[1], unpack(1, high)) for high in (0, 1)]
+            bytes23 = [shuffle(rows_of_b[2], rows_of_b[3], unpack(1, high)) for high in (0, 1)]
+            groups = [builder.bitcast(shuffle(builder.bitcast(bytes01[half], word_vector),
+                                              builder.bitcast(bytes23[half], word_vector), unpack(2, high)), lanes)
+                      for half in (0, 1) for high in (0, 1)]
+            new_totals = []
+            for r in range(count):
+                group = splat(load(builder.add(a_rows[r], k), int32), lanes)
+                new_totals.append([builder.call(dot, [totals[r][v], group, groups[v]]) for v in range(4)])
+            if with_column_sums:
+                new_totals.append([builder.call(dot, [totals[count][v], ones, groups[v]]) for v in range(4)])
+            next_step = builder.add(step, constant(1))
+            step.add_incoming(start, entry)
+            step.add_incoming(next_step, loop)
+            for r in range(len(targets)):
+                for v in range(4):
+                    totals[r][v].add_incoming(initial[r][v], entry)
+                    totals[r][v].add_incoming(new_totals[r][v], loop)
+            builder.cbranch(builder.icmp_signed("<", next_step, builder.add(start, steps)), loop, done)
+
+            builder.position_at_end(done)
+            for r in range(len(targets)):
+                for v, vector in enumerate(in_column_order(new_totals[r])):
+                    at = builder.add(targets[r], constant(size * v))
+                    builder.store(vector, builder.inttoptr(at, lanes.as_pointer()), align=4)
+            return context.get_dummy_value()
+
+        return signature, codegen
+
+    @compiled
+    def multiply_direct(kernel, a, b, flip, sums, column_sums, rows, first_block, last_block, steps):
+        """direct_products for every row of A and the column blocks of 64 [first_block, last_block), by runs of
+        DIRECT_STEPS steps across the blocks: each run reads a band of B's rows along them."""
+        for start in range(0, steps, DIRECT_STEPS):
+            run = min(DIRECT_STEPS, steps - start)
+            for block in range(first_block, last_block):
+                column = 64 * block
+                if rows >= 4:  # the first strip makes B's column sums too
+                    direct_products(kernel, "4+", a, b, flip, sums, column_sums, 0, column, start, run, start > 0)
+                for row in range(4, rows - rows % 4, 4):
+                    direct_products(kernel, "4", a, b, flip, sums, column_sums, row, column, start, run, start > 0)
+                row = rows - rows % 4
+                if rows % 4 == 1:
+                    if rows < 4:
+                        direct_products(kernel, "1+", a, b, flip, sums, column_sums, row, column, start, run, start > 0)
+                    else:
+                        direct_products(kernel, "1", a, b, flip, sums, column_sums, row, column, start, run, start > 0)
+                elif rows % 4 == 2:
+                    if rows < 4:
+                        direct_products(kernel, "2+", a, b, flip, sums, column_sums, row, column, start, run, start > 0)
+                    else:
+                        direct_products(kernel, "2", a, b, flip, sums, column_sums, row, column, start, run, start > 0)
+                elif rows % 4 == 3:
+                    if rows < 4:
+                        direct_products(kernel, "3+", a, b, flip, sums, column_sums, row, column, start, run, start > 0)
+                    else:
+                        direct_products(kernel, "3", a, b, flip, sums, column_sums, row, column, start, run, start > 0)
 
     @intrinsic
     def block_products(typing_context, kernel, a, b, sums, row, block, start, steps, accumulate):

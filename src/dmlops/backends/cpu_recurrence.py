@@ -15,8 +15,9 @@ import numpy as np
 
 from ..ops.cumulative import ACCUMULATION_DTYPE
 from ..types import DataType
+from .cpu_compiled import call
 from .cpu_pieces import CORES, PIECES_PER_CORE, cut, run_in_pieces
-from .cpu_scan import HALF_INSTRUCTIONS, PARALLEL_ELEMENTS, call, numba, views_3d
+from .cpu_scan import HALF_INSTRUCTIONS, PARALLEL_ELEMENTS, numba, views_3d
 
 
 def linear_recurrence(a: np.ndarray, b: np.ndarray, scale: np.ndarray, out: np.ndarray, axis: int, reverse: bool,

@@ -5,9 +5,11 @@ The tensor is seen as 3-D views (P, L, Q): P lines before the axis, the axis of 
 its end and exclusive writes the tally before adding: neither flips nor shifts a copy.
 
 Two engines scan such views. With numba installed (optional: ``pip install dmlops[fast]``), a compiled loop walks
-memory once, keeping the running values in registers (one line at a time) or in a row that stays in L1 (rows of
-lines, a vector at a time); it adds in the order of the walk, as the reference does, so its float results are the
-reference's bits, and it converts FLOAT16 with the processor's own instructions. On x86-64 a large output is
+memory once, keeping the running values in a row that stays in L1 (rows of lines, a vector at a time: adding in the
+order of the walk, as the reference does, so that its float results are the reference's bits), or walking a
+contiguous line a vector at a time (a tree within the vector: deterministic bits within a running tally's bound;
+short or strided lines one element at a time, in the walk's order); it converts FLOAT16 with the processor's own
+instructions, a vector at a time. On x86-64 a large output is
 written past the cache along an outer axis (streaming stores: a store to a line not in cache otherwise reads the
 line first, half as much traffic again as the scan's own). Without numba, NumPy does it:
 whole rows at a time along an outer or short axis, ``ufunc.accumulate`` along long inner lines. FLOAT16
@@ -15,7 +17,8 @@ whole rows at a time along an outer or short axis, ``ufunc.accumulate`` along lo
 through float32 / scratch blocks there, so that the whole tensor is never converted or copied at once.
 
 A large view is cut into independent pieces (lines before the axis, else lines after it) that threads scan at
-once: both engines release the GIL.
+once: both engines release the GIL. A long line, alone or one of fewer lines than cores, is cut into segments of a
+fixed length: their totals, then the segments scanned from them, on all cores.
 """
 
 from __future__ import annotations
@@ -52,20 +55,22 @@ PARALLEL_ELEMENTS = 1 << 20
 # to memory (a scan of 4-8 MiB float32 then a sum of its output: 5 % slower streamed; of 16 MiB: 10 % faster).
 STREAM_BYTES = 16 << 20
 STREAM_STORES = platform.machine().lower() in ("x86_64", "amd64")  # the fence after them is an x86 instruction
-VECTOR_BYTES = 32  # a streaming vector store writes this many bytes at an address aligned to them (AVX)
+VECTOR_BYTES = 32  # an AVX vector: a streaming store writes this many bytes at an address aligned to them
 
 UFUNCS = {"sum": np.add, "product": np.multiply}
 IDENTITIES = {"sum": 0, "product": 1}
 
 
 def cumulative(operation: str, x: np.ndarray, out: np.ndarray, axis: int, reverse: bool, exclusive: bool,
-               compiled: bool | None = None, pieces: int | None = None, stream: bool | None = None) -> None:
+               compiled: bool | None = None, pieces: int | None = None, stream: bool | None = None,
+               segments: bool | None = None) -> None:
     """out = the running sum or product of x along axis; out may be x itself (in place).
 
     ``compiled`` picks the engine (None: the compiled one where numba is installed and can run x's type);
     ``pieces``, into how many independent scans (of lines before the axis) each view is cut for the cores (None:
     by the view's size); ``stream``, whether the compiled engine may write rows with streaming stores (None: where
-    out has STREAM_BYTES or more).
+    out has STREAM_BYTES or more); ``segments``, whether the compiled engine scans a long line alone (or one of
+    fewer lines than cores) in segments on all cores (None: SEGMENTED_LINES).
     """
     can_compile = numba is not None and (x.dtype != np.float16 or HALF_INSTRUCTIONS)
     if can_compile if compiled is None else compiled and can_compile:
@@ -76,6 +81,11 @@ def cumulative(operation: str, x: np.ndarray, out: np.ndarray, axis: int, revers
         scan = scan_numpy
     accumulation = ACCUMULATION_DTYPE.get(DataType.from_numpy(x.dtype), x.dtype)
     for x3, out3 in views_3d((x, out), axis):
+        if scan is not scan_numpy and (SEGMENTED_LINES if segments is None else segments) and x3.shape[2] == 1 and \
+                x3.shape[0] < CORES and x3.shape[1] >= 2 * SEGMENT and contiguous_lines(x3[:, :, 0], out3[:, :, 0]):
+            for line in range(x3.shape[0]):
+                scan_segmented(operation, x3[line, :, 0], out3[line, :, 0], accumulation, reverse, exclusive)
+            continue
         count = pieces
         if count is None:
             count = PIECES_PER_CORE * CORES if CORES > 1 and x3.size >= PARALLEL_ELEMENTS else 1
@@ -202,7 +212,7 @@ def scan_lines_numpy(ufunc, identity, x, out, carry, fresh, exclusive) -> None:
 #
 # One loop per layout: the running value of each line lives in a register (Q = 1), or in a row that stays in L1 and
 # is updated a vector at a time (Q > 1). The loops take the operation ("sum", "product") and the way elements are
-# read and written ("value", "half", "half by integers") as string literals, so that ``combine``, ``load`` and
+# read and written ("value", "half") as string literals, so that ``combine``, ``load`` and
 # ``store`` are compiled in: names rather than compiled functions, whose numba types the on-disk cache cannot keep
 # from one process to the next (it failed to save its index, and grew by an entry a process).
 # FLOAT16 is read and written as its bits, converted by the processor's own instructions (F16C on x86), which round
@@ -224,12 +234,6 @@ if numba is not None:
             return builder.bitcast(builder.fptrunc(arguments[0], ir.HalfType()), ir.IntType(16))
         return numba.uint16(numba.float32), codegen
 
-    @intrinsic
-    def float_from_bits(typing_context, bits):
-        def codegen(context, builder, signature, arguments):
-            return builder.bitcast(arguments[0], ir.FloatType())
-        return numba.float32(numba.uint32), codegen
-
     @compiled
     def add(a, b):
         return a + b
@@ -245,19 +249,6 @@ if numba is not None:
     @compiled
     def load_half(line, i):
         return half_to_float(line[i])
-
-    @compiled
-    def load_half_by_integers(line, i):
-        """load_half for the inclusive lines loop, in integer instructions and a multiply: there LLVM loads a
-        FLOAT16 for its conversion instruction into the register of the running value (vpinsrw writes part of a
-        register), so that each load waits for the previous addition (4M × 8: 1.4 GB/s, 2.3 this way). The bits
-        move 13 places into a float32's, whose exponent is then 112 too small (bias 127 against 15), subnormals
-        included; infinities and NaNs take the float32 exponent of all ones, their payload as it is."""
-        bits = np.uint32(line[i])
-        wide = (bits & np.uint32(0x7FFF)) << np.uint32(13) | (bits & np.uint32(0x8000)) << np.uint32(16)
-        if bits & np.uint32(0x7C00) == np.uint32(0x7C00):
-            return float_from_bits(wide | np.uint32(0x7F800000))
-        return float_from_bits(wide) * np.float32(2.0**112)
 
     @compiled
     def store_value(line, i, value):
@@ -281,8 +272,8 @@ if numba is not None:
         return chosen
 
     combine = chosen_by_name({"sum": add, "product": multiply})
-    load = chosen_by_name({"value": load_value, "half": load_half, "half by integers": load_half_by_integers})
-    store = chosen_by_name({"value": store_value, "half": store_half, "half by integers": store_half})
+    load = chosen_by_name({"value": load_value, "half": load_half})
+    store = chosen_by_name({"value": store_value, "half": store_half})
 
     @compiled
     def scan_lines_compiled(x, out, operation, element, identity, reverse, exclusive):
@@ -307,6 +298,46 @@ if numba is not None:
                 else:
                     tally = combine(operation, tally, value)
                     store(element, target, at, tally)
+
+    @compiled
+    def scan_half_lines(x, out, operation, identity, reverse, exclusive, widened, scanned, heads):
+        """Q = 1, FLOAT16 bits (x, out {P, L}, C-contiguous), lines shorter than VECTOR_LINE: blocks of lines widened
+        to float32 a vector at a time (widened: {lines of a block, L}), scanned there by scan_lines_compiled into
+        scanned, and narrowed back the same way; the first element of an inclusive scan keeps its bits (a
+        signalling NaN too: heads holds them while out overwrites x)."""
+        length = x.shape[1]
+        head = length - 1 if reverse else 0
+        flat_x, flat_out = x.ravel(), out.ravel()
+        flat_widened, flat_scanned = widened.ravel(), scanned.ravel()
+        for first in range(0, x.shape[0], widened.shape[0]):
+            count = min(widened.shape[0], x.shape[0] - first)
+            start, size = first * length, count * length
+            widen(flat_x[start:start + size], flat_widened)
+            for p in range(count):
+                heads[p] = x[first + p, head]
+            scan_lines_compiled(widened[:count], scanned[:count], operation, "value", identity, reverse, exclusive)
+            narrow(flat_scanned[:size], flat_out[start:start + size])
+            if not exclusive:
+                for p in range(count):
+                    out[first + p, head] = heads[p]
+
+    @compiled
+    def widen(bits, values):
+        """values[:bits.size] = the FLOAT16 bits as float32, a vector at a time."""
+        size = bits.shape[0]
+        for i in range(0, size - size % HALF_LANES, HALF_LANES):
+            convert_vector(bits, values, i)
+        for i in range(size - size % HALF_LANES, size):
+            values[i] = half_to_float(bits[i])
+
+    @compiled
+    def narrow(values, bits):
+        """bits[:values.size] = the float32 values rounded to FLOAT16 bits, a vector at a time."""
+        size = values.shape[0]
+        for i in range(0, size - size % HALF_LANES, HALF_LANES):
+            convert_vector(values, bits, i)
+        for i in range(size - size % HALF_LANES, size):
+            bits[i] = float_to_half(values[i])
 
     @compiled
     def scan_rows_compiled(x, out, operation, element, identity, reverse, exclusive, tally):
@@ -339,6 +370,265 @@ if numba is not None:
                         store(element, target, q, after)
 
 
+# Contiguous lines (Q = 1) walk a vector of VECTOR_BYTES at a time: its elements' running values within the
+# vector come from log2(lanes) shifted copies combined (a tree, not a chain), then the running value before the
+# vector is combined with each lane. The chain from one vector to the next is one operation, not one an element: the
+# loop runs at the speed of memory rather than at one addition's latency an element, and FLOAT16 converts a vector at
+# a time. The float results are deterministic but not the walk's own bits: element i of a vector is c ⊕ (x0 ⊕ ... ⊕
+# xi) in a tree's order, within the accumulation bound of a running tally. The running values start at a neutral
+# element (−0.0 for float sums: −0.0 + x is x for every x, +0.0 included), and a line's first output is written as
+# the walk writes it (the input's own bits, or the identity where exclusive).
+# Lines this long or longer walk vectors; shorter ones one element after another, which the processor overlaps from
+# line to line (lines of 8: 16 GB/s that way, 2 by vectors; of 1024: 6 against 31).
+VECTOR_LINE = 128
+# Shorter FLOAT16 lines are scanned in float32 blocks of about this many elements (8 KiB in and 8 KiB out, in L1),
+# converted a vector at a time on the way in and out (4M × 8 converting element by element: 4.8 GB/s).
+HALF_BLOCK = 2048
+HALF_LANES = 8  # FLOAT16 converted 8 at a time (F16C: 128 bits of halves, 256 of floats)
+# A line this long or longer, alone or with fewer lines than cores, can be cut into segments of this many elements
+# (so that the bits do not depend on the number of cores): their totals are made on all cores, then the segments
+# are scanned on all cores, each from the combined totals of the segments before it.
+SEGMENT = 1 << 20
+# Whether it is, by default. Not: on the Zen 4 machine (shared) one core's vector walk of one 2^26 line already ran
+# at the copy floor (float32 1.05-1.07 of np.copyto, FLOAT16 0.58), and the totals' extra read made the segmented
+# scan slower (0.63-0.66, FLOAT16 0.43-0.46): each of the two cores then scanned at half its speed alone, the
+# memory being the limit. It pays where a core walks a line slower than memory does.
+SEGMENTED_LINES = False
+
+if numba is not None:
+    def vector_access(context, builder, tally, half, lanes, at):
+        """(load(array type, array), store(array type, array, vector)) of the lanes elements from index at, in
+        tally's type (FLOAT16 arrays hold bits, converted on the way)."""
+        vector = ir.VectorType(context.get_value_type(tally), lanes)
+        memory = ir.VectorType(ir.IntType(16), lanes) if half else vector
+        halves = ir.VectorType(ir.HalfType(), lanes)
+
+        def pointer(array_type, array):
+            data = context.make_array(array_type)(context, builder, array).data
+            return builder.bitcast(builder.gep(data, [at]), memory.as_pointer())
+
+        def load(array_type, array):
+            loaded = builder.load(pointer(array_type, array), align=1)
+            return builder.fpext(builder.bitcast(loaded, halves), vector) if half else loaded
+
+        def store(array_type, array, value):
+            if half:
+                value = builder.bitcast(builder.fptrunc(value, halves), memory)
+            builder.store(value, pointer(array_type, array), align=1)
+
+        return load, store
+
+    @intrinsic
+    def convert_vector(typing_context, source, target, at):
+        """target[at:at + 8] = source[at:at + 8] converted: FLOAT16 bits to float32, or float32 to FLOAT16 bits
+        (one vcvtph2ps / vcvtps2ph: LLVM leaves the conversion loops element by element)."""
+        widen = source.dtype == numba.types.uint16
+
+        def codegen(context, builder, signature, arguments):
+            lanes = HALF_LANES
+            if widen:
+                load, _ = vector_access(context, builder, numba.types.float32, True, lanes, arguments[2])
+                _, store = vector_access(context, builder, numba.types.float32, False, lanes, arguments[2])
+            else:
+                load, _ = vector_access(context, builder, numba.types.float32, False, lanes, arguments[2])
+                _, store = vector_access(context, builder, numba.types.float32, True, lanes, arguments[2])
+            store(signature.args[1], arguments[1], load(signature.args[0], arguments[0]))
+            return context.get_dummy_value()
+
+        return numba.types.none(source, target, at), codegen
+
+    @intrinsic
+    def add_vector(typing_context, operation, element, source, at, totals):
+        """totals ⊕= source[at:at + lanes] lane by lane (totals: lanes elements of the accumulation type)."""
+        if not (isinstance(operation, numba.types.StringLiteral) and isinstance(element, numba.types.StringLiteral)):
+            return None
+        tally = totals.dtype
+        lanes = VECTOR_BYTES // (tally.bitwidth // 8)
+        instruction = {"sum": ("fadd", "add"), "product": ("fmul", "mul")}[operation.literal_value]
+
+        def codegen(context, builder, signature, arguments):
+            load, _ = vector_access(context, builder, tally, element.literal_value == "half", lanes, arguments[3])
+            _, store_totals = vector_access(context, builder, tally, False, lanes, ir.Constant(ir.IntType(64), 0))
+            load_totals, _ = vector_access(context, builder, tally, False, lanes, ir.Constant(ir.IntType(64), 0))
+            combined = getattr(builder, instruction[0 if isinstance(tally, numba.types.Float) else 1])(
+                load_totals(signature.args[4], arguments[4]), load(signature.args[2], arguments[2]))
+            store_totals(signature.args[4], arguments[4], combined)
+            return context.get_dummy_value()
+
+        return numba.types.none(operation, element, source, at, totals), codegen
+
+    @intrinsic
+    def scan_vector(typing_context, operation, element, source, target, at, tally, neutral, reverse, exclusive):
+        """target[at:at + lanes] = the scan of source[at:at + lanes] from tally (reverse: walked from its end;
+        exclusive: each lane gets the running value before it), in tally's type (FLOAT16 read and written as its
+        bits); returns the running value after the vector. lanes = VECTOR_BYTES // tally's size."""
+        if not (isinstance(operation, numba.types.StringLiteral) and isinstance(element, numba.types.StringLiteral)):
+            return None
+        floating = isinstance(tally, numba.types.Float)
+        half = element.literal_value == "half"
+        lanes = VECTOR_BYTES // (tally.bitwidth // 8)
+        instruction = {"sum": ("fadd", "add"), "product": ("fmul", "mul")}[operation.literal_value]
+
+        def codegen(context, builder, signature, arguments):
+            vector = ir.VectorType(context.get_value_type(tally), lanes)
+            int32 = ir.IntType(32)
+            mask = ir.VectorType(int32, lanes)
+            load, store = vector_access(context, builder, tally, half, lanes, arguments[4])
+
+            def combine(a, b):
+                return getattr(builder, instruction[0 if floating else 1])(a, b)
+
+            def splat(value):
+                one = builder.insert_element(ir.Constant(vector, None), value, int32(0))
+                return builder.shuffle_vector(one, ir.Constant(vector, None), ir.Constant(mask, [0] * lanes))
+
+            def shifted(value, by):
+                """The lanes moved by ``by`` away from the walk's start, the neutral element coming in."""
+                indices = [[lanes + i if i < by else i - by for i in range(lanes)],
+                           [i + by if i + by < lanes else lanes + i for i in range(lanes)]]
+                forward, backward = (builder.shuffle_vector(value, neutrals, ir.Constant(mask, index))
+                                     for index in indices)
+                return builder.select(arguments[7], backward, forward)
+
+            neutrals = splat(context.cast(builder, arguments[6], signature.args[6], tally))
+            value = load(signature.args[2], arguments[2])
+            by = 1
+            while by < lanes:
+                value = combine(value, shifted(value, by))
+                by *= 2
+            total = builder.select(arguments[7], builder.extract_element(value, int32(0)),
+                                   builder.extract_element(value, int32(lanes - 1)))
+            store(signature.args[3], arguments[3],
+                  combine(splat(arguments[5]), builder.select(arguments[8], shifted(value, 1), value)))
+            return combine(arguments[5], total)
+
+        return tally(operation, element, source, target, at, tally, neutral, reverse, exclusive), codegen
+
+    @intrinsic
+    def as_type_of(typing_context, value, like):
+        """value in like's type (numba widens int32 ⊕ int32 to int64: the running value must keep its own type,
+        and wrap in it)."""
+        def codegen(context, builder, signature, arguments):
+            return context.cast(builder, arguments[0], value, like)
+        return like(value, like), codegen
+
+    @compiled
+    def scan_span(source, target, operation, element, tally, neutral, reverse, exclusive, first, last, lanes):
+        """Scan source[first:last] (1-D, contiguous) into target from the running value tally, vectors of lanes
+        elements then single ones, in the walk's direction; returns the running value after."""
+        if reverse:
+            i = last
+            while i - lanes >= first:
+                i -= lanes
+                tally = scan_vector(operation, element, source, target, i, tally, neutral, True, exclusive)
+            for j in range(i - 1, first - 1, -1):
+                tally = scan_element(operation, element, source, target, j, tally, exclusive)
+        else:
+            i = first
+            while i + lanes <= last:
+                tally = scan_vector(operation, element, source, target, i, tally, neutral, False, exclusive)
+                i += lanes
+            for j in range(i, last):
+                tally = scan_element(operation, element, source, target, j, tally, exclusive)
+        return tally
+
+    @compiled
+    def scan_element(operation, element, source, target, i, tally, exclusive):
+        value = load(element, source, i)
+        after = as_type_of(combine(operation, tally, value), tally)
+        store(element, target, i, tally if exclusive else after)
+        return after
+
+    @compiled
+    def scan_lines_vectors(x, out, operation, element, identity, neutral, reverse, exclusive, lanes):
+        """Q = 1, lines contiguous (x, out {P, L}): each line by scan_span from the neutral element; its first output
+        then as the walk writes it."""
+        length = x.shape[1]
+        first = length - 1 if reverse else 0
+        for p in range(x.shape[0]):
+            source, target = x[p], out[p]
+            head = source[first]
+            scan_span(source, target, operation, element, neutral, neutral, reverse, exclusive, 0, length, lanes)
+            if exclusive:
+                store(element, target, first, identity)
+            else:
+                target[first] = head
+
+    @compiled
+    def segment_total(source, operation, element, neutral, first, last, totals):
+        """source[first:last] combined: vector by vector into the rows of totals ({4, lanes}: four independent
+        chains, so that one vector's operation need not wait for the last one's), then the lanes and the elements
+        left, in order."""
+        lanes = totals.shape[1]
+        totals[:] = neutral
+        width = 4 * lanes
+        end = first + (last - first) // width * width
+        for i in range(first, end, width):
+            for chain in range(4):
+                add_vector(operation, element, source, i + chain * lanes, totals[chain])
+        total = neutral
+        for chain in range(4):
+            for j in range(lanes):
+                total = as_type_of(combine(operation, total, totals[chain, j]), neutral)
+        for i in range(end, last):
+            total = as_type_of(combine(operation, total, load(element, source, i)), neutral)
+        return total
+
+
+def scan_segmented(operation, x_line, out_line, accumulation, reverse, exclusive) -> None:
+    """One long contiguous line on all cores: the totals of its SEGMENT-long pieces, then each piece scanned from the
+    combined totals of those before it in the walk (combined in the walk's order, so the bits do not depend on which
+    thread took what)."""
+    element = "value"
+    if x_line.dtype == np.float16:
+        x_line, out_line, element = x_line.view(np.uint16), out_line.view(np.uint16), "half"
+    length = x_line.shape[0]
+    identity, neutral = accumulation.type(IDENTITIES[operation]), neutral_of(operation, accumulation)
+    lanes = VECTOR_BYTES // accumulation.itemsize
+    bounds = [(start, min(start + SEGMENT, length)) for start in range(0, length, SEGMENT)]
+    if reverse:
+        bounds.reverse()  # in the walk's order
+    totals = [neutral] * len(bounds)
+    first = length - 1 if reverse else 0
+    head = x_line[first]
+
+    def total(index):
+        totals[index] = accumulation.type(call(segment_total, x_line, operation, element, neutral, *bounds[index],
+                                               np.empty((4, lanes), accumulation)))
+
+    def scan(pieces):
+        tally = neutral
+        for index in range(pieces[0]):
+            tally = combine_scalar(operation, accumulation, tally, totals[index])
+        for index in range(*pieces):  # (the running value comes back as a Python number: its type again)
+            tally = accumulation.type(call(scan_span, x_line, out_line, operation, element, tally, neutral, reverse,
+                                           exclusive, *bounds[index], lanes))
+
+    groups = cut(len(bounds), PIECES_PER_CORE * CORES, 1)
+    run_in_pieces([functools.partial(total, index) for index in range(len(bounds) - 1)], True,
+                  then=[functools.partial(scan, group) for group in groups])
+    if exclusive:
+        out_line[first] = identity if element == "value" else np.float16(identity).view(np.uint16)
+    else:
+        out_line[first] = head
+
+
+def neutral_of(operation: str, accumulation: np.dtype):
+    """The element that leaves every value as it is: the identity, but −0.0 for float sums."""
+    if operation == "sum" and accumulation.kind == "f":
+        return accumulation.type(-0.0)
+    return accumulation.type(IDENTITIES[operation])
+
+
+def combine_scalar(operation, accumulation, a, b):
+    with np.errstate(over="ignore", invalid="ignore"):
+        return accumulation.type(UFUNCS[operation](accumulation.type(a), accumulation.type(b), dtype=accumulation))
+
+
+def contiguous_lines(x2, out2) -> bool:
+    return x2.strides[1] == x2.itemsize and out2.strides[1] == out2.itemsize
+
+
 def scan_compiled(operation, x3, out3, accumulation, reverse, exclusive, stream=False) -> None:
     """Scan (P, L, Q) views in one compiled pass; x3 may be out3 (in place). ``stream``: streaming stores pay
     and can write x3's type (``streams``); the rows take them where both x3's and out3's are contiguous."""
@@ -351,9 +641,15 @@ def scan_compiled(operation, x3, out3, accumulation, reverse, exclusive, stream=
     element = "value"
     if x3.dtype == np.float16:  # numba has no float16: the loops read and write its bits
         x3, out3, element = x3.view(np.uint16), out3.view(np.uint16), "half"
-    if width == 1:  # 2-D, so that contiguous lines compile as such
-        if element == "half" and not exclusive:  # see load_half_by_integers (exclusive lines do not stall)
-            element = "half by integers"
+    if width == 1 and contiguous_lines(x3[:, :, 0], out3[:, :, 0]) and x3.shape[1] >= VECTOR_LINE:
+        call(scan_lines_vectors, x3[:, :, 0], out3[:, :, 0], operation, element, identity,
+             neutral_of(operation, accumulation), reverse, exclusive, VECTOR_BYTES // accumulation.itemsize)
+    elif width == 1 and element == "half" and x3[:, :, 0].flags.c_contiguous and out3[:, :, 0].flags.c_contiguous:
+        lines = max(1, HALF_BLOCK // x3.shape[1])
+        call(scan_half_lines, x3[:, :, 0], out3[:, :, 0], operation, identity, reverse, exclusive,
+             np.empty((lines, x3.shape[1]), np.float32), np.empty((lines, x3.shape[1]), np.float32),
+             np.empty(lines, np.uint16))
+    elif width == 1:  # 2-D, so that contiguous lines compile as such
         call(scan_lines_compiled, x3[:, :, 0], out3[:, :, 0], operation, element, identity, reverse, exclusive)
     else:
         call(scan_rows_compiled, x3, out3, operation, element, identity, reverse, exclusive,
