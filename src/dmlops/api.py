@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import functools
 import sys
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from . import dask_arrays
-from .device import CompiledOperator, Device
+from .device import Device
 from .ops import cumulative as cumulative_rules
 from .ops import quantized_matmul as qmm
 from .ops.cumulative import CumulativeProductOperatorDesc, CumulativeSummationOperatorDesc
