@@ -192,7 +192,7 @@ def _cumulative(desc_type, x, axis, reverse, exclusive, out, backend):
 
 def _cumulative_planned(desc_type, x, axis, reverse, exclusive, out, backend, planned: bool):
     """(result, plan for later calls of the same layout, or None where not ``planned`` or none can be)."""
-    name = "DML_OPERATOR_" + desc_type.operator_type.name
+    name = desc_type.operation.operator_name
     device = _device(_pick_backend([x, out], backend))
     be = device.backend
     source_x = x

@@ -30,16 +30,14 @@ import sys
 import numpy as np
 
 from . import api
-from .ops.cumulative import ACCUMULATION_DTYPE, CumulativeProductOperatorDesc, CumulativeSummationOperatorDesc
-from .ops.cumulative import operator_name
+from .ops.cumulative import CumulativeOperation, accumulation_dtype
 from .ops.quantized_matmul import NAME as QMM_NAME
 from .ops.quantized_matmul import QUANTIZATION_PARAMETERS, QuantizedLinearMatrixMultiplyOperatorDesc, check_scale
 from .ops.quantized_matmul import requantize
 from .types import DataType, ValidationError
 
-# Each scan's desc, its array API function and its binary operation.
-_SCANS = {"sum": (CumulativeSummationOperatorDesc, "cumulative_sum", np.add),
-          "product": (CumulativeProductOperatorDesc, "cumulative_product", np.multiply)}
+# Each scan's array API function.
+_SCAN_FUNCTIONS = {CumulativeOperation.SUM: "cumulative_sum", CumulativeOperation.PRODUCT: "cumulative_product"}
 
 # Products (A − za)(B − zb) are at most 255² in magnitude: float32 sums of this many of them (2^24 / 255², rounded
 # down to a power of two) are exact, and float64 sums of up to LARGEST_K.
@@ -80,23 +78,22 @@ def _meta(like, ndim: int, dtype):
 # -- scans ---------------------------------------------------------------------------------------------------------
 
 
-def cumulative(operation: str, x, axis, reverse, exclusive, out, backend):
-    """cumulative_sum / cumulative_product (``operation`` "sum" or "product") of a Dask array."""
+def cumulative(operation: CumulativeOperation, x, axis, reverse, exclusive, out, backend):
+    """cumulative_sum / cumulative_product of a Dask array."""
     import dask.array as da
 
-    desc_type, function_name, _ = _SCANS[operation]
-    name = operator_name(desc_type)
+    name = operation.operator_name
     _reject_out(out, f"{name}.output_tensor")
     x = da.asarray(x)
     _check_known_chunks(x, f"{name}.input_tensor")
-    scan = getattr(api, function_name)
+    scan = getattr(api, _SCAN_FUNCTIONS[operation])
     scan(_probe(x, 1), axis, reverse=reverse, exclusive=exclusive)  # the in-memory call's checks of type and axis
     axis = int(axis) % x.ndim
     options = dict(axis=axis, reverse=reverse, exclusive=exclusive, backend=backend)
     if x.numblocks[axis] == 1:
         return x.map_blocks(_scan_chunk, scan, **options, dtype=x.dtype, meta=_meta(x, x.ndim, x.dtype))
 
-    accumulation = ACCUMULATION_DTYPE.get(DataType.from_numpy(x.dtype), x.dtype)
+    accumulation = accumulation_dtype(x.dtype)
     local_meta = _meta(x, x.ndim, accumulation)
     local = x.map_blocks(_scan_chunk, scan, accumulation, **options, dtype=accumulation, meta=local_meta)
     total_chunks = tuple((1,) * x.numblocks[axis] if dimension == axis else sizes
@@ -133,7 +130,7 @@ def _add_carry(local, carry, operation, output_dtype):
 
 def _combine(operation, before, after):
     with np.errstate(over="ignore", invalid="ignore"):  # inf and NaN as in the in-memory scan; integers wrap
-        return _SCANS[operation][2](before, after)
+        return operation.ufunc(before, after)
 
 
 # -- quantized matmul ----------------------------------------------------------------------------------------------
