@@ -45,6 +45,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ...ops.cumulative import CumulativeOperation, accumulation_type
 from ...types import DataType
 from . import cdiv, check_devices, data_type, next_power_of_2
 from .launch import KeptLaunch, current_stream
@@ -53,16 +54,17 @@ MAX_WINDOW_WORDS = 2048  # slot words a program reads in one look-back, both lev
 MAX_CHAINED_WINDOW = 256  # tiles in a group whose prefixes chain (down columns)
 MAX_GENERATION = tl.constexpr(2**31 - 1)
 
-# What the kernel computes in: FLOAT16 accumulates in float32; unsigned integers wrap exactly like the signed
-# integers of their width, and run as those.
-ACCUMULATORS = {
-    DataType.FLOAT32: (torch.float32, tl.float32),
-    DataType.FLOAT16: (torch.float16, tl.float32),
-    DataType.INT32: (torch.int32, tl.int32),
-    DataType.UINT32: (torch.int32, tl.int32),
-    DataType.INT64: (torch.int64, tl.int64),
-    DataType.UINT64: (torch.int64, tl.int64),
+# What the kernel reads and writes: unsigned integers wrap exactly like the signed integers of their width, and run
+# as those.
+STORAGE = {
+    DataType.FLOAT32: torch.float32,
+    DataType.FLOAT16: torch.float16,
+    DataType.INT32: torch.int32,
+    DataType.UINT32: torch.int32,
+    DataType.INT64: torch.int64,
+    DataType.UINT64: torch.int64,
 }
+TRITON_TYPES = {torch.float32: tl.float32, torch.int32: tl.int32, torch.int64: tl.int64}
 
 
 # -- kernel ----------------------------------------------------------------------------------------------------
@@ -238,8 +240,8 @@ def _two_level_carry(total, words, chain, chains, walk_tile, tiles_per_line, gen
 def _scan_kernel(x, y, words, control,
                  outer, length, inner, x_outer, x_step, x_inner, y_outer, y_step, y_inner,
                  tiles_per_line, chains, inner_blocks,
-                 OPERATION: tl.constexpr, IDENTITY: tl.constexpr, ZERO: tl.constexpr, ACCUMULATOR: tl.constexpr,
-                 WIDE: tl.constexpr, REVERSE: tl.constexpr, EXCLUSIVE: tl.constexpr, ALONG_ROWS: tl.constexpr,
+                 OPERATION: tl.constexpr, IDENTITY: tl.constexpr, LINE_START: tl.constexpr, ZERO: tl.constexpr,
+                 ACCUMULATOR: tl.constexpr, WIDE: tl.constexpr, REVERSE: tl.constexpr, EXCLUSIVE: tl.constexpr, ALONG_ROWS: tl.constexpr,
                  BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr, EVEN_COLUMNS: tl.constexpr, WINDOW: tl.constexpr,
                  ALIGNMENT: tl.constexpr, SHIFT_STORES: tl.constexpr, CHUNKS: tl.constexpr):
     # A tile waits only for earlier tiles of its line in walk order; programs take tiles walk position by walk
@@ -346,8 +348,6 @@ def _scan_kernel(x, y, words, control,
             carry = _chained_carry(total, words, chain, walk_tile, tiles_per_line, generation, OPERATION, IDENTITY,
                                    ACCUMULATOR, WIDE, LANES, WINDOW)
         result = _combine(tl.expand_dims(carry, AXIS), result, OPERATION)
-    # The first element of an exclusive line is exactly 0 (or 1), never -0.0.
-    LINE_START: tl.constexpr = 1 if OPERATION == "product" else 0
     if STORES_SHIFTED:
         # Each element's inclusive value is the exclusive value of the next one in walk order: stored there (the
         # walk's last element's is only the tile's total), and the tile's first element takes the carry.
@@ -379,8 +379,8 @@ def _scan_kernel(x, y, words, control,
 
 @triton.jit
 def _walk_kernel(x, y, length, inner, x_outer, x_step, x_inner, y_outer, y_step, y_inner, inner_blocks,
-                 OPERATION: tl.constexpr, IDENTITY: tl.constexpr, ZERO: tl.constexpr, ACCUMULATOR: tl.constexpr,
-                 REVERSE: tl.constexpr, EXCLUSIVE: tl.constexpr, BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr,
+                 OPERATION: tl.constexpr, IDENTITY: tl.constexpr, LINE_START: tl.constexpr, ZERO: tl.constexpr,
+                 ACCUMULATOR: tl.constexpr, REVERSE: tl.constexpr, EXCLUSIVE: tl.constexpr, BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr,
                  EVEN_COLUMNS: tl.constexpr, ALIGNMENT: tl.constexpr, STAGES: tl.constexpr):
     # One program walks a strip of BLOCK_B inner indices down the whole axis, BLOCK_A positions a block, in walk
     # order (from the last position when decreasing), the running value in registers: no look-back, and the loop
@@ -393,8 +393,7 @@ def _walk_kernel(x, y, length, inner, x_outer, x_step, x_inner, y_outer, y_step,
     y_rows = y + o * y_outer + column * y_inner
     row = tl.arange(0, BLOCK_A)[:, None]
     column_valid = column < inner
-    # An exclusive line starts at exactly 0 (or 1), never -0.0.
-    carry = tl.full([1, BLOCK_B], 0 if EXCLUSIVE and OPERATION == "sum" else IDENTITY, ACCUMULATOR)
+    carry = tl.full([1, BLOCK_B], LINE_START if EXCLUSIVE else IDENTITY, ACCUMULATOR)
     for block in tl.range(0, tl.cdiv(length, BLOCK_A), num_stages=STAGES):
         walked = tl.cast(block, tl.int64) * BLOCK_A + row  # positions in walk order
         position = (length - 1 - walked) if REVERSE else walked
@@ -658,7 +657,7 @@ def _scratch_for(device, words: int) -> _Scratch:
     return scratch
 
 
-def cumulative(operation: str, x, out, axis: int, reverse: bool, exclusive: bool, *,
+def cumulative(operation: CumulativeOperation, x, out, axis: int, reverse: bool, exclusive: bool, *,
                tuning: Tuning | Walk | None = None) -> None:
     """out = the running sum or product of x along axis (see dmlops.ops.cumulative.reference).
 
@@ -667,14 +666,14 @@ def cumulative(operation: str, x, out, axis: int, reverse: bool, exclusive: bool
     prepare_cumulative(operation, x, out, axis, reverse, exclusive, tuning=tuning)
 
 
-def prepare_cumulative(operation: str, x, out, axis: int, reverse: bool, exclusive: bool, *,
+def prepare_cumulative(operation: CumulativeOperation, x, out, axis: int, reverse: bool, exclusive: bool, *,
                        tuning: Tuning | Walk | None = None):
     """Run the scan of x into out, and return ``run(x, out)``, which scans other tensors of the same dtypes, sizes,
     strides and alignment the same way with no planning: the kept launch (``KeptLaunch``), on the stream and device
     it was made for, outside graph captures (a graph owns its scratch memory); else planned again."""
-    name = "DML_OPERATOR_CUMULATIVE_" + ("SUMMATION" if operation == "sum" else "PRODUCT")
-    check_devices(name, input_tensor=x, output_tensor=out)
-    storage, accumulator = ACCUMULATORS[data_type(x)]
+    check_devices(operation.operator_name, input_tensor=x, output_tensor=out)
+    storage = STORAGE[data_type(x)]
+    accumulator = TRITON_TYPES[STORAGE[accumulation_type(data_type(x))]]
     x, out = x.view(storage), out.view(storage)
     problem = lines(tuple(x.shape), axis, x.stride(), out.stride())
 
@@ -692,10 +691,12 @@ def prepare_cumulative(operation: str, x, out, axis: int, reverse: bool, exclusi
         processors = (torch.cuda.get_device_properties(x.device).multi_processor_count if x.device.type == "cuda"
                       else H100_PROCESSORS)
         tuning = default_tuning(problem, accumulator_bytes, exclusive, reverse, processors)
-    zero = -0.0 if accumulator.is_floating() else 0  # x + -0.0 is x for every x, -0.0 included
-    identity = zero if operation == "sum" else 1
+    floating = accumulator.is_floating()
     on_gpu = x.device.type == "cuda"
-    constants = dict(OPERATION=operation, IDENTITY=identity, ZERO=zero, ACCUMULATOR=accumulator,
+    # IDENTITY combines with every x to give x; LINE_START begins an exclusive line (exactly 0 or 1, never -0.0);
+    # ZERO is the sum's IDENTITY, for reductions that pick one element.
+    constants = dict(OPERATION=operation.value, IDENTITY=operation.neutral(floating), LINE_START=operation.identity,
+                     ZERO=CumulativeOperation.SUM.neutral(floating), ACCUMULATOR=accumulator,
                      REVERSE=bool(reverse), EXCLUSIVE=bool(exclusive))
     if isinstance(tuning, Walk):
         layout = walk_plan(problem, x.element_size(), tuning)
