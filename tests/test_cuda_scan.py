@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 import dmlops
 from dmlops.backends import cuda as cuda_backend
+from dmlops.backends.cuda import common as cuda_common
 from dmlops.backends.cuda import scan
 from dmlops.ops.cumulative import CumulativeOperation, reference
 from dmlops.types import ValidationError
@@ -354,7 +355,7 @@ def test_cuda_arrays_pick_the_cuda_backend():
 
 
 def test_cpu_tensors_need_the_interpreter(monkeypatch):
-    monkeypatch.setattr(cuda_backend, "INTERPRETED", False)
+    monkeypatch.setattr(cuda_common, "INTERPRETED", False)
     x = torch.randn(4, 5)
     with pytest.raises(ValidationError, match="input_tensor.*CUDA tensors"):
         scan.cumulative(SUM, x, torch.empty_like(x), 0, False, False)

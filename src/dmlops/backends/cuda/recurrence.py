@@ -23,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import cdiv, check_devices, next_power_of_2
+from .common import cdiv, check_devices, next_power_of_2
 from .scan import coalesce, warps
 
 TILE_ELEMENTS = 4096  # elements of each tensor a block holds

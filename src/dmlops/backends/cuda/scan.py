@@ -47,7 +47,7 @@ import triton.language as tl
 
 from ...ops.cumulative import CumulativeOperation, accumulation_type
 from ...types import DataType
-from . import cdiv, check_devices, data_type, next_power_of_2
+from .common import cdiv, check_devices, data_type, next_power_of_2
 from .launch import KeptLaunch, current_stream
 
 MAX_WINDOW_WORDS = 2048  # slot words a program reads in one look-back, both levels together
