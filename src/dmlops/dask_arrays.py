@@ -33,7 +33,7 @@ from . import api
 from .ops.cumulative import CumulativeOperation, accumulation_dtype
 from .ops.quantized_matmul import NAME as QMM_NAME
 from .ops.quantized_matmul import QUANTIZATION_PARAMETERS, QuantizedLinearMatrixMultiplyOperatorDesc, check_scale
-from .ops.quantized_matmul import requantize
+from .ops.quantized_matmul import output_sizes, requantize
 from .types import DataType, ValidationError
 
 # Each scan's array API function.
@@ -160,17 +160,13 @@ def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, 
     output_type = DataType.from_numpy(api.quantized_linear_matmul(*probes.values(), output_dtype=output_dtype).dtype)
 
     a, b = da.asarray(values["a_tensor"]), da.asarray(values["b_tensor"])
-    (*a_batch, m, k), (*b_batch, b_k, n) = a.shape, b.shape
+    k, b_k = a.shape[-1], b.shape[-2]
     if b_k != k:
         raise ValidationError(f"{QMM_NAME}.b_tensor: B's rows ({b_k}) must equal A's columns K ({k})")
     if k > LARGEST_K:
         raise ValidationError(f"{QMM_NAME}.a_tensor: K ({k}) is above {LARGEST_K}, where the exact accumulation "
                               f"of K-split chunks ends")
-    try:
-        batch = np.broadcast_shapes(tuple(a_batch), tuple(b_batch))
-    except ValueError:
-        raise ValidationError(f"{QMM_NAME}.b_tensor: batch dimensions {b_batch} do not broadcast with A's "
-                              f"{a_batch}") from None
+    *batch, m, n = output_sizes(a.shape, b.shape)
     batch_index = "pqrs"[:len(batch)]
     # blockwise's (array, index) pairs by field; the output's blocks are A's rows × B's columns
     pairs = {"a_tensor": (da.broadcast_to(a, (*batch, m, k)), batch_index + "ik"),
@@ -258,8 +254,7 @@ def _accumulator_block(a, a_zero_point, b, b_zero_point):
         return x.astype(np.float32) if zero_point is None else np.subtract(x, zero_point, dtype=np.float32)
 
     a, b = shifted(a, _parameter_block(a_zero_point, a, True)), shifted(b, _parameter_block(b_zero_point, b, False))
-    accumulators = np.zeros_like(a, shape=np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1]),
-                                 dtype=np.float64)
+    accumulators = np.zeros_like(a, shape=output_sizes(a.shape, b.shape), dtype=np.float64)
     for start in range(0, a.shape[-1], FLOAT32_EXACT_TERMS):
         end = start + FLOAT32_EXACT_TERMS
         accumulators += np.matmul(a[..., start:end], b[..., start:end, :])
