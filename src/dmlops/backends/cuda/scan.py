@@ -458,27 +458,12 @@ class Walk:
     elements_per_thread: int = 32
 
 
-# The defaults, from the tuning sweeps of benchmarks/scan.py on an H100 (benchmarks/RESULTS.md): down columns,
-# smaller tiles keep more of them in flight on each multiprocessor; along rows, a few long lines reach further back.
-# Columns of a small tensor (16 MiB and less) are too few tiles for that: they do better with the rows' reach, in
-# 16 KiB blocks of 32 columns where they have more, so that a line is one group of tiles (no chained prefixes):
-# 4096 x 1024 0.45 -> 0.59 of copy inclusive, 0.35 -> 0.51 reverse + exclusive (32 KiB blocks of 32 columns: 0.56,
-# 0.43); with 32 columns or fewer the blocks are as narrow either way, and 32 KiB ones do better (2^20 x 2 at
-# 16 KiB: 0.40 -> 0.36).
-# A few long lines of 4-byte accumulators take 32 KiB tiles at 64 elements a thread in at most 128 registers: four
-# programs a multiprocessor, where the compiler's own choice (142) fits three, and 64 KiB tiles at 128 elements
-# (255) two: one line of 2^28 0.84 -> 0.87 of copy inclusive (0.81 at three programs; capping 64 KiB tiles at 168
-# registers for three spills: 0.64). They reach back 1024 tiles a line for up to eight lines (8 x 2^24 against
-# 128: 0.86 -> 0.89 inclusive, 0.85 -> 0.89-0.90 reverse + exclusive). Their exclusive scans scan pairs (one line
-# 0.81 -> 0.86-0.87 forward, 0.84-0.85 reverse), except forward on several lines, which store the inclusive scan
-# one element along (8 x 2^24: 0.87, pairs 0.84). Decreasing scans hold tiles as chunks (reverse scans across
-# lanes: one line 0.73 -> 0.84 inclusive at 64 KiB); decreasing inclusive ones keep 64 KiB tiles at 128 elements
-# a thread (one line: 0.84, against 0.80 at 32 KiB).
-# Long columns walk where their strips fill the waves of one program a multiprocessor (the walk's registers allow
-# no second) to WAVE_FILL: 65536 x 4096 (128 strips on 132) 0.77 -> 0.95 of copy, 32768 x 8192 (256) 0.80 ->
-# 0.88, but 65536 x 6144 (192) 0.79 -> 0.70. With 4 stages: with 3 (64 KiB of loads in flight a multiprocessor)
-# the inclusive walk reached 0.68. Short columns walk too few blocks to fill the loop: lines of 8192 gain
-# (0.73 -> 0.82), of 512 lose (32x512x64x256: 0.92 -> 0.58).
+# The defaults, from the tuning sweeps of benchmarks/scan.py on an H100 (the numbers: benchmarks/RESULTS.md, "Moved
+# from code comments"): down columns, smaller tiles keep more of them in flight on each multiprocessor; along rows, a
+# few long lines reach further back, with tiles and registers sized for four programs a multiprocessor; columns of a
+# small tensor (SMALL_BYTES and less) are too few tiles for that and take the rows' reach in 16 KiB blocks; long
+# columns walk (WALK) where their strips fill the waves of one program a multiprocessor to WAVE_FILL and are long
+# enough (MIN_WALK_LENGTH) to fill the walk's loop.
 ALONG_ROWS = Tuning(tiles_in_flight=1024)
 SMALL_COLUMNS = Tuning(tile_bytes=16384, tiles_in_flight=1024, columns=32)
 FEW_LONG_LINES = Tuning(tile_bytes=32768, tiles_in_flight=8192, elements_per_thread=64, chunks=4, registers=128)
@@ -602,7 +587,7 @@ def plan(problem: Lines, accumulator_bytes: int, tuning: Tuning) -> Plan:
         # Along rows a tile that needs a look-back holds one line: a slot is one value, and a second level of group
         # slots is cheap to read. Down columns a slot holds a value for each of the block's columns: a second level
         # would cost registers and reads through L2 that, with many lines side by side, the chain of group prefixes
-        # does not repay (65536 x 4096: 0.77 -> 0.73 of copy).
+        # does not repay (benchmarks/RESULTS.md, "Moved from code comments").
         reach = MAX_WINDOW_WORDS // 2 if along_rows else min(MAX_CHAINED_WINDOW, MAX_WINDOW_WORDS // lanes)
         window = min(next_power_of_2(cdiv(tuning.tiles_in_flight, chains)), reach,
                      next_power_of_2(tiles_per_line))
