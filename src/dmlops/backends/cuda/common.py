@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 
 import torch
+import triton.language as tl
 
 from ...ops.quantized_matmul import NAME
 from ...types import DataType, ValidationError
@@ -19,6 +20,7 @@ TORCH_DTYPES = {
     DataType.UINT64: torch.uint64, DataType.INT64: torch.int64,
 }
 DATA_TYPES = {dtype: data_type for data_type, dtype in TORCH_DTYPES.items()}
+TRITON_TYPES = {torch.float32: tl.float32, torch.float64: tl.float64, torch.int32: tl.int32, torch.int64: tl.int64}
 
 
 def cdiv(a: int, b: int) -> int:

@@ -47,7 +47,7 @@ import triton.language as tl
 
 from ...ops.cumulative import CumulativeOperation, accumulation_type
 from ...types import DataType
-from .common import cdiv, check_devices, data_type, next_power_of_2
+from .common import TRITON_TYPES, cdiv, check_devices, data_type, next_power_of_2
 from .launch import KeptLaunch, current_stream
 
 MAX_WINDOW_WORDS = 2048  # slot words a program reads in one look-back, both levels together
@@ -64,7 +64,6 @@ STORAGE = {
     DataType.INT64: torch.int64,
     DataType.UINT64: torch.int64,
 }
-TRITON_TYPES = {torch.float32: tl.float32, torch.int32: tl.int32, torch.int64: tl.int64}
 
 
 # -- kernel ----------------------------------------------------------------------------------------------------
