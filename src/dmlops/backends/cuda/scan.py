@@ -53,6 +53,7 @@ from .launch import KeptLaunch, current_stream
 MAX_WINDOW_WORDS = 2048  # slot words a program reads in one look-back, both levels together
 MAX_CHAINED_WINDOW = 256  # tiles in a group whose prefixes chain (down columns)
 MAX_GENERATION = tl.constexpr(2**31 - 1)
+SUM = tl.constexpr(CumulativeOperation.SUM.value)  # the OPERATION the kernels add with
 
 # What the kernel reads and writes: unsigned integers wrap exactly like the signed integers of their width, and run
 # as those.
@@ -76,7 +77,7 @@ def _multiply(a, b):
 
 @triton.jit
 def _combine(a, b, OPERATION: tl.constexpr):
-    if OPERATION == "sum":
+    if OPERATION == SUM:
         return a + b
     else:
         return a * b
@@ -84,7 +85,7 @@ def _combine(a, b, OPERATION: tl.constexpr):
 
 @triton.jit
 def _reduce(values, AXIS: tl.constexpr, OPERATION: tl.constexpr):
-    if OPERATION == "sum":
+    if OPERATION == SUM:
         return tl.sum(values, AXIS)
     else:
         return tl.reduce(values, AXIS, _multiply)
@@ -92,7 +93,7 @@ def _reduce(values, AXIS: tl.constexpr, OPERATION: tl.constexpr):
 
 @triton.jit
 def _scan(values, AXIS: tl.constexpr, OPERATION: tl.constexpr, REVERSE: tl.constexpr):
-    if OPERATION == "sum":
+    if OPERATION == SUM:
         return tl.cumsum(values, AXIS, reverse=REVERSE)
     else:
         return tl.cumprod(values, AXIS, reverse=REVERSE)
@@ -112,7 +113,7 @@ def _multiply_pairs(total_a, before_a, total_b, before_b):
 @triton.jit
 def _scan_pairs(values, identity, AXIS: tl.constexpr, OPERATION: tl.constexpr, REVERSE: tl.constexpr):
     """The inclusive and the exclusive scan of values, in one pass."""
-    if OPERATION == "sum":
+    if OPERATION == SUM:
         return tl.associative_scan((values, identity), AXIS, _add_pairs, reverse=REVERSE)
     else:
         return tl.associative_scan((values, identity), AXIS, _multiply_pairs, reverse=REVERSE)
