@@ -11,9 +11,8 @@ multiplications make them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import enum
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -86,8 +85,6 @@ class CumulativeProductOperatorDesc(_CumulativeOperator):
 
 
 CumulativeDesc = CumulativeSummationOperatorDesc | CumulativeProductOperatorDesc
-
-
 
 # What a scan computes in where not in its own type: FLOAT16 in float32.
 ACCUMULATION_DTYPE = {DataType.FLOAT16: np.dtype(np.float32)}
