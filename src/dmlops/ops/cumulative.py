@@ -132,8 +132,10 @@ def output_rule(sizes: tuple, data_type):
     return sizes, data_type
 
 
-def reference(operation: CumulativeOperation, x: np.ndarray, axis: int, reverse: bool, exclusive: bool) -> np.ndarray:
-    """The operator's meaning in NumPy: a new array of x's dtype."""
+def reference(operation: CumulativeOperation | str, x: np.ndarray, axis: int, reverse: bool,
+              exclusive: bool) -> np.ndarray:
+    """The operator's meaning in NumPy (``operation`` a CumulativeOperation or its word): a new array of x's dtype."""
+    operation = CumulativeOperation(operation)
     walked = np.flip(x, axis) if reverse else x
     tally = operation.ufunc.accumulate(walked, axis=axis, dtype=accumulation_dtype(x.dtype))
     if exclusive:
