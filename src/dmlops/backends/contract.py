@@ -1,7 +1,7 @@
-"""What a backend module provides, as Protocols: a module that has these functions is a backend (``dmlops.backends.cpu``,
-``dmlops.backends.cuda``). Arrays are the backend's own kind (NumPy arrays, torch tensors); sizes and strides are in
-elements; every function raises dmlops.ValidationError (naming the operator and field it is given) on what it
-cannot take.
+"""What a backend module provides, as Protocols: a module that has these functions is a backend
+(``dmlops.backends.cpu``, ``dmlops.backends.cuda``). Arrays are the backend's own kind (NumPy arrays, torch
+tensors); sizes and strides are in elements; every function raises dmlops.ValidationError (naming the operator and
+field it is given) on what it cannot take.
 """
 
 from __future__ import annotations

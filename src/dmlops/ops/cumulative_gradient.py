@@ -36,7 +36,8 @@ from .cumulative import CumulativeOperation, accumulation_type
 GRADIENT_DATA_TYPES = (DataType.FLOAT32, DataType.FLOAT16)
 
 
-def reference_gradient(operation: CumulativeOperation, x, grad, axis: int, reverse: bool, exclusive: bool) -> np.ndarray:
+def reference_gradient(operation: CumulativeOperation, x, grad, axis: int, reverse: bool,
+                       exclusive: bool) -> np.ndarray:
     """dL/dx in float64 from the definition: Σ_i g_i ∂y_i/∂x_k, where ∂y_i/∂x_k is, for k in y_i's window, 1 (sum)
     or the product of the window's other elements (product), and 0 elsewhere. O(n³) a line: for tests."""
     x = np.moveaxis(np.asarray(x, np.float64), axis, -1)

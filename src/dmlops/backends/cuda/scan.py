@@ -241,9 +241,9 @@ def _scan_kernel(x, y, words, control,
                  outer, length, inner, x_outer, x_step, x_inner, y_outer, y_step, y_inner,
                  tiles_per_line, chains, inner_blocks,
                  OPERATION: tl.constexpr, IDENTITY: tl.constexpr, LINE_START: tl.constexpr, ZERO: tl.constexpr,
-                 ACCUMULATOR: tl.constexpr, WIDE: tl.constexpr, REVERSE: tl.constexpr, EXCLUSIVE: tl.constexpr, ALONG_ROWS: tl.constexpr,
-                 BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr, EVEN_COLUMNS: tl.constexpr, WINDOW: tl.constexpr,
-                 ALIGNMENT: tl.constexpr, SHIFT_STORES: tl.constexpr, CHUNKS: tl.constexpr):
+                 ACCUMULATOR: tl.constexpr, WIDE: tl.constexpr, REVERSE: tl.constexpr, EXCLUSIVE: tl.constexpr,
+                 ALONG_ROWS: tl.constexpr, BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr, EVEN_COLUMNS: tl.constexpr,
+                 WINDOW: tl.constexpr, ALIGNMENT: tl.constexpr, SHIFT_STORES: tl.constexpr, CHUNKS: tl.constexpr):
     # A tile waits only for earlier tiles of its line in walk order; programs take tiles walk position by walk
     # position, all lines side by side, so that every tile a program waits for was launched before it.
     pid = tl.program_id(0)
@@ -380,8 +380,8 @@ def _scan_kernel(x, y, words, control,
 @triton.jit
 def _walk_kernel(x, y, length, inner, x_outer, x_step, x_inner, y_outer, y_step, y_inner, inner_blocks,
                  OPERATION: tl.constexpr, IDENTITY: tl.constexpr, LINE_START: tl.constexpr, ZERO: tl.constexpr,
-                 ACCUMULATOR: tl.constexpr, REVERSE: tl.constexpr, EXCLUSIVE: tl.constexpr, BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr,
-                 EVEN_COLUMNS: tl.constexpr, ALIGNMENT: tl.constexpr, STAGES: tl.constexpr):
+                 ACCUMULATOR: tl.constexpr, REVERSE: tl.constexpr, EXCLUSIVE: tl.constexpr, BLOCK_A: tl.constexpr,
+                 BLOCK_B: tl.constexpr, EVEN_COLUMNS: tl.constexpr, ALIGNMENT: tl.constexpr, STAGES: tl.constexpr):
     # One program walks a strip of BLOCK_B inner indices down the whole axis, BLOCK_A positions a block, in walk
     # order (from the last position when decreasing), the running value in registers: no look-back, and the loop
     # loads blocks ahead of the one it scans. A block reads only its own positions, so that in place those loads
