@@ -35,6 +35,9 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 
 from dmlops.backends.cuda import scan  # noqa: E402
+from dmlops.ops.cumulative import CumulativeOperation  # noqa: E402
+
+SUM, PRODUCT = CumulativeOperation.SUM, CumulativeOperation.PRODUCT
 
 SHAPES = [  # name, shape, axis
     ("1-D 2^28", (1 << 28,), 0),
@@ -49,16 +52,16 @@ SHAPES = [  # name, shape, axis
     ("4096 × 1024, axis 0 (16 MiB)", (4096, 1024), 0),
 ]
 VARIANTS = [  # name, operation, dtype, reverse, exclusive
-    ("inclusive", "sum", torch.float32, False, False),
-    ("rev+excl", "sum", torch.float32, True, True),
-    ("product", "product", torch.float32, False, False),
-    ("f16", "sum", torch.float16, False, False),
+    ("inclusive", SUM, torch.float32, False, False),
+    ("rev+excl", SUM, torch.float32, True, True),
+    ("product", PRODUCT, torch.float32, False, False),
+    ("f16", SUM, torch.float16, False, False),
 ]
 SWEEP = [scan.Tuning(32768, 1024, 32), scan.FEW_LONG_LINES, scan.FEW_LONG_LINES_SHIFTED, scan.FEW_LONG_LINES_DECREASING,
          scan.Tuning(65536, 1024, 128, shift_stores=True, chunks=4), scan.Tuning(65536, 1024, 64),
          scan.Tuning(16384, 256, 32), scan.Tuning(16384, 256, 64), scan.SMALL_COLUMNS,
          scan.WALK, scan.Walk(stages=3)]
-SWEEP_VARIANTS = [VARIANTS[0], VARIANTS[1], ("excl", "sum", torch.float32, False, True), VARIANTS[3]]
+SWEEP_VARIANTS = [VARIANTS[0], VARIANTS[1], ("excl", SUM, torch.float32, False, True), VARIANTS[3]]
 L2_BYTES = 50 << 20
 HOST_SECONDS_PER_CALL = 100e-6  # the least time the GPU waits a call while the host enqueues
 
@@ -115,13 +118,13 @@ def copy_bandwidth() -> float:
 
 def inputs(shape, operation, dtype):
     x = torch.randn(shape, device="cuda")
-    if operation == "product":  # ±exp(small): products of 2^28 of them stay finite and away from 0
+    if operation == PRODUCT:  # ±exp(small): products of 2^28 of them stay finite and away from 0
         x = torch.where(x < 0, -1.0, 1.0) * torch.exp(1e-4 * torch.randn_like(x))
     return x.to(dtype)
 
 
 def torch_scan(x, axis, operation, reverse, exclusive):
-    accumulate = torch.cumsum if operation == "sum" else torch.cumprod
+    accumulate = torch.cumsum if operation == SUM else torch.cumprod
     if not reverse:
         return accumulate(x, axis)
     tally = accumulate(x.flip(axis), axis).flip(axis)
@@ -132,9 +135,9 @@ def reference(x, axis, operation, reverse, exclusive):
     """float64 on the GPU; exclusive products shift rather than divide."""
     x = x.double()
     walked = x.flip(axis) if reverse else x
-    tally = (torch.cumsum if operation == "sum" else torch.cumprod)(walked, axis)
+    tally = (torch.cumsum if operation == SUM else torch.cumprod)(walked, axis)
     if exclusive:
-        start = torch.full_like(tally.narrow(axis, 0, 1), 0.0 if operation == "sum" else 1.0)
+        start = torch.full_like(tally.narrow(axis, 0, 1), 0.0 if operation == SUM else 1.0)
         tally = torch.cat([start, tally.narrow(axis, 0, tally.shape[axis] - 1)], axis)
     return tally.flip(axis) if reverse else tally
 
@@ -148,7 +151,7 @@ def verify(x, axis, operation, reverse, exclusive, tuning) -> str:
     if not torch.equal(out.view(bits), again.view(bits)):
         return "NOT DETERMINISTIC"
     expected = reference(x, axis, operation, reverse, exclusive)
-    scale = reference(x.abs(), axis, operation, reverse, exclusive) if operation == "sum" else expected.abs()
+    scale = reference(x.abs(), axis, operation, reverse, exclusive) if operation == SUM else expected.abs()
     error = ((out.double() - expected).abs() / (scale + 1e-30)).nan_to_num(float("inf")).max().item()
     return f"{error:.1e}"
 
@@ -201,9 +204,9 @@ def time_peers(shape, axis, copy) -> dict:
         seconds = gpu_seconds(lambda i: torch_scan(xs[i], axis, operation, reverse, exclusive), sets)
         row["torch " + name] = fraction(seconds, 2 * x.nbytes, copy)
         del x, xs
-    x = inputs(shape, "sum", torch.float32)
+    x = inputs(shape, SUM, torch.float32)
     sets = buffer_sets(2 * x.nbytes)
-    xs = [x] + [inputs(shape, "sum", torch.float32) for _ in range(sets - 1)]
+    xs = [x] + [inputs(shape, SUM, torch.float32) for _ in range(sets - 1)]
     outs = [torch.empty_like(v) for v in xs]
     row["copy"] = fraction(gpu_seconds(lambda i: outs[i].copy_(xs[i]), sets), 2 * x.nbytes, copy)
     del outs

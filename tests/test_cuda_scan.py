@@ -18,12 +18,14 @@ from hypothesis import strategies as st
 
 import dmlops
 from dmlops.backends import cuda as cuda_backend
+from dmlops.backends.cuda import common as cuda_common
 from dmlops.backends.cuda import scan
-from dmlops.ops.cumulative import reference
+from dmlops.ops.cumulative import CumulativeOperation, reference
 from dmlops.types import ValidationError
 
 ON_GPU = os.environ.get("DMLOPS_TEST_GPU") == "1"
 DEVICE = "cuda" if ON_GPU else "cpu"
+SUM, PRODUCT = CumulativeOperation.SUM, CumulativeOperation.PRODUCT
 DTYPES = [np.float32, np.float16, np.int32, np.uint32, np.int64, np.uint64]
 gpu_only = pytest.mark.skipif(not ON_GPU, reason="needs DMLOPS_TEST_GPU=1 and a GPU")
 
@@ -36,12 +38,12 @@ def random_values(rng, operation: str, dtype, count: int) -> np.ndarray:
     so that wrapped products do not collapse to 0)."""
     dtype = np.dtype(dtype)
     if dtype.kind == "f":
-        if operation == "sum":
+        if operation == SUM:
             return rng.standard_normal(count).astype(dtype)
         return (rng.choice([-1.0, 1.0], count) * rng.uniform(0.9, 1.1, count)).astype(dtype)
     info = np.iinfo(dtype)
     values = rng.integers(info.min, info.max, count, dtype=dtype, endpoint=True)
-    return values | dtype.type(1) if operation == "product" else values
+    return values | dtype.type(1) if operation == PRODUCT else values
 
 
 def layout(rng, shape, kind: str):
@@ -78,8 +80,8 @@ def expected_and_tolerance(operation, x: np.ndarray, axis, reverse, exclusive):
         return reference(operation, x, axis, reverse, exclusive), None
     exact = reference(operation, x.astype(np.float64), axis, reverse, exclusive)
     length = x.shape[axis]
-    if operation == "sum":  # any order of float32 additions: within n·eps of the running sum of |x|
-        magnitude = reference("sum", np.abs(x.astype(np.float64)), axis, reverse, exclusive)
+    if operation == SUM:  # any order of float32 additions: within n·eps of the running sum of |x|
+        magnitude = reference(SUM, np.abs(x.astype(np.float64)), axis, reverse, exclusive)
         tolerance = 4 * length * np.finfo(np.float32).eps * magnitude
     else:
         tolerance = 4 * length * np.finfo(np.float32).eps * np.abs(exact)
@@ -157,7 +159,7 @@ TILINGS = [
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
-@pytest.mark.parametrize("operation", ["sum", "product"])
+@pytest.mark.parametrize("operation", [SUM, PRODUCT])
 @pytest.mark.parametrize("reverse", [False, True], ids=["increasing", "decreasing"])
 @pytest.mark.parametrize("exclusive", [False, True], ids=["inclusive", "exclusive"])
 @pytest.mark.parametrize("tiling", range(len(TILINGS)))
@@ -170,10 +172,10 @@ def exact_values(rng, operation: str, dtype, shape, axis: int) -> np.ndarray:
     """Floats whose every partial sum or product along axis, over any run of positions, is exact in dtype: steps of
     a bounded integer walk (sums), or ±2 to those steps (products). Any order of combination gives the same bits,
     so a value combined twice, taken from the wrong slot or left out shows as an exact mismatch."""
-    bound = 1000 if operation == "sum" else (6 if dtype == np.float16 else 20)
+    bound = 1000 if operation == SUM else (6 if dtype == np.float16 else 20)
     walk = rng.integers(-bound, bound, shape[:axis] + (shape[axis] + 1,) + shape[axis + 1:], endpoint=True)
     steps = np.diff(walk, axis=axis).astype(np.float64)
-    if operation == "product":
+    if operation == PRODUCT:
         steps = rng.choice([-1.0, 1.0], shape) * np.exp2(steps)
     return steps.astype(dtype)
 
@@ -185,7 +187,7 @@ EXACT_TILINGS = TILINGS + [((4096,), 0, scan.Tuning(tile_bytes=256, tiles_in_fli
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=lambda d: np.dtype(d).name)
-@pytest.mark.parametrize("operation", ["sum", "product"])
+@pytest.mark.parametrize("operation", [SUM, PRODUCT])
 @pytest.mark.parametrize("reverse, exclusive", [(False, False), (True, False), (False, True), (True, True)])
 @pytest.mark.parametrize("tiling", range(len(EXACT_TILINGS)))
 def test_exact_floats(dtype, operation, reverse, exclusive, tiling):
@@ -209,7 +211,7 @@ def cases(draw):
     in_place = draw(st.booleans())
     x_kind = draw(st.sampled_from(["packed", "padded", "permuted"] + ([] if in_place else ["broadcast"])))
     return dict(
-        operation=draw(st.sampled_from(["sum", "product"])), dtype=draw(st.sampled_from(DTYPES)),
+        operation=draw(st.sampled_from([SUM, PRODUCT])), dtype=draw(st.sampled_from(DTYPES)),
         shape=tuple(shape), axis=axis, reverse=draw(st.booleans()), exclusive=draw(st.booleans()),
         x_kind=x_kind, out_kind=draw(st.sampled_from(["packed", "padded", "permuted"])), in_place=in_place,
         tuning=draw(st.one_of(
@@ -307,22 +309,22 @@ def test_look_back_reach():
 
 def test_array_api():
     rng = np.random.default_rng()
-    values = random_values(rng, "sum", np.float32, 5 * 40).reshape(5, 40)
+    values = random_values(rng, SUM, np.float32, 5 * 40).reshape(5, 40)
     x = torch.from_numpy(values).to(DEVICE)
     result = dmlops.cumulative_sum(x, -1, reverse=True, exclusive=True, backend="cuda")
     assert isinstance(result, torch.Tensor) and result.device == x.device
-    expected, tolerance = expected_and_tolerance("sum", values, 1, True, True)
+    expected, tolerance = expected_and_tolerance(SUM, values, 1, True, True)
     np.testing.assert_array_less(np.abs(result.cpu().numpy() - expected), tolerance + 1e-300)
-    x.copy_(torch.from_numpy(random_values(rng, "product", np.float32, 200).reshape(5, 40)))
+    x.copy_(torch.from_numpy(random_values(rng, PRODUCT, np.float32, 200).reshape(5, 40)))
     source = x.cpu().numpy().copy()
     assert dmlops.cumulative_product(x, 0, out=x, backend="cuda") is x  # in place
-    expected, tolerance = expected_and_tolerance("product", source, 0, False, False)
+    expected, tolerance = expected_and_tolerance(PRODUCT, source, 0, False, False)
     np.testing.assert_array_less(np.abs(x.cpu().numpy() - expected), tolerance + 1e-300)
 
 
 def test_operator_api_on_byte_buffers():
     rng = np.random.default_rng()
-    values = random_values(rng, "sum", np.int32, 24)
+    values = random_values(rng, SUM, np.int32, 24)
     x_desc = dmlops.TensorDesc(dmlops.DataType.INT32, (1, 2, 3, 4))
     out_desc = dmlops.TensorDesc(dmlops.DataType.INT32, (1, 2, 3, 4), (48, 24, 8, 2))  # every other element
     desc = dmlops.CumulativeSummationOperatorDesc(x_desc, out_desc, axis=2, has_exclusive_sum=True)
@@ -331,7 +333,7 @@ def test_operator_api_on_byte_buffers():
     target = torch.full((out_desc.total_tensor_size_in_bytes,), 0xAB, dtype=torch.uint8, device=DEVICE)
     op.execute([source], [target])
     written = target.cpu().numpy().view(np.int32)
-    expected = reference("sum", values.reshape(1, 2, 3, 4), 2, False, True)
+    expected = reference(SUM, values.reshape(1, 2, 3, 4), 2, False, True)
     np.testing.assert_array_equal(written[::2][:24].reshape(1, 2, 3, 4), expected)
     assert (written[1::2] == np.full(4, 0xAB, np.uint8).view(np.int32)[0]).all()
 
@@ -353,10 +355,10 @@ def test_cuda_arrays_pick_the_cuda_backend():
 
 
 def test_cpu_tensors_need_the_interpreter(monkeypatch):
-    monkeypatch.setattr(cuda_backend, "INTERPRETED", False)
+    monkeypatch.setattr(cuda_common, "INTERPRETED", False)
     x = torch.randn(4, 5)
     with pytest.raises(ValidationError, match="input_tensor.*CUDA tensors"):
-        scan.cumulative("sum", x, torch.empty_like(x), 0, False, False)
+        scan.cumulative(SUM, x, torch.empty_like(x), 0, False, False)
     with pytest.raises(ValidationError):
         dmlops.cumulative_sum(x, 0, backend="cuda")
     with pytest.raises(ValidationError, match="CUDA tensors"):
@@ -369,7 +371,7 @@ def test_tensors_on_different_devices():
     x = torch.randn(4, 5, device=DEVICE)
     other = torch.empty(4, 5, device="cpu" if ON_GPU else "meta")
     with pytest.raises(ValidationError, match="output_tensor.*(one device|CUDA tensors)"):
-        scan.cumulative("product", x, other, 1, True, False)
+        scan.cumulative(PRODUCT, x, other, 1, True, False)
 
 
 # -- on the GPU: large shapes, determinism, graph capture ------------------------------------------------------
@@ -387,19 +389,19 @@ LARGE = [
 
 @gpu_only
 @pytest.mark.parametrize("shape, axis", LARGE)
-@pytest.mark.parametrize("operation, dtype", [("sum", np.float32), ("product", np.float32), ("sum", np.float16),
-                                              ("sum", np.int32), ("product", np.uint64)])
+@pytest.mark.parametrize("operation, dtype", [(SUM, np.float32), (PRODUCT, np.float32), (SUM, np.float16),
+                                              (SUM, np.int32), (PRODUCT, np.uint64)])
 @pytest.mark.parametrize("reverse, exclusive", [(False, False), (True, True)])
 def test_large(shape, axis, operation, dtype, reverse, exclusive):
-    if operation == "product" and np.dtype(dtype).kind == "f" and shape[axis] > 4096:
+    if operation == PRODUCT and np.dtype(dtype).kind == "f" and shape[axis] > 4096:
         shape = shape[:axis] + (4096,) + shape[axis + 1:]  # keep float products within range
     run_case(np.random.default_rng(), operation, dtype, shape, axis, reverse, exclusive)
 
 
 @gpu_only
 @pytest.mark.parametrize("shape", [(2000, 4100), (3000, 4099)])  # rows of vectors; rows of single elements
-@pytest.mark.parametrize("operation, dtype", [("sum", np.float32), ("product", np.float32), ("sum", np.float16),
-                                              ("sum", np.int32), ("product", np.uint64)])
+@pytest.mark.parametrize("operation, dtype", [(SUM, np.float32), (PRODUCT, np.float32), (SUM, np.float16),
+                                              (SUM, np.int32), (PRODUCT, np.uint64)])
 @pytest.mark.parametrize("reverse, exclusive", [(False, False), (True, True), (False, True)])
 def test_large_walk(shape, operation, dtype, reverse, exclusive):
     # The default walk over many blocks, on shapes that take tiles by default; the last strip is partial.
@@ -412,10 +414,10 @@ def test_large_walk(shape, operation, dtype, reverse, exclusive):
 def test_deterministic(shape, axis):
     x = torch.randn(shape, device="cuda")
     first = torch.empty_like(x)
-    scan.cumulative("sum", x, first, axis, True, True)
+    scan.cumulative(SUM, x, first, axis, True, True)
     for _ in range(4):
         again = torch.full_like(x, math.nan)
-        scan.cumulative("sum", x, again, axis, True, True)
+        scan.cumulative(SUM, x, again, axis, True, True)
         assert torch.equal(first.view(torch.int32), again.view(torch.int32))
 
 
@@ -426,11 +428,11 @@ def test_graph_capture_and_back_to_back_launches():
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
-        scan.cumulative("sum", x, out, 0, False, False)  # compiled outside the capture
+        scan.cumulative(SUM, x, out, 0, False, False)  # compiled outside the capture
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        scan.cumulative("sum", x, out, 0, False, False)
+        scan.cumulative(SUM, x, out, 0, False, False)
     for _ in range(3):
         x.normal_()
         out.fill_(math.nan)

@@ -23,6 +23,7 @@ from dmlops.backends import cpu as cpu_backend
 from dmlops.backends import cpu_recurrence
 from dmlops.backends import cuda as cuda_backend
 from dmlops.backends.cuda import recurrence
+from dmlops.ops.cumulative import CumulativeOperation
 from dmlops.ops.cumulative_gradient import cumulative_gradient, reference_gradient, run
 
 DEVICE = "cuda" if os.environ.get("DMLOPS_TEST_GPU") == "1" else "cpu"
@@ -73,7 +74,7 @@ def assert_gradient(out, operation, x, g, axis, reverse, exclusive, expected=Non
 # -- the reference ------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("operation", ["sum", "product"])
+@pytest.mark.parametrize("operation", list(CumulativeOperation))
 def test_reference_is_torch_autograd(operation):
     rng = np.random.default_rng(1)
     x, g = values(rng, (3, 6, 5), 1)
@@ -107,7 +108,7 @@ def poisoned(shape, dtype):
 def test_cpu_every_variant(monkeypatch, dtype, engine):
     monkeypatch.setattr(cpu_backend, "linear_recurrence", functools.partial(cpu_recurrence.linear_recurrence, **engine))
     rng = np.random.default_rng(2)
-    for (shape, axes), operation in itertools.product(CPU_CASES, ["sum", "product"]):
+    for (shape, axes), operation in itertools.product(CPU_CASES, list(CumulativeOperation)):
         for axis, (reverse, exclusive) in itertools.product(axes, VARIANTS):
             x, g = (array.astype(dtype) for array in values(rng, shape, axis))
             out = poisoned(shape, dtype)
@@ -127,7 +128,7 @@ def test_cpu_exact_with_zeros(monkeypatch, dtype, compiled):
     g = rng.integers(-2, 3, (6, 8)).astype(dtype)
     for axis, (reverse, exclusive) in itertools.product(range(2), VARIANTS):
         out = poisoned(x.shape, dtype)
-        run(cpu_backend, "product", x, g, out, axis, reverse, exclusive)
+        run(cpu_backend, CumulativeOperation.PRODUCT, x, g, out, axis, reverse, exclusive)
         np.testing.assert_array_equal(out, reference_gradient("product", x, g, axis, reverse, exclusive))
 
 
@@ -146,7 +147,7 @@ def test_cpu_strided(monkeypatch, compiled):
         g = np.broadcast_to(g[:1].astype(dtype), shape)  # broadcast along the first dimension
         buffer = poisoned((9, 8, 7), dtype)
         out = buffer[2:7, 1:7]
-        run(cpu_backend, "product", x, g, out, axis, reverse, exclusive)
+        run(cpu_backend, CumulativeOperation.PRODUCT, x, g, out, axis, reverse, exclusive)
         assert_gradient(out, "product", x, g, axis, reverse, exclusive)
         outside = np.ones(buffer.shape, bool)
         outside[2:7, 1:7] = False
@@ -179,7 +180,7 @@ def test_cuda_every_variant(monkeypatch, dtype):
     shape = (3, 7, 5)
     for axis, (reverse, exclusive) in itertools.product(range(3), VARIANTS):
         x, g = (array.astype(dtype) for array in values(rng, shape, axis))
-        for operation in ["product"] if axis else ["sum", "product"]:
+        for operation in [CumulativeOperation.PRODUCT] if axis else list(CumulativeOperation):
             _, out = run_cuda(operation, x, g, axis, reverse, exclusive)
             assert_gradient(out, operation, x, g, axis, reverse, exclusive)
 
@@ -188,7 +189,7 @@ def test_cuda_default_blocks():
     rng = np.random.default_rng(6)
     for (shape, axis), (reverse, exclusive) in zip(itertools.cycle([((3, 37), 1), ((37, 6), 0)]), VARIANTS):
         x, g = (array.astype(np.float32) for array in values(rng, shape, axis))
-        _, out = run_cuda("product", x, g, axis, reverse, exclusive)
+        _, out = run_cuda(CumulativeOperation.PRODUCT, x, g, axis, reverse, exclusive)
         assert_gradient(out, "product", x, g, axis, reverse, exclusive)
 
 
@@ -199,7 +200,7 @@ def test_cuda_exact_with_zeros(monkeypatch):
     x = rng.choice([-2.0, -1.0, 0.0, 1.0, 2.0], (5, 7)).astype(np.float16)
     g = rng.integers(-2, 3, (5, 7)).astype(np.float16)
     for axis, (reverse, exclusive) in itertools.product(range(2), VARIANTS):
-        _, out = run_cuda("product", x, g, axis, reverse, exclusive)
+        _, out = run_cuda(CumulativeOperation.PRODUCT, x, g, axis, reverse, exclusive)
         np.testing.assert_array_equal(out, reference_gradient("product", x, g, axis, reverse, exclusive))
 
 
@@ -219,7 +220,7 @@ def test_cuda_strided(monkeypatch, reverse, exclusive):
     for x_tensor in (permuted, stepped):
         buffer.fill_(float("nan"))
         out = buffer[1:, 1:]
-        run_cuda("product", x_tensor, broadcast, axis, reverse, exclusive, out)
+        run_cuda(CumulativeOperation.PRODUCT, x_tensor, broadcast, axis, reverse, exclusive, out)
         assert_gradient(out.cpu().numpy(), "product", x.astype(np.float32),
                         np.broadcast_to(g[:, :, :1], shape).astype(np.float32), axis, reverse, exclusive)
         assert torch.isnan(buffer[:1]).all() and torch.isnan(buffer[:, :1]).all()
@@ -233,7 +234,7 @@ def test_cuda_strided(monkeypatch, reverse, exclusive):
 def test_entry_against_torch_autograd(kind, dtype):
     rng = np.random.default_rng(9)
     shape = (4, 6, 5)
-    for operation, axis, (reverse, exclusive) in itertools.product(["sum", "product"], (0, -1), VARIANTS):
+    for operation, axis, (reverse, exclusive) in itertools.product(list(CumulativeOperation), (0, -1), VARIANTS):
         x, g = (array.astype(dtype) for array in values(rng, shape, axis))
         if kind == "numpy":
             result = cumulative_gradient(operation, x, g, axis, reverse, exclusive)
@@ -253,7 +254,7 @@ def test_entry_against_torch_autograd(kind, dtype):
 def test_entry_any_shape(data):
     shape = data.draw(strategies.shapes(max_elements=60, max_size=9))
     axis = data.draw(st.integers(-len(shape), len(shape) - 1))
-    operation = data.draw(st.sampled_from(["sum", "product"]))
+    operation = data.draw(st.sampled_from(list(CumulativeOperation)))
     reverse, exclusive = data.draw(st.booleans()), data.draw(st.booleans())
     dtype = data.draw(st.sampled_from(DTYPES))
     x, g = (array.astype(dtype) for array in values(np.random.default_rng(data.draw(st.integers(0, 2**32))), shape,

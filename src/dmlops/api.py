@@ -20,6 +20,7 @@ from .ops import quantized_matmul as qmm
 from .ops.cumulative import CumulativeProductOperatorDesc, CumulativeSummationOperatorDesc
 from .ops.quantized_matmul import NAME as QMM_NAME
 from .ops.quantized_matmul import QUANTIZATION_PARAMETERS, QuantizedLinearMatrixMultiplyOperatorDesc
+from .support import check_array_rank
 from .tensor import TensorDesc
 from .types import AxisDirection, DataType, OperatorType, ValidationError
 
@@ -191,7 +192,7 @@ def _cumulative(desc_type, x, axis, reverse, exclusive, out, backend):
 
 def _cumulative_planned(desc_type, x, axis, reverse, exclusive, out, backend, planned: bool):
     """(result, plan for later calls of the same layout, or None where not ``planned`` or none can be)."""
-    name = "DML_OPERATOR_" + desc_type.operator_type.name
+    name = desc_type.operation.operator_name
     device = _device(_pick_backend([x, out], backend))
     be = device.backend
     source_x = x
@@ -285,8 +286,7 @@ def prepare_b(b, b_scale, b_zero_point=None, *, backend=None) -> PreparedB:
     device = _device(_pick_backend([b, b_scale, b_zero_point], backend))
     be = device.backend
     native, _ = _adopt(device, b, f"{QMM_NAME}.b_tensor")
-    if not 2 <= len(native.shape) <= 4:
-        raise ValidationError(f"{QMM_NAME}.b_tensor: B must have 2 to 4 dimensions, not {len(native.shape)}")
+    check_array_rank(OperatorType.QUANTIZED_LINEAR_MATRIX_MULTIPLY, QMM_NAME, "b_tensor", len(native.shape))
     native, strides = _strided(be, native)
     desc = _described(be, native, strides, f"{QMM_NAME}.b_tensor")
     for field, value, data_type in (("b_scale_tensor", b_scale, DataType.FLOAT32),
@@ -344,9 +344,7 @@ def _quantized_linear_matmul_planned(arguments, output_dtype, backend, planned: 
     for field in ("a_tensor", "b_tensor"):
         native[field], restore_field = _adopt(device, given[field], f"{QMM_NAME}.{field}")
         restore = restore or restore_field
-        if not 2 <= len(native[field].shape) <= 4:
-            raise ValidationError(f"{QMM_NAME}.{field}: A and B must have 2 to 4 dimensions, "
-                                  f"not {len(native[field].shape)}")
+        check_array_rank(OperatorType.QUANTIZED_LINEAR_MATRIX_MULTIPLY, QMM_NAME, field, len(native[field].shape))
     output_sizes = qmm.output_sizes(tuple(native["a_tensor"].shape), tuple(native["b_tensor"].shape))
     *batch, m, n = output_sizes
     for field in ("a_tensor", "b_tensor"):

@@ -30,16 +30,14 @@ import sys
 import numpy as np
 
 from . import api
-from .ops.cumulative import ACCUMULATION_DTYPE, CumulativeProductOperatorDesc, CumulativeSummationOperatorDesc
-from .ops.cumulative import operator_name
+from .ops.cumulative import CumulativeOperation, accumulation_dtype
 from .ops.quantized_matmul import NAME as QMM_NAME
 from .ops.quantized_matmul import QUANTIZATION_PARAMETERS, QuantizedLinearMatrixMultiplyOperatorDesc, check_scale
-from .ops.quantized_matmul import requantize
+from .ops.quantized_matmul import output_sizes, requantize
 from .types import DataType, ValidationError
 
-# Each scan's desc, its array API function and its binary operation.
-_SCANS = {"sum": (CumulativeSummationOperatorDesc, "cumulative_sum", np.add),
-          "product": (CumulativeProductOperatorDesc, "cumulative_product", np.multiply)}
+# Each scan's array API function.
+_SCAN_FUNCTIONS = {CumulativeOperation.SUM: "cumulative_sum", CumulativeOperation.PRODUCT: "cumulative_product"}
 
 # Products (A − za)(B − zb) are at most 255² in magnitude: float32 sums of this many of them (2^24 / 255², rounded
 # down to a power of two) are exact, and float64 sums of up to LARGEST_K.
@@ -80,23 +78,22 @@ def _meta(like, ndim: int, dtype):
 # -- scans ---------------------------------------------------------------------------------------------------------
 
 
-def cumulative(operation: str, x, axis, reverse, exclusive, out, backend):
-    """cumulative_sum / cumulative_product (``operation`` "sum" or "product") of a Dask array."""
+def cumulative(operation: CumulativeOperation, x, axis, reverse, exclusive, out, backend):
+    """cumulative_sum / cumulative_product of a Dask array."""
     import dask.array as da
 
-    desc_type, function_name, _ = _SCANS[operation]
-    name = operator_name(desc_type)
+    name = operation.operator_name
     _reject_out(out, f"{name}.output_tensor")
     x = da.asarray(x)
     _check_known_chunks(x, f"{name}.input_tensor")
-    scan = getattr(api, function_name)
+    scan = getattr(api, _SCAN_FUNCTIONS[operation])
     scan(_probe(x, 1), axis, reverse=reverse, exclusive=exclusive)  # the in-memory call's checks of type and axis
     axis = int(axis) % x.ndim
     options = dict(axis=axis, reverse=reverse, exclusive=exclusive, backend=backend)
     if x.numblocks[axis] == 1:
         return x.map_blocks(_scan_chunk, scan, **options, dtype=x.dtype, meta=_meta(x, x.ndim, x.dtype))
 
-    accumulation = ACCUMULATION_DTYPE.get(DataType.from_numpy(x.dtype), x.dtype)
+    accumulation = accumulation_dtype(x.dtype)
     local_meta = _meta(x, x.ndim, accumulation)
     local = x.map_blocks(_scan_chunk, scan, accumulation, **options, dtype=accumulation, meta=local_meta)
     total_chunks = tuple((1,) * x.numblocks[axis] if dimension == axis else sizes
@@ -133,7 +130,7 @@ def _add_carry(local, carry, operation, output_dtype):
 
 def _combine(operation, before, after):
     with np.errstate(over="ignore", invalid="ignore"):  # inf and NaN as in the in-memory scan; integers wrap
-        return _SCANS[operation][2](before, after)
+        return operation.ufunc(before, after)
 
 
 # -- quantized matmul ----------------------------------------------------------------------------------------------
@@ -163,17 +160,13 @@ def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, 
     output_type = DataType.from_numpy(api.quantized_linear_matmul(*probes.values(), output_dtype=output_dtype).dtype)
 
     a, b = da.asarray(values["a_tensor"]), da.asarray(values["b_tensor"])
-    (*a_batch, m, k), (*b_batch, b_k, n) = a.shape, b.shape
+    k, b_k = a.shape[-1], b.shape[-2]
     if b_k != k:
         raise ValidationError(f"{QMM_NAME}.b_tensor: B's rows ({b_k}) must equal A's columns K ({k})")
     if k > LARGEST_K:
         raise ValidationError(f"{QMM_NAME}.a_tensor: K ({k}) is above {LARGEST_K}, where the exact accumulation "
                               f"of K-split chunks ends")
-    try:
-        batch = np.broadcast_shapes(tuple(a_batch), tuple(b_batch))
-    except ValueError:
-        raise ValidationError(f"{QMM_NAME}.b_tensor: batch dimensions {b_batch} do not broadcast with A's "
-                              f"{a_batch}") from None
+    *batch, m, n = output_sizes(a.shape, b.shape)
     batch_index = "pqrs"[:len(batch)]
     # blockwise's (array, index) pairs by field; the output's blocks are A's rows × B's columns
     pairs = {"a_tensor": (da.broadcast_to(a, (*batch, m, k)), batch_index + "ik"),
@@ -261,8 +254,7 @@ def _accumulator_block(a, a_zero_point, b, b_zero_point):
         return x.astype(np.float32) if zero_point is None else np.subtract(x, zero_point, dtype=np.float32)
 
     a, b = shifted(a, _parameter_block(a_zero_point, a, True)), shifted(b, _parameter_block(b_zero_point, b, False))
-    accumulators = np.zeros_like(a, shape=np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1]),
-                                 dtype=np.float64)
+    accumulators = np.zeros_like(a, shape=output_sizes(a.shape, b.shape), dtype=np.float64)
     for start in range(0, a.shape[-1], FLOAT32_EXACT_TERMS):
         end = start + FLOAT32_EXACT_TERMS
         accumulators += np.matmul(a[..., start:end], b[..., start:end, :])

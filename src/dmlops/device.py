@@ -55,7 +55,7 @@ class CompiledOperator:
 
     def __init__(self, device: Device, desc):
         self.device, self.desc = device, desc
-        self.name = "DML_OPERATOR_" + desc.operator_type.name
+        self.name = desc.operator_type.operator_name
         self._module = operator_module(desc)
         self._owned = {f for f in desc.input_fields if getattr(desc, f) is not None and getattr(desc, f).owned_by_dml}
         self._persistent: dict | None = None if self._owned else {}

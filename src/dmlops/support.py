@@ -78,17 +78,28 @@ def support_tier(operator: OperatorType, feature_level: FeatureLevel, operator_n
         f"the device's feature level is {feature_level}")
 
 
+def check_array_rank(operator: OperatorType, operator_name: str, field: str, dimension_count: int) -> None:
+    """An array's dimension count against the dimension counts its tensor may have at the newest feature level (the
+    array API describes an array as a tensor of the array's own rank)."""
+    counts = TENSOR_SUPPORT[operator][0].tensors[field].dimension_counts
+    if dimension_count not in counts:
+        raise ValidationError(f"{operator_name}.{field}: must have {_counts_text(counts)} dimensions, not "
+                              f"{dimension_count}")
+
+
+def _counts_text(counts: range) -> str:
+    return str(counts.start) if len(counts) == 1 else f"{counts.start} to {counts.stop - 1}"
+
+
 def check_tensor_support(tier: SupportTier, operator_name: str, field: str, desc) -> None:
     """Dimension count and data type of one tensor against its row of the table."""
     if desc is None:
         return
     row = tier.tensors[field]
     if desc.dimension_count not in row.dimension_counts:
-        counts = row.dimension_counts
-        allowed = str(counts.start) if len(counts) == 1 else f"{counts.start} to {counts.stop - 1}"
         raise ValidationError(
             f"{operator_name}.{field}: {desc.dimension_count} dimensions; feature level {tier.since} and above "
-            f"support {allowed}")
+            f"support {_counts_text(row.dimension_counts)}")
     if desc.data_type not in row.data_types:
         raise ValidationError(
             f"{operator_name}.{field}: data type {desc.data_type.name} is not supported at feature level "

@@ -18,7 +18,7 @@ import torch
 
 from . import api
 from .ops import cumulative, quantized_matmul
-from .ops.cumulative import CumulativeProductOperatorDesc, CumulativeSummationOperatorDesc
+from .ops.cumulative import CumulativeOperation, CumulativeProductOperatorDesc, CumulativeSummationOperatorDesc
 from .ops.cumulative_gradient import cumulative_gradient
 
 
@@ -39,7 +39,7 @@ cumulative_product = torch.library.custom_op("dmlops::cumulative_product", mutat
 def cumulative_product_backward(x: torch.Tensor, grad: torch.Tensor, axis: int, reverse: bool,
                                 exclusive: bool) -> torch.Tensor:
     """The gradient of the running product of x for the upstream gradient ``grad``."""
-    return cumulative_gradient("product", x, grad.contiguous(), axis, reverse, exclusive)
+    return cumulative_gradient(CumulativeOperation.PRODUCT, x, grad.contiguous(), axis, reverse, exclusive)
 
 
 def _like_input(x, axis, reverse=False, exclusive=False):

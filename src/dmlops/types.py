@@ -117,5 +117,10 @@ class OperatorType(enum.IntEnum):
     QUANTIZED_LINEAR_MATRIX_MULTIPLY = 118
     CUMULATIVE_PRODUCT = 145
 
+    @property
+    def operator_name(self) -> str:
+        """The C name, DML_OPERATOR_…, that messages give."""
+        return "DML_OPERATOR_" + self.name
+
 
 DEFAULT_FEATURE_LEVEL = FeatureLevel.LEVEL_6_4

@@ -6,6 +6,7 @@ import functools
 
 import numpy as np
 
+from ..ops.cumulative import CumulativeOperation
 from ..ops.quantized_matmul import SCALE_FIELDS, check_scale
 from ..types import DataType, ValidationError
 from . import cpu_qmatmul, cpu_recurrence, cpu_scan
@@ -68,14 +69,15 @@ def persist(operator_type, field: str, array: np.ndarray) -> np.ndarray:
 # -- operators -------------------------------------------------------------------------------------------------
 
 
-def cumulative(operation: str, x: np.ndarray, out: np.ndarray, axis: int, reverse: bool, exclusive: bool) -> None:
-    cpu_scan.cumulative(operation, x, out, axis, reverse, exclusive)
+def cumulative(operation: CumulativeOperation, x: np.ndarray, out: np.ndarray, axis: int, reverse: bool,
+               exclusive: bool) -> None:
+    cpu_scan.cumulative(operation.value, x, out, axis, reverse, exclusive)  # the scans take the operation's word
 
 
-def prepare_cumulative(operation: str, x, out, axis: int, reverse: bool, exclusive: bool):
+def prepare_cumulative(operation: CumulativeOperation, x, out, axis: int, reverse: bool, exclusive: bool):
     """Run, and return run(x, out) for arrays of the same layouts."""
     def run(x, out):
-        cpu_scan.cumulative(operation, x, out, axis, reverse, exclusive)
+        cpu_scan.cumulative(operation.value, x, out, axis, reverse, exclusive)
 
     run(x, out)
     return run

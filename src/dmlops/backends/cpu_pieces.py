@@ -17,9 +17,9 @@ from concurrent.futures import ThreadPoolExecutor
 CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 PIECES_PER_CORE = 4
 
-# Threads that take pieces beside the calling thread, started on first use and kept: starting a pool
-# for each call costs about 0.3 ms, a sixth of a 512³ product. A forked child has none of its parent's threads, so
-# it gets a pool of its own.
+# Threads that take pieces beside the calling thread, started on first use and kept: starting a pool for each call
+# costs a good part of a small product (benchmarks/RESULTS.md, "Moved from code comments"). A forked child has none
+# of its parent's threads, so it gets a pool of its own.
 HELPERS = max(1, CORES - 1)
 PIECE_THREADS = ThreadPoolExecutor(HELPERS)
 HELPER_IDS = set()  # native ids of the pool's threads, as they start
@@ -36,9 +36,9 @@ if hasattr(os, "register_at_fork"):
 # The core the calling thread runs on (Linux, glibc), else None. Before handing out pieces, the pool's threads (this
 # module's own, never the caller's) are restricted to the cores other than the calling thread's: woken on its own, a
 # thread that had slept 0.1 s or more was placed on the core of the thread that woke it (on this project's virtual
-# machines, whose idle cores are halted), and shared it with that thread for most of a short product (1024³ with the
-# second core idle: 136 GOPS on two threads, 266 with the helper restricted to the other core). The calling thread's
-# own affinity is never changed: a library call leaves its caller's state as it was.
+# machines, whose idle cores are halted), and shared it with that thread for most of a short product (about half the
+# speed: benchmarks/RESULTS.md, "Moved from code comments"). The calling thread's own affinity is never changed: a
+# library call leaves its caller's state as it was.
 try:
     CURRENT_CORE = ctypes.CDLL(None).sched_getcpu if hasattr(os, "sched_setaffinity") else None
 except (OSError, AttributeError):

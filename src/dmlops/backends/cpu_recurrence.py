@@ -13,7 +13,7 @@ import functools
 
 import numpy as np
 
-from ..ops.cumulative import ACCUMULATION_DTYPE
+from ..ops.cumulative import accumulation_dtype
 from ..types import DataType
 from .cpu_compiled import call
 from .cpu_pieces import CORES, PIECES_PER_CORE, cut, run_in_pieces
@@ -26,7 +26,7 @@ def linear_recurrence(a: np.ndarray, b: np.ndarray, scale: np.ndarray, out: np.n
     others. ``compiled`` picks the engine (None: the compiled one where it can run out's type); ``pieces``, into how
     many independent runs (of lines before the axis) the compiled engine cuts each view for the cores (None: by the
     view's size)."""
-    accumulation = ACCUMULATION_DTYPE.get(DataType.from_numpy(out.dtype), out.dtype)
+    accumulation = accumulation_dtype(out.dtype)
     can_compile = numba is not None and (out.dtype != np.float16 or HALF_INSTRUCTIONS)
     if not (can_compile if compiled is None else compiled and can_compile):
         recurrence_numpy(a, b, scale, out, axis, reverse, exclusive, accumulation)

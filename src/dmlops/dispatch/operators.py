@@ -48,7 +48,7 @@ class Dispatchable:
 
 
 def operator_name(desc_type) -> str:
-    return "DML_OPERATOR_" + desc_type.operator_type.name
+    return desc_type.operator_type.operator_name
 
 
 def c_name(field: str) -> str:

@@ -1,11 +1,17 @@
 """DML_OPERATOR_CUMULATIVE_SUMMATION (105) and DML_OPERATOR_CUMULATIVE_PRODUCT (145).
 
 A running sum or product along one axis. Integers wrap modulo 2^bits in their own type; FLOAT16 accumulates in
-float32 and rounds once per output element. The output may alias the input (in place).
+float32 and rounds once per output element (``accumulation_type``). The output may alias the input (in place).
+
+Signed zeros and NaNs: the first element of an inclusive line is the input's element as it is (identity ⊕ x would
+turn -0.0 into +0.0, and a signalling NaN's bits may change); an exclusive line starts at exactly the identity (+0
+or 1, never -0.0). Elsewhere IEEE arithmetic decides: NaNs and infinities propagate as the additions or
+multiplications make them.
 """
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 
 import numpy as np
@@ -13,6 +19,31 @@ import numpy as np
 from ..support import check_tensor_support, support_tier
 from ..tensor import TensorDesc, strides_overlap
 from ..types import AxisDirection, DataType, FeatureLevel, OperatorType, ValidationError
+
+
+class CumulativeOperation(str, enum.Enum):
+    """What each cumulative operator computes. A member is its word ("sum", "product": the value the kernels take)."""
+
+    SUM = ("sum", OperatorType.CUMULATIVE_SUMMATION, "has_exclusive_sum", np.add, 0)
+    PRODUCT = ("product", OperatorType.CUMULATIVE_PRODUCT, "has_exclusive_product", np.multiply, 1)
+
+    def __new__(cls, word: str, operator_type: OperatorType, exclusive_field: str, ufunc: np.ufunc, identity: int):
+        member = str.__new__(cls, word)
+        member._value_ = word
+        member.operator_type = operator_type
+        member.exclusive_field = exclusive_field  # the desc's field that makes the scan exclusive
+        member.ufunc = ufunc
+        member.identity = identity  # the first element of an exclusive line
+        return member
+
+    @property
+    def operator_name(self) -> str:
+        return self.operator_type.operator_name
+
+    def neutral(self, floating: bool):
+        """The value that combines with every x to give x as it is: the identity, except -0.0 for a float sum
+        (+0.0 + -0.0 is +0.0)."""
+        return -0.0 if floating and self is CumulativeOperation.SUM else self.identity
 
 
 class _CumulativeOperator:
@@ -33,8 +64,8 @@ class CumulativeSummationOperatorDesc(_CumulativeOperator):
     axis_direction: AxisDirection = AxisDirection.INCREASING
     has_exclusive_sum: bool = False
 
-    operator_type = OperatorType.CUMULATIVE_SUMMATION
-    operation = "sum"
+    operation = CumulativeOperation.SUM
+    operator_type = operation.operator_type
     exclusive = property(lambda self: self.has_exclusive_sum)
 
 
@@ -48,19 +79,28 @@ class CumulativeProductOperatorDesc(_CumulativeOperator):
     axis_direction: AxisDirection = AxisDirection.INCREASING
     has_exclusive_product: bool = False
 
-    operator_type = OperatorType.CUMULATIVE_PRODUCT
-    operation = "product"
+    operation = CumulativeOperation.PRODUCT
+    operator_type = operation.operator_type
     exclusive = property(lambda self: self.has_exclusive_product)
 
 
 CumulativeDesc = CumulativeSummationOperatorDesc | CumulativeProductOperatorDesc
 
-# The accumulation type of each supported data type; everything else accumulates in its own type.
+# What a scan computes in where not in its own type: FLOAT16 in float32.
 ACCUMULATION_DTYPE = {DataType.FLOAT16: np.dtype(np.float32)}
 
 
+def accumulation_type(data_type: DataType) -> DataType:
+    return DataType.from_numpy(ACCUMULATION_DTYPE.get(data_type, data_type.numpy_dtype))
+
+
+def accumulation_dtype(dtype) -> np.dtype:
+    """accumulation_type for a NumPy dtype."""
+    return np.dtype(ACCUMULATION_DTYPE.get(DataType.from_numpy(dtype), dtype))
+
+
 def validate(desc: CumulativeDesc, feature_level: FeatureLevel) -> None:
-    name = operator_name(desc)
+    name = desc.operation.operator_name
     tier = support_tier(desc.operator_type, feature_level, name)
     for field in desc.input_fields + desc.output_fields:
         tensor = getattr(desc, field)
@@ -83,8 +123,8 @@ def validate(desc: CumulativeDesc, feature_level: FeatureLevel) -> None:
     if desc.axis_direction not in tuple(AxisDirection):
         raise ValidationError(f"{name}.axis_direction: {desc.axis_direction!r} is not a DML_AXIS_DIRECTION")
     if not isinstance(desc.exclusive, bool | np.bool_):
-        field = "has_exclusive_sum" if desc.operation == "sum" else "has_exclusive_product"
-        raise ValidationError(f"{name}.{field}: {desc.exclusive!r} is not a BOOL (True or False)")
+        raise ValidationError(f"{name}.{desc.operation.exclusive_field}: {desc.exclusive!r} is not a BOOL (True or "
+                              f"False)")
 
 
 def output_rule(sizes: tuple, data_type):
@@ -92,20 +132,15 @@ def output_rule(sizes: tuple, data_type):
     return sizes, data_type
 
 
-def operator_name(desc) -> str:
-    return "DML_OPERATOR_" + desc.operator_type.name
-
-
-def reference(operation: str, x: np.ndarray, axis: int, reverse: bool, exclusive: bool) -> np.ndarray:
-    """The operator's meaning in NumPy: a new array of x's dtype."""
-    data_type = DataType.from_numpy(x.dtype)
-    accumulate = np.cumsum if operation == "sum" else np.cumprod
-    identity = 0 if operation == "sum" else 1
+def reference(operation: CumulativeOperation | str, x: np.ndarray, axis: int, reverse: bool,
+              exclusive: bool) -> np.ndarray:
+    """The operator's meaning in NumPy (``operation`` a CumulativeOperation or its word): a new array of x's dtype."""
+    operation = CumulativeOperation(operation)
     walked = np.flip(x, axis) if reverse else x
-    tally = accumulate(walked, axis=axis, dtype=ACCUMULATION_DTYPE.get(data_type, x.dtype))
+    tally = operation.ufunc.accumulate(walked, axis=axis, dtype=accumulation_dtype(x.dtype))
     if exclusive:
         tally = np.roll(tally, 1, axis=axis)
-        np.moveaxis(tally, axis, 0)[0] = identity
+        np.moveaxis(tally, axis, 0)[0] = operation.identity
     tally = tally.astype(x.dtype)
     return np.flip(tally, axis) if reverse else tally
 

@@ -31,13 +31,13 @@ import numpy as np
 
 from ..device import load_backend
 from ..types import DataType, ValidationError
-from .cumulative import ACCUMULATION_DTYPE
+from .cumulative import CumulativeOperation, accumulation_type
 
-OPERATOR_NAMES = {"sum": "DML_OPERATOR_CUMULATIVE_SUMMATION", "product": "DML_OPERATOR_CUMULATIVE_PRODUCT"}
 GRADIENT_DATA_TYPES = (DataType.FLOAT32, DataType.FLOAT16)
 
 
-def reference_gradient(operation: str, x, grad, axis: int, reverse: bool, exclusive: bool) -> np.ndarray:
+def reference_gradient(operation: CumulativeOperation, x, grad, axis: int, reverse: bool,
+                       exclusive: bool) -> np.ndarray:
     """dL/dx in float64 from the definition: Σ_i g_i ∂y_i/∂x_k, where ∂y_i/∂x_k is, for k in y_i's window, 1 (sum)
     or the product of the window's other elements (product), and 0 elsewhere. O(n³) a line: for tests."""
     x = np.moveaxis(np.asarray(x, np.float64), axis, -1)
@@ -45,7 +45,7 @@ def reference_gradient(operation: str, x, grad, axis: int, reverse: bool, exclus
     index = np.arange(x.shape[-1])
     i, j = index[:, None], index[None, :]
     window = (j > i if exclusive else j >= i) if reverse else (j < i if exclusive else j <= i)  # x_j in y_i
-    if operation == "sum":
+    if operation == CumulativeOperation.SUM:  # (a member is its word: "sum" too)
         partial = window.astype(np.float64)  # [i, k]
     else:
         others = window[:, None, :] & (index[None, :, None] != index[None, None, :])  # [i, k, j]: j in y_i, j ≠ k
@@ -53,27 +53,28 @@ def reference_gradient(operation: str, x, grad, axis: int, reverse: bool, exclus
     return np.moveaxis(np.einsum("...i,...ik->...k", g, partial), -1, axis)
 
 
-def run(backend, operation: str, x, grad, out, axis: int, reverse: bool, exclusive: bool) -> None:
+def run(backend, operation: CumulativeOperation, x, grad, out, axis: int, reverse: bool, exclusive: bool) -> None:
     """out = dL/dx on one backend's arrays (out of x's shape and type, apart from x and grad)."""
-    if operation == "sum":
-        backend.cumulative("sum", grad, out, axis, not reverse, exclusive)
+    if operation is CumulativeOperation.SUM:
+        backend.cumulative(operation, grad, out, axis, not reverse, exclusive)
         return
-    data_type = backend.data_type(x)
-    accumulation = DataType.from_numpy(ACCUMULATION_DTYPE.get(data_type, data_type.numpy_dtype))
+    accumulation = accumulation_type(backend.data_type(x))
     product = backend.empty(tuple(x.shape), accumulation, like=x)
-    backend.cumulative("product", backend.asarray(x, accumulation, like=x), product, axis, reverse, True)
+    backend.cumulative(operation, backend.asarray(x, accumulation, like=x), product, axis, reverse, True)
     backend.linear_recurrence(x, grad, product, out, axis, not reverse, exclusive)
 
 
-def cumulative_gradient(operation: str, x, grad, axis: int, reverse: bool = False, exclusive: bool = False):
+def cumulative_gradient(operation: CumulativeOperation | str, x, grad, axis: int, reverse: bool = False, exclusive: bool = False):
     """dL/dx for y = cumulative_sum or cumulative_product(x, axis, reverse=, exclusive=) and grad = dL/dy.
 
     FLOAT32 or FLOAT16 NumPy arrays or torch tensors: CPU tensors run through NumPy, CUDA tensors through the CUDA
     backend's kernels (without waiting for the GPU). Returns a new array of x's kind, shape and type.
     """
-    if operation not in OPERATOR_NAMES:
-        raise ValidationError(f"cumulative_gradient.operation: {operation!r} is not 'sum' or 'product'")
-    name = OPERATOR_NAMES[operation] + " gradient"
+    try:
+        operation = CumulativeOperation(operation)
+    except ValueError:
+        raise ValidationError(f"cumulative_gradient.operation: {operation!r} is not 'sum' or 'product'") from None
+    name = operation.operator_name + " gradient"
     on_cuda = getattr(getattr(x, "device", None), "type", None) == "cuda"
     backend = load_backend("cuda" if on_cuda else "cpu")
     adopted = {}  # field: (backend array, restore, DataType)

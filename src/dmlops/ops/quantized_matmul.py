@@ -19,7 +19,7 @@ from ..support import check_tensor_support, support_tier
 from ..tensor import TensorDesc, strides_overlap
 from ..types import DataType, FeatureLevel, OperatorType, ValidationError
 
-NAME = "DML_OPERATOR_QUANTIZED_LINEAR_MATRIX_MULTIPLY"
+NAME = OperatorType.QUANTIZED_LINEAR_MATRIX_MULTIPLY.operator_name
 
 # Saturation bounds of each output type.
 OUTPUT_RANGE = {DataType.INT8: (-128, 127), DataType.UINT8: (0, 255)}

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from . import INTERPRETED
+from .common import INTERPRETED
 
 
 def current_stream(device) -> int:

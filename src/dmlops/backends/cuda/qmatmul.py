@@ -26,8 +26,8 @@ The kernel computes what ``dmlops.ops.quantized_matmul.reference`` means, in the
   says which) requantizes with the same helpers, then clears the workspace and its ticket for the next call: one
   launch per call when B is prepared.
 - **On Hopper** (sm_90, compiled) the large problems run the Gluon kernel of ``qmatmul_hopper``, whose main loop keeps
-  an int8 wgmma in flight (``tl.dot`` cannot, for int32 accumulators); it calls this module's tile, row-term and
-  requantization helpers, so both kernels give the same bits.
+  an int8 wgmma in flight (``tl.dot`` cannot, for int32 accumulators); both call the tile, row-term and
+  requantization helpers of ``qmatmul_tiles``, so both kernels give the same bits.
 """
 
 from __future__ import annotations
@@ -42,11 +42,11 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
+from ...ops.quantized_matmul import NAME, OUTPUT_RANGE
 from ...types import ValidationError
-from . import INTERPRETED, cdiv, check_devices, error_word, next_power_of_2
+from .common import INTERPRETED, cdiv, check_devices, data_type, error_word, next_power_of_2
 from .launch import launch, replay
-
-NAME = "DML_OPERATOR_QUANTIZED_LINEAR_MATRIX_MULTIPLY"
+from .qmatmul_tiles import KERNEL_ARGUMENTS_NOT_SPECIALIZED, _column_terms, _requantize_columns, _row_terms, _tile_place
 
 # int32 sums of K_SLICE products of int8 values stay below 2^31 (65536 · 128 · 128 = 2^30).
 K_SLICE = 65536
@@ -200,75 +200,6 @@ def _dot_slice(a_desc, b_desc, a_row, b_row, k_start, k_end,
 
 
 @triton.jit
-def _tile_place(tile, tiles, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
-    """Where a tile lies: (batch b, channel c, row tile, column tile, A's first row, B's row of column 0 of this
-    batch and channel). Groups of GROUP_M row tiles walk the columns together, so that B's tiles are reused from L2."""
-    M, N, channels, a_rows_b, a_rows_c, b_rows_b, b_rows_c = tiles
-    tiles_m, tiles_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
-    tiles_per_matrix = tiles_m * tiles_n
-    batch = tile // tiles_per_matrix
-    within = tile % tiles_per_matrix
-    first_m = within // (GROUP_M * tiles_n) * GROUP_M
-    group_m = min(tiles_m - first_m, GROUP_M)
-    tile_m, tile_n = first_m + within % group_m, within % (GROUP_M * tiles_n) // group_m
-    b, c = batch // channels, batch % channels
-    return b, c, tile_m, tile_n, b * a_rows_b + c * a_rows_c + tile_m * BLOCK_M, b * b_rows_b + c * b_rows_c
-
-
-@triton.jit
-def _row_terms(in_tile, tile_m, a_row, b, c, row_args, ROW_SCALES: tl.constexpr, BLOCK_M: tl.constexpr):
-    """The per-row terms of the tile's rows tile_m·BLOCK_M + in_tile (``in_tile``: 0 … BLOCK_M − 1, in the layout
-    the epilogue wants), whose A rows start at a_row, for ``_requantize_columns``."""
-    (M, a_sums_ptr, stride_a_sums, a_scale_ptr, stride_sa, out_scale_ptr, stride_so, a_zero_ptr, stride_za, za_mask,
-     a_shift, out_zero_ptr, stride_zo, zo_mask, low, high, out_ptr, stride_ob, stride_oc, stride_om) = row_args
-    offs_m = (tile_m * BLOCK_M + in_tile).to(tl.int64)  # 64-bit: strides may be large
-    mask_m = offs_m < M
-    za = (tl.load(a_zero_ptr + offs_m * stride_za, mask=mask_m, other=0).to(tl.int32) & za_mask) - a_shift
-    zo = tl.load(out_zero_ptr + offs_m * stride_zo, mask=mask_m, other=0).to(tl.int32) & zo_mask
-    a_sums = tl.load(a_sums_ptr + (a_row + in_tile) * stride_a_sums, mask=mask_m, other=0.0)
-    if ROW_SCALES:
-        a_scale = tl.load(a_scale_ptr + offs_m * stride_sa, mask=mask_m, other=1.0).to(tl.float64)
-        out_scale = tl.load(out_scale_ptr + offs_m * stride_so, mask=mask_m, other=1.0).to(tl.float64)
-    else:  # the column terms hold the whole multiplier
-        a_scale = 1.0
-        out_scale = 1.0
-    # Clamping to the integers [lo − zo, hi − zo] before rounding equals clamping after adding zo.
-    return (za.to(tl.float64), a_sums, a_scale, out_scale, zo, (low - zo).to(tl.float64), (high - zo).to(tl.float64),
-            out_ptr + b.to(tl.int64) * stride_ob + c.to(tl.int64) * stride_oc + offs_m * stride_om, mask_m)
-
-
-@triton.jit
-def _column_terms(offs_n, b_sums_ptr, column_args):
-    """The per-column terms of the columns offs_n (int64), for ``_requantize_columns``: the multiplier (or B's
-    scale), zb' and B's column sums (of the batch and channel at ``b_sums_ptr``), in float64."""
-    N, K, stride_b_sums, terms_ptr, stride_on = column_args
-    mask_n = offs_n < N
-    return (tl.load(terms_ptr + offs_n, mask=mask_n, other=1.0), tl.load(terms_ptr + N + offs_n, mask=mask_n, other=0.0),
-            tl.load(b_sums_ptr + offs_n * stride_b_sums, mask=mask_n, other=0.0))
-
-
-@triton.jit
-def _requantize_columns(acc, offs_n, rows, columns, column_args, ROW_SCALES: tl.constexpr):
-    """Requantize and store acc, the tile's columns offs_n (int64); ``rows`` holds the tile's per-row terms,
-    ``columns`` those of the columns (``_column_terms``). Elementwise operations only: the Gluon kernel calls it
-    too, with offs_n, rows and columns in its accumulator's layout."""
-    N, K, stride_b_sums, terms_ptr, stride_on = column_args
-    za, a_sums, a_scale, out_scale, zo, low, high, out_rows, mask_m = rows
-    multiplier, zb, b_sums = columns
-    mask_n = offs_n < N
-    multiplier = multiplier[None, :]
-    # Σ(A' − za')(B' − zb') = Σ A'B' − za'·(Σ B' − K·zb') − zb'·Σ A', every term an integer below 2^53
-    y = acc.to(tl.float64) - za[:, None] * (b_sums - K * zb)[None, :] - a_sums[:, None] * zb[None, :]
-    if ROW_SCALES:
-        multiplier = (a_scale[:, None] * multiplier) / out_scale[:, None]
-    y = y * multiplier
-    y = tl.minimum(tl.maximum(y, low[:, None]), high[:, None])
-    rounded = (y + 6755399441055744.0).to(tl.int64, bitcast=True).to(tl.int32)  # + 1.5·2^52: half to even
-    tl.store(out_rows[:, None] + offs_n[None, :] * stride_on, (rounded + zo[:, None]).to(tl.int8),
-             mask=mask_m[:, None] & mask_n[None, :])
-
-
-@triton.jit
 def _requantize_store(acc, n_start, rows, b_sums_ptr, column_args, ROW_SCALES: tl.constexpr, BLOCK_N: tl.constexpr,
                       EPILOGUE_N: tl.constexpr):
     """Requantize and store the columns [n_start, n_start + BLOCK_N) of a tile, EPILOGUE_N at a time (halving
@@ -303,12 +234,6 @@ def _qmatmul_tile(tile, a_desc, b_desc, tiles, row_args, b_sums_ptr, stride_b_su
     rows = _row_terms(tl.arange(0, BLOCK_M), tile_m, a_row, b, c, row_args, ROW_SCALES, BLOCK_M)
     _requantize_store(acc, tile_n * BLOCK_N, rows, b_sums_ptr + b_first_row * stride_b_sums, column_args, ROW_SCALES,
                       BLOCK_N, EPILOGUE_N)
-
-
-KERNEL_ARGUMENTS_NOT_SPECIALIZED = [
-    "M", "K", "channels", "num_tiles", "a_rows_b", "a_rows_c", "b_rows_b", "b_rows_c", "stride_a_sums",
-    "stride_b_sums", "stride_sa", "stride_so", "stride_za", "stride_zo", "za_mask", "zo_mask", "a_shift", "low",
-    "high"]
 
 
 @triton.jit(do_not_specialize=KERNEL_ARGUMENTS_NOT_SPECIALIZED)
@@ -658,7 +583,7 @@ def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, 
         _prepare(b.transpose(-1, -2), can_flip=False, pack=False, sum_rows=a_zero_point is not None or a_unsigned,
                  kept=kept, site="b")
     row_scales = m > 1 and (a_scale.stride(0) != 0 or output_scale.stride(0) != 0)
-    low, high = (0, 255) if out.dtype == torch.uint8 else (-128, 127)
+    low, high = OUTPUT_RANGE[data_type(out)]
     row_parameters = (
         *_vector(a_scale, device), *_vector(output_scale, device), *_zero_point(a_zero_point, device),
         128 if a_unsigned else 0, *_zero_point(output_zero_point, device), low, high,

@@ -12,13 +12,11 @@ Both operands are read from shared memory as int8: A must hold int8 bits, K must
 flipping A in registers on the way would need those registers kept alive until the asynchronous wgmma has read them,
 which ``warpgroup_mma_wait`` cannot express for 8-bit values in 3.6 ("Unexpected bitwidth in WGMMAWaitGroupOp").
 
-The tile's place, the per-row terms and the float64 requantization are ``qmatmul``'s own @triton.jit helpers, called
-from here, so both kernels compute the same operations in the same order and give the same bits. Gluon kernels do
-not run under Triton's interpreter: ``qmatmul.choose_config`` picks this one only for compiled runs on sm_90, and
-only for long K, where it measured faster than ``qmatmul``'s kernel on an H100 (benchmarks/RESULTS.md, third and
-fourth rounds); at K = 4096 it was slower. A warp-specialized version (a producer warp issuing the loads, two consumer
-warpgroups releasing the slots by mbarrier arrivals, persistent programs) and a second wgmma group in flight both
-measured slower than this kernel at every shape tried (fourth round).
+The tile's place, the per-row terms and the float64 requantization are the @triton.jit helpers of
+``qmatmul_tiles``, which ``qmatmul``'s kernel calls too, so both kernels compute the same operations in the same order
+and give the same bits. Gluon kernels do not run under Triton's interpreter: ``qmatmul.choose_config`` picks this one
+only for compiled runs on sm_90, and only for long K, where it measured faster than ``qmatmul``'s kernel on an H100
+(benchmarks/RESULTS.md: the third and fourth rounds, and "Moved from code comments" for the variants that were slower).
 """
 
 from __future__ import annotations
@@ -28,7 +26,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from .qmatmul import KERNEL_ARGUMENTS_NOT_SPECIALIZED, _column_terms, _requantize_columns, _row_terms, _tile_place
+from .qmatmul_tiles import KERNEL_ARGUMENTS_NOT_SPECIALIZED, _column_terms, _requantize_columns, _row_terms, _tile_place
 
 
 @gluon.constexpr_function

@@ -23,7 +23,8 @@ import torch
 import triton
 import triton.language as tl
 
-from . import cdiv, check_devices, next_power_of_2
+from ...ops.cumulative import accumulation_type
+from .common import TORCH_DTYPES, TRITON_TYPES, cdiv, check_devices, data_type, next_power_of_2
 from .scan import coalesce, warps
 
 TILE_ELEMENTS = 4096  # elements of each tensor a block holds
@@ -105,7 +106,7 @@ def linear_recurrence(a, b, scale, out, axis: int, reverse: bool, exclusive: boo
         return
     outer, length, inner, strides = coalesced
     positions, lines = blocks(outer, length, inner) if block is None else block
-    accumulator = tl.float64 if out.dtype == torch.float64 else tl.float32
+    accumulator = TRITON_TYPES[TORCH_DTYPES[accumulation_type(data_type(out))]]
     device = torch.cuda.device(out.device) if out.device.type == "cuda" else contextlib.nullcontext()
     with device:
         _recurrence_kernel[(cdiv(outer * inner, lines),)](

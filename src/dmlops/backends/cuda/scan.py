@@ -45,23 +45,25 @@ import torch
 import triton
 import triton.language as tl
 
+from ...ops.cumulative import CumulativeOperation, accumulation_type
 from ...types import DataType
-from . import cdiv, check_devices, data_type, next_power_of_2
+from .common import TRITON_TYPES, cdiv, check_devices, data_type, next_power_of_2
 from .launch import KeptLaunch, current_stream
 
 MAX_WINDOW_WORDS = 2048  # slot words a program reads in one look-back, both levels together
 MAX_CHAINED_WINDOW = 256  # tiles in a group whose prefixes chain (down columns)
 MAX_GENERATION = tl.constexpr(2**31 - 1)
+SUM = tl.constexpr(CumulativeOperation.SUM.value)  # the OPERATION the kernels add with
 
-# What the kernel computes in: FLOAT16 accumulates in float32; unsigned integers wrap exactly like the signed
-# integers of their width, and run as those.
-ACCUMULATORS = {
-    DataType.FLOAT32: (torch.float32, tl.float32),
-    DataType.FLOAT16: (torch.float16, tl.float32),
-    DataType.INT32: (torch.int32, tl.int32),
-    DataType.UINT32: (torch.int32, tl.int32),
-    DataType.INT64: (torch.int64, tl.int64),
-    DataType.UINT64: (torch.int64, tl.int64),
+# What the kernel reads and writes: unsigned integers wrap exactly like the signed integers of their width, and run
+# as those.
+STORAGE = {
+    DataType.FLOAT32: torch.float32,
+    DataType.FLOAT16: torch.float16,
+    DataType.INT32: torch.int32,
+    DataType.UINT32: torch.int32,
+    DataType.INT64: torch.int64,
+    DataType.UINT64: torch.int64,
 }
 
 
@@ -75,7 +77,7 @@ def _multiply(a, b):
 
 @triton.jit
 def _combine(a, b, OPERATION: tl.constexpr):
-    if OPERATION == "sum":
+    if OPERATION == SUM:
         return a + b
     else:
         return a * b
@@ -83,7 +85,7 @@ def _combine(a, b, OPERATION: tl.constexpr):
 
 @triton.jit
 def _reduce(values, AXIS: tl.constexpr, OPERATION: tl.constexpr):
-    if OPERATION == "sum":
+    if OPERATION == SUM:
         return tl.sum(values, AXIS)
     else:
         return tl.reduce(values, AXIS, _multiply)
@@ -91,7 +93,7 @@ def _reduce(values, AXIS: tl.constexpr, OPERATION: tl.constexpr):
 
 @triton.jit
 def _scan(values, AXIS: tl.constexpr, OPERATION: tl.constexpr, REVERSE: tl.constexpr):
-    if OPERATION == "sum":
+    if OPERATION == SUM:
         return tl.cumsum(values, AXIS, reverse=REVERSE)
     else:
         return tl.cumprod(values, AXIS, reverse=REVERSE)
@@ -111,7 +113,7 @@ def _multiply_pairs(total_a, before_a, total_b, before_b):
 @triton.jit
 def _scan_pairs(values, identity, AXIS: tl.constexpr, OPERATION: tl.constexpr, REVERSE: tl.constexpr):
     """The inclusive and the exclusive scan of values, in one pass."""
-    if OPERATION == "sum":
+    if OPERATION == SUM:
         return tl.associative_scan((values, identity), AXIS, _add_pairs, reverse=REVERSE)
     else:
         return tl.associative_scan((values, identity), AXIS, _multiply_pairs, reverse=REVERSE)
@@ -238,10 +240,10 @@ def _two_level_carry(total, words, chain, chains, walk_tile, tiles_per_line, gen
 def _scan_kernel(x, y, words, control,
                  outer, length, inner, x_outer, x_step, x_inner, y_outer, y_step, y_inner,
                  tiles_per_line, chains, inner_blocks,
-                 OPERATION: tl.constexpr, IDENTITY: tl.constexpr, ZERO: tl.constexpr, ACCUMULATOR: tl.constexpr,
-                 WIDE: tl.constexpr, REVERSE: tl.constexpr, EXCLUSIVE: tl.constexpr, ALONG_ROWS: tl.constexpr,
-                 BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr, EVEN_COLUMNS: tl.constexpr, WINDOW: tl.constexpr,
-                 ALIGNMENT: tl.constexpr, SHIFT_STORES: tl.constexpr, CHUNKS: tl.constexpr):
+                 OPERATION: tl.constexpr, IDENTITY: tl.constexpr, LINE_START: tl.constexpr, ZERO: tl.constexpr,
+                 ACCUMULATOR: tl.constexpr, WIDE: tl.constexpr, REVERSE: tl.constexpr, EXCLUSIVE: tl.constexpr,
+                 ALONG_ROWS: tl.constexpr, BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr, EVEN_COLUMNS: tl.constexpr,
+                 WINDOW: tl.constexpr, ALIGNMENT: tl.constexpr, SHIFT_STORES: tl.constexpr, CHUNKS: tl.constexpr):
     # A tile waits only for earlier tiles of its line in walk order; programs take tiles walk position by walk
     # position, all lines side by side, so that every tile a program waits for was launched before it.
     pid = tl.program_id(0)
@@ -346,8 +348,6 @@ def _scan_kernel(x, y, words, control,
             carry = _chained_carry(total, words, chain, walk_tile, tiles_per_line, generation, OPERATION, IDENTITY,
                                    ACCUMULATOR, WIDE, LANES, WINDOW)
         result = _combine(tl.expand_dims(carry, AXIS), result, OPERATION)
-    # The first element of an exclusive line is exactly 0 (or 1), never -0.0.
-    LINE_START: tl.constexpr = 1 if OPERATION == "product" else 0
     if STORES_SHIFTED:
         # Each element's inclusive value is the exclusive value of the next one in walk order: stored there (the
         # walk's last element's is only the tile's total), and the tile's first element takes the carry.
@@ -379,9 +379,9 @@ def _scan_kernel(x, y, words, control,
 
 @triton.jit
 def _walk_kernel(x, y, length, inner, x_outer, x_step, x_inner, y_outer, y_step, y_inner, inner_blocks,
-                 OPERATION: tl.constexpr, IDENTITY: tl.constexpr, ZERO: tl.constexpr, ACCUMULATOR: tl.constexpr,
-                 REVERSE: tl.constexpr, EXCLUSIVE: tl.constexpr, BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr,
-                 EVEN_COLUMNS: tl.constexpr, ALIGNMENT: tl.constexpr, STAGES: tl.constexpr):
+                 OPERATION: tl.constexpr, IDENTITY: tl.constexpr, LINE_START: tl.constexpr, ZERO: tl.constexpr,
+                 ACCUMULATOR: tl.constexpr, REVERSE: tl.constexpr, EXCLUSIVE: tl.constexpr, BLOCK_A: tl.constexpr,
+                 BLOCK_B: tl.constexpr, EVEN_COLUMNS: tl.constexpr, ALIGNMENT: tl.constexpr, STAGES: tl.constexpr):
     # One program walks a strip of BLOCK_B inner indices down the whole axis, BLOCK_A positions a block, in walk
     # order (from the last position when decreasing), the running value in registers: no look-back, and the loop
     # loads blocks ahead of the one it scans. A block reads only its own positions, so that in place those loads
@@ -393,8 +393,7 @@ def _walk_kernel(x, y, length, inner, x_outer, x_step, x_inner, y_outer, y_step,
     y_rows = y + o * y_outer + column * y_inner
     row = tl.arange(0, BLOCK_A)[:, None]
     column_valid = column < inner
-    # An exclusive line starts at exactly 0 (or 1), never -0.0.
-    carry = tl.full([1, BLOCK_B], 0 if EXCLUSIVE and OPERATION == "sum" else IDENTITY, ACCUMULATOR)
+    carry = tl.full([1, BLOCK_B], LINE_START if EXCLUSIVE else IDENTITY, ACCUMULATOR)
     for block in tl.range(0, tl.cdiv(length, BLOCK_A), num_stages=STAGES):
         walked = tl.cast(block, tl.int64) * BLOCK_A + row  # positions in walk order
         position = (length - 1 - walked) if REVERSE else walked
@@ -459,27 +458,12 @@ class Walk:
     elements_per_thread: int = 32
 
 
-# The defaults, from the tuning sweeps of benchmarks/scan.py on an H100 (benchmarks/RESULTS.md): down columns,
-# smaller tiles keep more of them in flight on each multiprocessor; along rows, a few long lines reach further back.
-# Columns of a small tensor (16 MiB and less) are too few tiles for that: they do better with the rows' reach, in
-# 16 KiB blocks of 32 columns where they have more, so that a line is one group of tiles (no chained prefixes):
-# 4096 x 1024 0.45 -> 0.59 of copy inclusive, 0.35 -> 0.51 reverse + exclusive (32 KiB blocks of 32 columns: 0.56,
-# 0.43); with 32 columns or fewer the blocks are as narrow either way, and 32 KiB ones do better (2^20 x 2 at
-# 16 KiB: 0.40 -> 0.36).
-# A few long lines of 4-byte accumulators take 32 KiB tiles at 64 elements a thread in at most 128 registers: four
-# programs a multiprocessor, where the compiler's own choice (142) fits three, and 64 KiB tiles at 128 elements
-# (255) two: one line of 2^28 0.84 -> 0.87 of copy inclusive (0.81 at three programs; capping 64 KiB tiles at 168
-# registers for three spills: 0.64). They reach back 1024 tiles a line for up to eight lines (8 x 2^24 against
-# 128: 0.86 -> 0.89 inclusive, 0.85 -> 0.89-0.90 reverse + exclusive). Their exclusive scans scan pairs (one line
-# 0.81 -> 0.86-0.87 forward, 0.84-0.85 reverse), except forward on several lines, which store the inclusive scan
-# one element along (8 x 2^24: 0.87, pairs 0.84). Decreasing scans hold tiles as chunks (reverse scans across
-# lanes: one line 0.73 -> 0.84 inclusive at 64 KiB); decreasing inclusive ones keep 64 KiB tiles at 128 elements
-# a thread (one line: 0.84, against 0.80 at 32 KiB).
-# Long columns walk where their strips fill the waves of one program a multiprocessor (the walk's registers allow
-# no second) to WAVE_FILL: 65536 x 4096 (128 strips on 132) 0.77 -> 0.95 of copy, 32768 x 8192 (256) 0.80 ->
-# 0.88, but 65536 x 6144 (192) 0.79 -> 0.70. With 4 stages: with 3 (64 KiB of loads in flight a multiprocessor)
-# the inclusive walk reached 0.68. Short columns walk too few blocks to fill the loop: lines of 8192 gain
-# (0.73 -> 0.82), of 512 lose (32x512x64x256: 0.92 -> 0.58).
+# The defaults, from the tuning sweeps of benchmarks/scan.py on an H100 (the numbers: benchmarks/RESULTS.md, "Moved
+# from code comments"): down columns, smaller tiles keep more of them in flight on each multiprocessor; along rows, a
+# few long lines reach further back, with tiles and registers sized for four programs a multiprocessor; columns of a
+# small tensor (SMALL_BYTES and less) are too few tiles for that and take the rows' reach in 16 KiB blocks; long
+# columns walk (WALK) where their strips fill the waves of one program a multiprocessor to WAVE_FILL and are long
+# enough (MIN_WALK_LENGTH) to fill the walk's loop.
 ALONG_ROWS = Tuning(tiles_in_flight=1024)
 SMALL_COLUMNS = Tuning(tile_bytes=16384, tiles_in_flight=1024, columns=32)
 FEW_LONG_LINES = Tuning(tile_bytes=32768, tiles_in_flight=8192, elements_per_thread=64, chunks=4, registers=128)
@@ -603,7 +587,7 @@ def plan(problem: Lines, accumulator_bytes: int, tuning: Tuning) -> Plan:
         # Along rows a tile that needs a look-back holds one line: a slot is one value, and a second level of group
         # slots is cheap to read. Down columns a slot holds a value for each of the block's columns: a second level
         # would cost registers and reads through L2 that, with many lines side by side, the chain of group prefixes
-        # does not repay (65536 x 4096: 0.77 -> 0.73 of copy).
+        # does not repay (benchmarks/RESULTS.md, "Moved from code comments").
         reach = MAX_WINDOW_WORDS // 2 if along_rows else min(MAX_CHAINED_WINDOW, MAX_WINDOW_WORDS // lanes)
         window = min(next_power_of_2(cdiv(tuning.tiles_in_flight, chains)), reach,
                      next_power_of_2(tiles_per_line))
@@ -658,7 +642,7 @@ def _scratch_for(device, words: int) -> _Scratch:
     return scratch
 
 
-def cumulative(operation: str, x, out, axis: int, reverse: bool, exclusive: bool, *,
+def cumulative(operation: CumulativeOperation, x, out, axis: int, reverse: bool, exclusive: bool, *,
                tuning: Tuning | Walk | None = None) -> None:
     """out = the running sum or product of x along axis (see dmlops.ops.cumulative.reference).
 
@@ -667,14 +651,14 @@ def cumulative(operation: str, x, out, axis: int, reverse: bool, exclusive: bool
     prepare_cumulative(operation, x, out, axis, reverse, exclusive, tuning=tuning)
 
 
-def prepare_cumulative(operation: str, x, out, axis: int, reverse: bool, exclusive: bool, *,
+def prepare_cumulative(operation: CumulativeOperation, x, out, axis: int, reverse: bool, exclusive: bool, *,
                        tuning: Tuning | Walk | None = None):
     """Run the scan of x into out, and return ``run(x, out)``, which scans other tensors of the same dtypes, sizes,
     strides and alignment the same way with no planning: the kept launch (``KeptLaunch``), on the stream and device
     it was made for, outside graph captures (a graph owns its scratch memory); else planned again."""
-    name = "DML_OPERATOR_CUMULATIVE_" + ("SUMMATION" if operation == "sum" else "PRODUCT")
-    check_devices(name, input_tensor=x, output_tensor=out)
-    storage, accumulator = ACCUMULATORS[data_type(x)]
+    check_devices(operation.operator_name, input_tensor=x, output_tensor=out)
+    storage = STORAGE[data_type(x)]
+    accumulator = TRITON_TYPES[STORAGE[accumulation_type(data_type(x))]]
     x, out = x.view(storage), out.view(storage)
     problem = lines(tuple(x.shape), axis, x.stride(), out.stride())
 
@@ -692,10 +676,12 @@ def prepare_cumulative(operation: str, x, out, axis: int, reverse: bool, exclusi
         processors = (torch.cuda.get_device_properties(x.device).multi_processor_count if x.device.type == "cuda"
                       else H100_PROCESSORS)
         tuning = default_tuning(problem, accumulator_bytes, exclusive, reverse, processors)
-    zero = -0.0 if accumulator.is_floating() else 0  # x + -0.0 is x for every x, -0.0 included
-    identity = zero if operation == "sum" else 1
+    floating = accumulator.is_floating()
     on_gpu = x.device.type == "cuda"
-    constants = dict(OPERATION=operation, IDENTITY=identity, ZERO=zero, ACCUMULATOR=accumulator,
+    # IDENTITY combines with every x to give x; LINE_START begins an exclusive line (exactly 0 or 1, never -0.0);
+    # ZERO is the sum's IDENTITY, for reductions that pick one element.
+    constants = dict(OPERATION=operation.value, IDENTITY=operation.neutral(floating), LINE_START=operation.identity,
+                     ZERO=CumulativeOperation.SUM.neutral(floating), ACCUMULATOR=accumulator,
                      REVERSE=bool(reverse), EXCLUSIVE=bool(exclusive))
     if isinstance(tuning, Walk):
         layout = walk_plan(problem, x.element_size(), tuning)

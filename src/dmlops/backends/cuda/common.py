@@ -1,0 +1,88 @@
+"""What the CUDA backend's modules share: the interpreter switch, dtype tables, host arithmetic, device checks
+and the error words that kernels set."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import triton.language as tl
+
+from ...ops.quantized_matmul import NAME
+from ...types import DataType, ValidationError
+
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+
+TORCH_DTYPES = {
+    DataType.FLOAT32: torch.float32, DataType.FLOAT16: torch.float16, DataType.FLOAT64: torch.float64,
+    DataType.UINT8: torch.uint8, DataType.INT8: torch.int8, DataType.UINT16: torch.uint16,
+    DataType.INT16: torch.int16, DataType.UINT32: torch.uint32, DataType.INT32: torch.int32,
+    DataType.UINT64: torch.uint64, DataType.INT64: torch.int64,
+}
+DATA_TYPES = {dtype: data_type for data_type, dtype in TORCH_DTYPES.items()}
+TRITON_TYPES = {torch.float32: tl.float32, torch.float64: tl.float64, torch.int32: tl.int32, torch.int64: tl.int64}
+
+
+def cdiv(a: int, b: int) -> int:
+    """⌈a / b⌉ on the host (``triton.cdiv`` is a constexpr function: microseconds a call from Python)."""
+    return -(-a // b)
+
+
+def next_power_of_2(n: int) -> int:
+    """The least power of two ≥ n (at least 1), on the host."""
+    return 1 << max(0, n - 1).bit_length()
+
+
+def runs_here(tensor) -> bool:
+    """Kernels run on CUDA tensors; CPU tensors only under Triton's interpreter."""
+    return tensor.device.type == "cuda" or INTERPRETED
+
+
+def check_device(tensor, where: str) -> None:
+    if not runs_here(tensor):
+        raise ValidationError(f"{where}: a tensor on {tensor.device}; the cuda backend takes CUDA tensors "
+                              f"(CPU tensors only under TRITON_INTERPRET=1)")
+
+
+def check_devices(operator: str, **tensors) -> None:
+    """The tensors of one operator run where the kernels can run them, all on one device."""
+    first_field, first = next(iter(tensors.items()))
+    for field, tensor in tensors.items():
+        check_device(tensor, f"{operator}.{field}")
+        if tensor.device != first.device:
+            raise ValidationError(f"{operator}.{field}: on {tensor.device}, but {first_field} is on {first.device}; "
+                                  f"the tensors of one operator must be on one device")
+
+
+def data_type(array) -> DataType:
+    if array.dtype not in DATA_TYPES:
+        raise ValidationError(f"torch dtype {array.dtype} has no DirectML data type")
+    return DATA_TYPES[array.dtype]
+
+
+# -- errors found on the device ----------------------------------------------------------------------------------
+
+# Kernels that find a value DirectML rejects (a zero, NaN or infinite scale) set a bit of their device's error
+# word rather than wait for the host to read the value; ``check_errors`` reads and clears the words.
+ERROR_FIELDS = {1: "a_scale_tensor", 2: "b_scale_tensor", 4: "output_scale_tensor"}
+_error_words: dict = {}
+
+
+def error_word(device):
+    word = _error_words.get(device)
+    if word is None:
+        word = _error_words[device] = torch.zeros(1, dtype=torch.int32, device=device)
+    return word
+
+
+def check_errors() -> None:
+    """Wait for the GPUs, then raise the ValidationError of the scales that kernels found bad since the last
+    check (their outputs hold no defined values)."""
+    bad = 0
+    for word in _error_words.values():
+        bad |= int(word.item())  # waits for the device
+        word.zero_()
+    if bad:
+        fields = [field for bit, field in ERROR_FIELDS.items() if bad & bit]
+        raise ValidationError(f"{NAME}.{fields[0]}: scales must be finite and non-zero; a call on the GPU found "
+                              f"{' and '.join(fields)} zero, NaN or infinite, and its output is undefined")
