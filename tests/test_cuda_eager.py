@@ -6,15 +6,17 @@ Without a GPU the kernels run under Triton's interpreter on CPU tensors (``backe
 
 import numpy as np
 import pytest
-import torch
 
-import dmlops
-from checks import assert_cumulative_matches
-from conftest import ON_GPU
-from test_quantized_matmul import random_data
-from test_quantized_matmul import scales_for as random_scales
-from dmlops.ops.quantized_matmul import reference as qmm_reference
-from dmlops.types import DataType
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")  # the CUDA backend's kernels
+
+import dmlops  # noqa: E402
+from checks import assert_cumulative_matches  # noqa: E402
+from conftest import ON_GPU  # noqa: E402
+from test_quantized_matmul import random_data  # noqa: E402
+from test_quantized_matmul import scales_for as random_scales  # noqa: E402
+from dmlops.ops.quantized_matmul import reference as qmm_reference  # noqa: E402
+from dmlops.types import DataType  # noqa: E402
 
 gpu_only = pytest.mark.skipif(not ON_GPU, reason="needs a GPU (DMLOPS_TEST_GPU=1)")
 BACKEND = None if ON_GPU else "cuda"  # CUDA tensors pick the CUDA backend; CPU tensors need it named

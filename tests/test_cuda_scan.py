@@ -12,15 +12,17 @@ import os
 
 import numpy as np
 import pytest
-import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import dmlops
-from dmlops.backends import cuda as cuda_backend
-from dmlops.backends.cuda import scan
-from dmlops.ops.cumulative import reference
-from dmlops.types import ValidationError
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")  # the CUDA backend's kernels
+
+import dmlops  # noqa: E402
+from dmlops.backends import cuda as cuda_backend  # noqa: E402
+from dmlops.backends.cuda import scan  # noqa: E402
+from dmlops.ops.cumulative import reference  # noqa: E402
+from dmlops.types import ValidationError  # noqa: E402
 
 ON_GPU = os.environ.get("DMLOPS_TEST_GPU") == "1"
 DEVICE = "cuda" if ON_GPU else "cpu"
