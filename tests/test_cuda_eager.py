@@ -14,7 +14,7 @@ import dmlops  # noqa: E402
 from checks import assert_cumulative_matches  # noqa: E402
 from conftest import ON_GPU  # noqa: E402
 from test_quantized_matmul import random_data  # noqa: E402
-from test_quantized_matmul import scales_for as random_scales  # noqa: E402
+from strategies import random_scales  # noqa: E402
 from dmlops.ops.quantized_matmul import reference as qmm_reference  # noqa: E402
 from dmlops.types import DataType  # noqa: E402
 

@@ -28,7 +28,7 @@ import reference  # noqa: E402
 from checks import rejects  # noqa: E402
 from conftest import ON_GPU  # noqa: E402
 from test_quantized_matmul import random_data  # noqa: E402
-from test_quantized_matmul import scales_for as random_scales  # noqa: E402
+from strategies import random_scales  # noqa: E402
 
 TYPES = [np.int8, np.uint8]
 OUTPUT_TYPES = {np.int8: DataType.INT8, np.uint8: DataType.UINT8}

@@ -13,7 +13,7 @@ from dmlops import DataType, Device, QuantizedLinearMatrixMultiplyOperatorDesc, 
     ValidationError
 
 import reference
-from strategies import bound_tensors, fill, poison, strides
+from strategies import bound_tensors, fill, poison, random_scales, strides
 
 QUANTIZED_TYPES = [DataType.INT8, DataType.UINT8]
 INPUT_FIELDS = QuantizedLinearMatrixMultiplyOperatorDesc.input_fields
@@ -23,14 +23,6 @@ DEVICE = Device()
 def random_data(rng, dtype, shape):
     info = np.iinfo(dtype)
     return rng.integers(info.min, info.max + 1, shape, dtype=dtype)
-
-
-def scales_for(rng, k, shape_a, shape_b, shape_out):
-    """Random scales whose outputs spread over the 8-bit range, some saturating: |acc| is about 5500·sqrt(K)."""
-    a_scale = rng.uniform(0.005, 0.05, shape_a).astype(np.float32)
-    b_scale = rng.uniform(0.005, 0.05, shape_b).astype(np.float32)
-    spread = 0.0275**2 * 5500 * np.sqrt(k) / 100
-    return a_scale, b_scale, (spread * rng.uniform(0.3, 3, shape_out)).astype(np.float32)
 
 
 # -- operator API ----------------------------------------------------------------------------------------------
@@ -86,7 +78,7 @@ def last_two(array):
 def test_operator_api_matches_reference(case):
     bound, k, seed = case
     rng = np.random.default_rng(seed)
-    a_scale, b_scale, output_scale = scales_for(rng, k, (), (), ())
+    a_scale, b_scale, output_scale = random_scales(rng, k, (), (), ())
     for field, tensor in bound.items():
         if tensor is None or field == "output_tensor":
             continue
@@ -181,7 +173,7 @@ def test_mixed_signedness(a_type, b_type, output_type):
     m, k, n = 7, 19, 6
     a, b = random_data(rng, a_type, (m, k)), random_data(rng, b_type, (k, n))
     za, zb, zo = random_data(rng, a_type, ()), random_data(rng, b_type, ()), random_data(rng, output_type, ())
-    sa, sb, so = scales_for(rng, k, (), (), ())
+    sa, sb, so = random_scales(rng, k, (), (), ())
     result = dmlops.quantized_linear_matmul(a, sa, za, b, sb, zb, so, zo)
     assert result.dtype == output_type
     expected = reference.quantized_matmul(a, sa, za, b, sb, zb, so, zo, output_type)
@@ -208,7 +200,7 @@ def test_per_tensor_row_and_column_forms(a_form, b_form, output_form):
     m, k, n = 6, 33, 5
     a, b = random_data(rng, np.uint8, (m, k)), random_data(rng, np.int8, (k, n))
     lengths = {"row": m, "column": n, "tensor": 1}
-    sa, sb, so = scales_for(rng, k, lengths[a_form], lengths[b_form], lengths[output_form])
+    sa, sb, so = random_scales(rng, k, lengths[a_form], lengths[b_form], lengths[output_form])
     za = random_data(rng, np.uint8, lengths[a_form])
     zb = random_data(rng, np.int8, lengths[b_form])
     zo = random_data(rng, np.int8, lengths[output_form])
@@ -228,7 +220,7 @@ def test_per_tensor_row_and_column_forms(a_form, b_form, output_form):
 def test_four_dimensions_with_batch_and_channel():
     rng = np.random.default_rng(8)
     a, b = random_data(rng, np.int8, (2, 3, 5, 17)), random_data(rng, np.uint8, (2, 3, 17, 4))
-    sa, sb, so = scales_for(rng, 17, 5, 4, ())
+    sa, sb, so = random_scales(rng, 17, 5, 4, ())
     za, zb, zo = np.int8(-3), random_data(rng, np.uint8, 4), np.uint8(128)
     result = dmlops.quantized_linear_matmul(a, sa, za, b, sb, zb, so, zo)
     assert result.shape == (2, 3, 5, 4) and result.dtype == np.uint8
@@ -248,7 +240,7 @@ def test_four_dimensions_with_batch_and_channel():
 def test_broadcast_batch(a_shape, b_shape, out_shape):
     rng = np.random.default_rng(9)
     a, b = random_data(rng, np.uint8, a_shape), random_data(rng, np.uint8, b_shape)
-    sa, sb, so = scales_for(rng, 9, (), (), ())
+    sa, sb, so = random_scales(rng, 9, (), (), ())
     result = dmlops.quantized_linear_matmul(a, sa, np.uint8(7), b, sb, np.uint8(200), so, None)
     assert result.shape == out_shape
     np.testing.assert_array_equal(result, reference.quantized_matmul(a, sa, 7, b, sb, 200, so, None, np.uint8))
@@ -275,7 +267,7 @@ def test_broadcast_batch_through_zero_strides():
 def test_missing_zero_points_are_zero(present):
     rng = np.random.default_rng(12)
     a, b = random_data(rng, np.int8, (5, 11)), random_data(rng, np.uint8, (11, 3))
-    sa, sb, so = scales_for(rng, 11, (), (), ())
+    sa, sb, so = random_scales(rng, 11, (), (), ())
     zero_points = [np.int8(-7), np.uint8(9), np.int8(3)]
     za, zb, zo = (z if p else None for z, p in zip(zero_points, present))
     result = dmlops.quantized_linear_matmul(a, sa, za, b, sb, zb, so, zo, output_dtype=np.int8)
@@ -291,7 +283,7 @@ def test_long_k_accumulates_exactly(k):
     rng = np.random.default_rng(k)
     a, b = random_data(rng, np.int8, (3, k)), random_data(rng, np.uint8, (k, 4))
     a[0], b[:, 0] = -128, 255  # the extreme accumulator: Σ (-128 - 127)(255 - 0)
-    sa, sb, so = scales_for(rng, k, 3, 4, ())
+    sa, sb, so = random_scales(rng, k, 3, 4, ())
     result = dmlops.quantized_linear_matmul(a, sa, np.int8(127), b, sb, None, so, np.int8(0))
     expected = reference.quantized_matmul(a, sa[:, None], 127, b, sb, None, so, 0, np.int8)
     np.testing.assert_array_equal(result, expected)
@@ -303,7 +295,7 @@ def test_sizes_that_are_not_block_multiples():
     rng = np.random.default_rng(13)
     m, k, n = 67, 131, 45
     a, b = random_data(rng, np.uint8, (m, k)), random_data(rng, np.int8, (k, n))
-    sa, sb, so = scales_for(rng, k, m, n, m)
+    sa, sb, so = random_scales(rng, k, m, n, m)
     result = dmlops.quantized_linear_matmul(a, sa, np.uint8(128), b, sb, np.int8(1), so, np.uint8(128))
     expected = reference.quantized_matmul(a, sa[:, None], 128, b, sb, 1, so[:, None], 128, np.uint8)
     np.testing.assert_array_equal(result, expected)
