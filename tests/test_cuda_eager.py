@@ -88,6 +88,20 @@ def test_repeated_quantized_matmuls_with_fresh_values(torch_device, prepared, ze
             np.testing.assert_array_equal(result.cpu().numpy(), expected)
 
 
+def test_numpy_numbers_as_parameters(torch_device):
+    """NumPy numbers (and arrays) for scales and zero points are copied to the device at each call, the same layout
+    again included."""
+    rng = np.random.default_rng(4)
+    for _ in range(2):
+        arrays, expected = qmm_case(rng, 5, 8, 3, a_type=np.int8, out_type=np.int8)
+        a, a_scale, a_zero, b, b_scale, b_zero, out_scale, out_zero = arrays
+        tensors = as_tensors(arrays, torch_device)
+        result = dmlops.quantized_linear_matmul(tensors[0], a_scale, a_zero, tensors[3], b_scale.reshape(-1),
+                                                b_zero.reshape(-1), out_scale.reshape(-1)[0], out_zero.reshape(-1)[0],
+                                                backend=BACKEND)
+        np.testing.assert_array_equal(result.cpu().numpy(), expected)
+
+
 def test_prepared_b_rejects_its_parameters_twice(torch_device):
     b = torch.zeros(8, 4, dtype=torch.int8, device=torch_device)
     prepared = dmlops.prepare_b(b, 0.5, backend=BACKEND)
