@@ -88,6 +88,20 @@ def test_repeated_quantized_matmuls_with_fresh_values(torch_device, prepared, ze
             np.testing.assert_array_equal(result.cpu().numpy(), expected)
 
 
+@pytest.mark.parametrize("b_type", [np.int8, np.uint8])
+def test_each_prepared_b_of_one_layout_is_its_own(torch_device, b_type):
+    """Calls of one layout with every parameter a tensor replay the first call's launches; each call with another
+    prepared B must read that B (its packing is not in the memory a replay substitutes)."""
+    rng = np.random.default_rng(3)
+    for _ in range(3):
+        arrays, expected = qmm_case(rng, 9, 3, 4, b_type=b_type, zero_points=False)
+        a, a_scale, _, b, b_scale, _, out_scale, out_zero = as_tensors(arrays, torch_device)
+        prepared = dmlops.prepare_b(b, b_scale, None, backend=BACKEND)
+        result = dmlops.quantized_linear_matmul(a, a_scale, None, prepared, None, None, out_scale, out_zero,
+                                                backend=BACKEND)
+        np.testing.assert_array_equal(result.cpu().numpy(), expected)
+
+
 def test_numpy_numbers_as_parameters(torch_device):
     """NumPy numbers (and arrays) for scales and zero points are copied to the device at each call, the same layout
     again included."""
