@@ -11,12 +11,11 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("triton")  # the CUDA backend's kernels
 
 import dmlops  # noqa: E402
+import reference  # noqa: E402
 from checks import assert_cumulative_matches  # noqa: E402
 from conftest import ON_GPU  # noqa: E402
 from test_quantized_matmul import random_data  # noqa: E402
 from strategies import random_scales  # noqa: E402
-from dmlops.ops.quantized_matmul import reference as qmm_reference  # noqa: E402
-from dmlops.types import DataType  # noqa: E402
 
 gpu_only = pytest.mark.skipif(not ON_GPU, reason="needs a GPU (DMLOPS_TEST_GPU=1)")
 BACKEND = None if ON_GPU else "cuda"  # CUDA tensors pick the CUDA backend; CPU tensors need it named
@@ -53,8 +52,7 @@ def qmm_case(rng, m, k, n, a_type=np.uint8, b_type=np.int8, out_type=np.uint8, z
     if not zero_points:
         a_zero = b_zero = None
     scales = random_scales(rng, k, (m, 1), (1, n), (1, 1))
-    expected = qmm_reference(a, scales[0], a_zero, b, scales[1], b_zero, scales[2], out_zero,
-                             DataType.from_numpy(out_type))
+    expected = reference.quantized_matmul(a, scales[0], a_zero, b, scales[1], b_zero, scales[2], out_zero, out_type)
     return (a, scales[0], a_zero, b, scales[1], b_zero, scales[2], out_zero), expected
 
 
