@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import itertools
 
 import numpy as np
 import pytest
@@ -197,6 +198,12 @@ def backend(request):
     return request.param()
 
 
+@pytest.fixture(params=[param for param in BACKENDS if param.values[0].device is not None])
+def device_backend(request):
+    """A backend that has a Device of the operator API."""
+    return request.param()
+
+
 def chunks(rng, sizes):
     """Dask chunks: each dimension in one chunk, in chunks of one element, or in random uneven ones."""
     def one(length):
@@ -303,6 +310,18 @@ def check_scans(backend, case):
         outside_unchanged(backend.numpy(out_memory), before, sizes, case["out_layout"])
 
 
+@pytest.mark.parametrize("dtype", SCAN_TYPES, ids=lambda dtype: np.dtype(dtype).name)
+@pytest.mark.parametrize("operation", ["sum", "product"])
+@pytest.mark.parametrize("reverse", [False, True], ids=["increasing", "decreasing"])
+@pytest.mark.parametrize("exclusive", [False, True], ids=["inclusive", "exclusive"])
+def test_every_scan_variant(backend, dtype, operation, reverse, exclusive):
+    """Each data type, direction and exclusive setting at least once, whatever the examples drawn above: a middle
+    axis of a length no block size divides, into a given output with padded rows where the backend takes one."""
+    sizes = (5, 37, 2)
+    check_scans(backend, dict(operation=operation, dtype=np.dtype(dtype), sizes=sizes, axis=1, reverse=reverse,
+                              exclusive=exclusive, out="given" if backend.takes_out else "new",
+                              x_layout=((74, 2, 1), 1), out_layout=((80, 2, 1), 3), seed=len(sizes)))
+
 
 # -- the quantized matmul through the array API ----------------------------------------------------------------
 
@@ -379,22 +398,27 @@ def check_quantized_matmul(backend, case):
         outside_unchanged(backend.numpy(out_memory), before, out_sizes, out_layout)
 
 
+@pytest.mark.parametrize("types", list(itertools.product(QUANTIZED_TYPES, repeat=3)),
+                         ids=lambda types: "-".join(np.dtype(t).name for t in types))
+@pytest.mark.parametrize("zero_points", [None, "vector"], ids=["no zero points", "zero points"])
+def test_every_type_combination(backend, types, zero_points):
+    """Each type combination of A, B and the output at least once, with and without zero points: a batch of A over
+    one B, per-row and per-column scales."""
+    sizes = [(2, 3, 5), (5, 4), (2, 3, 4)]
+    check_quantized_matmul(backend, dict(
+        m=3, k=5, n=4, sizes=sizes, types=list(types), scales=["vector", "tensor", "vector"],
+        zero_points=[zero_points] * 3, layouts=[((15, 5, 1), 0), ((4, 1), 0), ((12, 4, 1), 0)],
+        out="given" if backend.takes_out else "new", prepared=False, output_dtype_given=True, seed=1))
+
 
 # -- the operator API: descs and byte buffers --------------------------------------------------------------------
 
 
-@pytest.fixture
-def device(backend):
-    if backend.device is None:
-        pytest.skip(f"{backend.name} has no operator API")
-    return Device(backend.device)
-
-
-def bind(backend, bound_tensors):
-    """The backend's bindings of bound tensors (a tensor bound twice, in place, is one binding), and a function that
-    brings the bytes the device wrote back to the bound tensors' memory."""
-    bound = {id(tensor): (tensor, *backend.bind(tensor)) for tensor in bound_tensors if tensor is not None}
-    bindings = [None if tensor is None else bound[id(tensor)][1] for tensor in bound_tensors]
+def bind(backend, tensors):
+    """The backend's bindings of bound tensors or None (a tensor bound twice, in place, is one binding), and a
+    function that brings the bytes the device wrote back to the tensors' memory."""
+    bound = {id(tensor): (tensor, *backend.bind(tensor)) for tensor in tensors if tensor is not None}
+    bindings = [None if tensor is None else bound[id(tensor)][1] for tensor in tensors]
 
     def pull():
         for _, _, pull_one in bound.values():
@@ -415,11 +439,11 @@ def scan_bindings(draw):
                 reverse=draw(st.booleans()), exclusive=draw(st.booleans()), seed=draw(st.integers(0, 2**32 - 1)))
 
 
-def test_scan_operators(backend, device):
-    with_examples(backend, given(case=scan_bindings())(lambda case: check_scan_operator(backend, device, case)))()
+def test_scan_operators(device_backend):
+    with_examples(device_backend, given(case=scan_bindings())(lambda case: check_scan_operator(device_backend, case)))()
 
 
-def check_scan_operator(backend, device, case):
+def check_scan_operator(backend, case):
     rng = np.random.default_rng(case["seed"])
     operation, x_bound, out_bound = case["operation"], case["x"], case["out"]
     dtype = x_bound.desc.data_type.numpy_dtype
@@ -433,7 +457,7 @@ def check_scan_operator(backend, device, case):
     desc = DESCS[operation](x_bound.desc, out_bound.desc, case["axis"], direction, case["exclusive"])
     (x_binding, out_binding), pull = bind(backend, [x_bound, out_bound])
 
-    device.compile_operator(desc).execute([x_binding], [out_binding])
+    Device(backend.device).compile_operator(desc).execute([x_binding], [out_binding])
 
     pull()
     assert_cumulative_matches(out_bound.read(), operation, x, case["axis"], case["reverse"], case["exclusive"])
@@ -492,12 +516,12 @@ def last_two(array):
     return array.reshape(array.shape[-2:]) if array.ndim >= 2 else array
 
 
-def test_quantized_matmul_operator(backend, device):
-    with_examples(backend, given(case=matmul_bindings())(
-        lambda case: check_quantized_matmul_operator(backend, device, case)))()
+def test_quantized_matmul_operator(device_backend):
+    with_examples(device_backend, given(case=matmul_bindings())(
+        lambda case: check_quantized_matmul_operator(device_backend, case)))()
 
 
-def check_quantized_matmul_operator(backend, device, case):
+def check_quantized_matmul_operator(backend, case):
     bound, k, seed = case
     rng = np.random.default_rng(seed)
     centers = dict(zip(("a_scale_tensor", "b_scale_tensor", "output_scale_tensor"), random_scales(rng, k, (), (), ())))
@@ -514,7 +538,7 @@ def check_quantized_matmul_operator(backend, device, case):
     out_before = np.frombuffer(bytes(out_bound.memory), np.uint8)
     values = {field: None if tensor is None else tensor.read() for field, tensor in bound.items()}
     desc = QuantizedLinearMatrixMultiplyOperatorDesc(**{f: None if t is None else t.desc for f, t in bound.items()})
-    op = device.compile_operator(desc)
+    op = Device(backend.device).compile_operator(desc)
     owned = {f for f in INPUT_FIELDS if bound[f] is not None and bound[f].desc.owned_by_dml}
     initial, _ = bind(backend, [bound[f] if f in owned else None for f in INPUT_FIELDS])
     op.initialize(initial)
