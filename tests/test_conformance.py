@@ -8,12 +8,16 @@ byte buffers) runs on the devices that have one: cpu and cuda.
 
 Every check is against tests/reference.py, on fresh random inputs: integers and quantized outputs exactly, floats
 within the accumulation bound of tests/checks.py. Given outputs are views of buffers of random bytes, and no byte
-outside them may change. Scans: every data type, axis, direction and exclusive setting; packed, padded, permuted and
-broadcast (zero-stride) inputs; in place; axes of lengths no block size divides. Quantized matmul: every type
-combination, parameters per tensor, row or column (numbers, vectors, DirectML-shaped tensors), absent zero points,
-batch broadcasting, A stored K-major or strided, B prepared once (dmlops.prepare_b).
+outside them may change. Scans: every data type, axis (negative too), direction and exclusive setting; packed,
+padded, permuted and broadcast (zero-stride) inputs; in place; axes of lengths no block size divides. Quantized
+matmul: every type combination; parameters per tensor, row or column (Python and NumPy numbers, vectors,
+DirectML-shaped tensors); absent zero points; the output type given or implied; batch broadcasting; A and B in any
+memory order, padded or broadcast; B prepared once (dmlops.prepare_b). The operator API: descs with strides, buffers
+bound at offsets, in place, OWNED_BY_DML inputs.
 
-The Triton interpreter is slow: each backend draws its own number of examples, all of them small.
+Drawn examples (hypothesis) cover the combinations; the parametrized tests make sure each data type, variant and type
+combination runs on every backend. The Triton interpreter is slow: each backend draws its own number of examples,
+all of them small.
 """
 
 from __future__ import annotations
