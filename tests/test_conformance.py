@@ -175,7 +175,7 @@ class DaskArrays(NumpyArrays):
     name = "dask"
     device = None
     examples = 30
-    takes_out = prepares_b = False
+    takes_out = False
 
     def view(self, memory, sizes, strides, offset, rng):
         return da.from_array(super().view(memory, sizes, strides, offset, rng), chunks=chunks(rng, sizes))
