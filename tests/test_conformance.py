@@ -301,9 +301,10 @@ def check_scans(backend, case):
     out = out_memory = None
     if case["out"] == "given":
         out_memory, out = place(backend, rng, random_bytes(rng, dtype), sizes, case["out_layout"])
-        before = backend.numpy(out_memory).copy()
+        out_layout = case["out_layout"]
     elif case["out"] == "x":
-        out = x
+        out, out_memory, out_layout = x, x_memory, case["x_layout"]
+    before = None if out_memory is None else backend.numpy(out_memory).copy()
 
     result = backend.scan(operation, x, axis, case["reverse"], case["exclusive"], out)
 
@@ -311,7 +312,7 @@ def check_scans(backend, case):
     assert_cumulative_matches(backend.numpy(result), operation, x_values, axis % len(sizes), case["reverse"],
                               case["exclusive"])
     if out_memory is not None:
-        outside_unchanged(backend.numpy(out_memory), before, sizes, case["out_layout"])
+        outside_unchanged(backend.numpy(out_memory), before, sizes, out_layout)
 
 
 @pytest.mark.parametrize("dtype", SCAN_TYPES, ids=lambda dtype: np.dtype(dtype).name)
