@@ -115,3 +115,12 @@ def random_values(rng, dtype, count, *, small: bool) -> np.ndarray:
         magnitudes = rng.uniform(0.97, 1.03, count)
         return (magnitudes * rng.choice([-1.0, 1.0], count)).astype(dtype)
     return rng.standard_normal(count).astype(dtype) * dtype.type(4)
+
+
+def random_scales(rng, k, shape_a, shape_b, shape_out):
+    """Random FLOAT32 scales of A, B and the output whose quantized products over K spread over the 8-bit range,
+    some saturating: |acc| is about 5500·sqrt(K)."""
+    a_scale = rng.uniform(0.005, 0.05, shape_a).astype(np.float32)
+    b_scale = rng.uniform(0.005, 0.05, shape_b).astype(np.float32)
+    spread = 0.0275**2 * 5500 * np.sqrt(k) / 100
+    return a_scale, b_scale, (spread * rng.uniform(0.3, 3, shape_out)).astype(np.float32)

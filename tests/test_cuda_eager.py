@@ -6,15 +6,16 @@ Without a GPU the kernels run under Triton's interpreter on CPU tensors (``backe
 
 import numpy as np
 import pytest
-import torch
 
-import dmlops
-from checks import assert_cumulative_matches
-from conftest import ON_GPU
-from test_quantized_matmul import random_data
-from test_quantized_matmul import scales_for as random_scales
-from dmlops.ops.quantized_matmul import reference as qmm_reference
-from dmlops.types import DataType
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")  # the CUDA backend's kernels
+
+import dmlops  # noqa: E402
+import reference  # noqa: E402
+from checks import assert_cumulative_matches  # noqa: E402
+from conftest import ON_GPU  # noqa: E402
+from test_quantized_matmul import random_data  # noqa: E402
+from strategies import random_scales  # noqa: E402
 
 gpu_only = pytest.mark.skipif(not ON_GPU, reason="needs a GPU (DMLOPS_TEST_GPU=1)")
 BACKEND = None if ON_GPU else "cuda"  # CUDA tensors pick the CUDA backend; CPU tensors need it named
@@ -51,8 +52,7 @@ def qmm_case(rng, m, k, n, a_type=np.uint8, b_type=np.int8, out_type=np.uint8, z
     if not zero_points:
         a_zero = b_zero = None
     scales = random_scales(rng, k, (m, 1), (1, n), (1, 1))
-    expected = qmm_reference(a, scales[0], a_zero, b, scales[1], b_zero, scales[2], out_zero,
-                             DataType.from_numpy(out_type))
+    expected = reference.quantized_matmul(a, scales[0], a_zero, b, scales[1], b_zero, scales[2], out_zero, out_type)
     return (a, scales[0], a_zero, b, scales[1], b_zero, scales[2], out_zero), expected
 
 
@@ -84,6 +84,34 @@ def test_repeated_quantized_matmuls_with_fresh_values(torch_device, prepared, ze
             result = dmlops.quantized_linear_matmul(a, a_scale, a_zero, b, b_scale, b_zero, out_scale, out_zero,
                                                     output_dtype=torch.uint8, backend=BACKEND)
             np.testing.assert_array_equal(result.cpu().numpy(), expected)
+
+
+@pytest.mark.parametrize("b_type", [np.int8, np.uint8])
+def test_each_prepared_b_of_one_layout_is_its_own(torch_device, b_type):
+    """Calls of one layout with every parameter a tensor replay the first call's launches; each call with another
+    prepared B must read that B (its packing is not in the memory a replay substitutes)."""
+    rng = np.random.default_rng(3)
+    for _ in range(3):
+        arrays, expected = qmm_case(rng, 9, 3, 4, b_type=b_type, zero_points=False)
+        a, a_scale, _, b, b_scale, _, out_scale, out_zero = as_tensors(arrays, torch_device)
+        prepared = dmlops.prepare_b(b, b_scale, None, backend=BACKEND)
+        result = dmlops.quantized_linear_matmul(a, a_scale, None, prepared, None, None, out_scale, out_zero,
+                                                backend=BACKEND)
+        np.testing.assert_array_equal(result.cpu().numpy(), expected)
+
+
+def test_numpy_numbers_as_parameters(torch_device):
+    """NumPy numbers (and arrays) for scales and zero points are copied to the device at each call, the same layout
+    again included."""
+    rng = np.random.default_rng(4)
+    for _ in range(2):
+        arrays, expected = qmm_case(rng, 5, 8, 3, a_type=np.int8, out_type=np.int8)
+        a, a_scale, a_zero, b, b_scale, b_zero, out_scale, out_zero = arrays
+        tensors = as_tensors(arrays, torch_device)
+        result = dmlops.quantized_linear_matmul(tensors[0], a_scale, a_zero, tensors[3], b_scale.reshape(-1),
+                                                b_zero.reshape(-1), out_scale.reshape(-1)[0], out_zero.reshape(-1)[0],
+                                                backend=BACKEND)
+        np.testing.assert_array_equal(result.cpu().numpy(), expected)
 
 
 def test_prepared_b_rejects_its_parameters_twice(torch_device):

@@ -11,22 +11,24 @@ import gc
 
 import numpy as np
 import pytest
-import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import dmlops
-from dmlops import DataType, Device, QuantizedLinearMatrixMultiplyOperatorDesc, TensorDesc, TensorFlags, \
-    ValidationError
-from dmlops.backends.cuda import qmatmul
-from dmlops.ops.quantized_matmul import NAME as QMM
-from dmlops.ops.quantized_matmul import requantize
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")  # the CUDA backend's kernels
 
-import reference
-from checks import rejects
-from conftest import ON_GPU
-from test_quantized_matmul import random_data
-from test_quantized_matmul import scales_for as random_scales
+import dmlops  # noqa: E402
+from dmlops import (DataType, Device, QuantizedLinearMatrixMultiplyOperatorDesc, TensorDesc, TensorFlags,  # noqa: E402
+                    ValidationError)
+from dmlops.backends.cuda import qmatmul  # noqa: E402
+from dmlops.ops.quantized_matmul import NAME as QMM  # noqa: E402
+from dmlops.ops.quantized_matmul import requantize  # noqa: E402
+
+import reference  # noqa: E402
+from checks import rejects  # noqa: E402
+from conftest import ON_GPU  # noqa: E402
+from test_quantized_matmul import random_data  # noqa: E402
+from strategies import random_scales  # noqa: E402
 
 TYPES = [np.int8, np.uint8]
 OUTPUT_TYPES = {np.int8: DataType.INT8, np.uint8: DataType.UINT8}

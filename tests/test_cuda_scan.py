@@ -1,4 +1,4 @@
-"""The CUDA backend's cumulative summation and product against the NumPy reference.
+"""The CUDA backend's cumulative summation and product, kernel by kernel, against tests/reference.py.
 
 Without a GPU the Triton kernels run under Triton's interpreter on CPU tensors (small shapes, small tiles so that
 lines span many tiles and the look-back runs); with DMLOPS_TEST_GPU=1 the same tests run on the GPU with the real
@@ -12,16 +12,20 @@ import os
 
 import numpy as np
 import pytest
-import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import dmlops
-from dmlops.backends import cuda as cuda_backend
-from dmlops.backends.cuda import common as cuda_common
-from dmlops.backends.cuda import scan
-from dmlops.ops.cumulative import CumulativeOperation, reference
-from dmlops.types import ValidationError
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")  # the CUDA backend's kernels
+
+import dmlops  # noqa: E402
+from dmlops.backends.cuda import common as cuda_common  # noqa: E402
+from dmlops.backends.cuda import scan  # noqa: E402
+from dmlops.ops.cumulative import CumulativeOperation  # noqa: E402
+from dmlops.types import ValidationError  # noqa: E402
+
+import reference  # noqa: E402
+from checks import assert_cumulative_matches  # noqa: E402
 
 ON_GPU = os.environ.get("DMLOPS_TEST_GPU") == "1"
 DEVICE = "cuda" if ON_GPU else "cpu"
@@ -74,30 +78,8 @@ def poison(dtype) -> np.generic:
     return dtype.type(np.nan) if dtype.kind == "f" else np.iinfo(dtype).max - dtype.type(7)
 
 
-def expected_and_tolerance(operation, x: np.ndarray, axis, reverse, exclusive):
-    """The float64 (or exact integer) reference, and how far a float result may be from it."""
-    if x.dtype.kind != "f":
-        return reference(operation, x, axis, reverse, exclusive), None
-    exact = reference(operation, x.astype(np.float64), axis, reverse, exclusive)
-    length = x.shape[axis]
-    if operation == SUM:  # any order of float32 additions: within n·eps of the running sum of |x|
-        magnitude = reference(SUM, np.abs(x.astype(np.float64)), axis, reverse, exclusive)
-        tolerance = 4 * length * np.finfo(np.float32).eps * magnitude
-    else:
-        tolerance = 4 * length * np.finfo(np.float32).eps * np.abs(exact)
-    if x.dtype == np.float16:  # accumulated in float32, rounded once to float16
-        tolerance = tolerance + np.spacing(np.abs(exact).astype(np.float16)).astype(np.float64)
-    return exact, tolerance
-
-
-def check(out_buffer: np.ndarray, before: np.ndarray, out: torch.Tensor, expected, tolerance, covered):
-    """Every element of out is right, and nothing outside it was touched."""
-    result = out.cpu().numpy()
-    if tolerance is None:
-        np.testing.assert_array_equal(result, expected)
-    else:
-        assert not np.isnan(result).any(), "unwritten or NaN elements"
-        np.testing.assert_array_less(np.abs(result.astype(np.float64) - expected), tolerance + 1e-300)
+def check_untouched(out_buffer: np.ndarray, before: np.ndarray, covered):
+    """Nothing outside the output's elements was written."""
     untouched = np.ones(len(out_buffer), bool)
     untouched[covered] = False
     np.testing.assert_array_equal(out_buffer.view(np.uint8).reshape(len(out_buffer), -1)[untouched],
@@ -127,8 +109,8 @@ def run_case(rng, operation, dtype, shape, axis, reverse, exclusive, x_kind="pac
     source = x.cpu().numpy().copy()
     before = out_tensor.cpu().numpy().copy()
     scan.cumulative(operation, x, out, axis, reverse, exclusive, tuning=tuning)
-    expected, tolerance = expected_and_tolerance(operation, source, axis, reverse, exclusive)
-    check(out_tensor.cpu().numpy(), before, out, expected, tolerance, offsets(shape, out_strides, out_offset))
+    assert_cumulative_matches(out.cpu().numpy(), operation, source, axis, reverse, exclusive)
+    check_untouched(out_tensor.cpu().numpy(), before, offsets(shape, out_strides, out_offset))
 
 
 # -- every data type, operation, direction and exclusivity, through each kind of tiling ------------------------
@@ -195,7 +177,7 @@ def test_exact_floats(dtype, operation, reverse, exclusive, tiling):
     values = exact_values(np.random.default_rng(), operation, dtype, shape, axis)
     out = torch.full(shape, math.nan, dtype=torch.from_numpy(values).dtype, device=DEVICE)
     scan.cumulative(operation, torch.from_numpy(values).to(DEVICE), out, axis, reverse, exclusive, tuning=tuning)
-    expected = reference(operation, values.astype(np.float64), axis, reverse, exclusive).astype(dtype)
+    expected = reference.cumulative(operation, values.astype(np.float64), axis, reverse, exclusive).astype(dtype)
     np.testing.assert_array_equal(out.cpu().numpy(), expected)
 
 
@@ -304,38 +286,7 @@ def test_look_back_reach():
     assert (down.lanes, down.window) == (128, 8)
 
 
-# -- the operator and array APIs with backend="cuda" ---------------------------------------------------------
-
-
-def test_array_api():
-    rng = np.random.default_rng()
-    values = random_values(rng, SUM, np.float32, 5 * 40).reshape(5, 40)
-    x = torch.from_numpy(values).to(DEVICE)
-    result = dmlops.cumulative_sum(x, -1, reverse=True, exclusive=True, backend="cuda")
-    assert isinstance(result, torch.Tensor) and result.device == x.device
-    expected, tolerance = expected_and_tolerance(SUM, values, 1, True, True)
-    np.testing.assert_array_less(np.abs(result.cpu().numpy() - expected), tolerance + 1e-300)
-    x.copy_(torch.from_numpy(random_values(rng, PRODUCT, np.float32, 200).reshape(5, 40)))
-    source = x.cpu().numpy().copy()
-    assert dmlops.cumulative_product(x, 0, out=x, backend="cuda") is x  # in place
-    expected, tolerance = expected_and_tolerance(PRODUCT, source, 0, False, False)
-    np.testing.assert_array_less(np.abs(x.cpu().numpy() - expected), tolerance + 1e-300)
-
-
-def test_operator_api_on_byte_buffers():
-    rng = np.random.default_rng()
-    values = random_values(rng, SUM, np.int32, 24)
-    x_desc = dmlops.TensorDesc(dmlops.DataType.INT32, (1, 2, 3, 4))
-    out_desc = dmlops.TensorDesc(dmlops.DataType.INT32, (1, 2, 3, 4), (48, 24, 8, 2))  # every other element
-    desc = dmlops.CumulativeSummationOperatorDesc(x_desc, out_desc, axis=2, has_exclusive_sum=True)
-    op = dmlops.Device("cuda").compile_operator(desc)
-    source = torch.from_numpy(values.view(np.uint8).copy()).to(DEVICE)
-    target = torch.full((out_desc.total_tensor_size_in_bytes,), 0xAB, dtype=torch.uint8, device=DEVICE)
-    op.execute([source], [target])
-    written = target.cpu().numpy().view(np.int32)
-    expected = reference(SUM, values.reshape(1, 2, 3, 4), 2, False, True)
-    np.testing.assert_array_equal(written[::2][:24].reshape(1, 2, 3, 4), expected)
-    assert (written[1::2] == np.full(4, 0xAB, np.uint8).view(np.int32)[0]).all()
+# -- the array API on CUDA arrays (the array and operator APIs on every backend: test_conformance.py) -----------
 
 
 @gpu_only

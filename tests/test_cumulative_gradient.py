@@ -13,18 +13,20 @@ import os
 
 import numpy as np
 import pytest
-import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import strategies
-from checks import rejects
-from dmlops.backends import cpu as cpu_backend
-from dmlops.backends import cpu_recurrence
-from dmlops.backends import cuda as cuda_backend
-from dmlops.backends.cuda import recurrence
-from dmlops.ops.cumulative import CumulativeOperation
-from dmlops.ops.cumulative_gradient import cumulative_gradient, reference_gradient, run
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")  # the CUDA backend's kernels
+
+import strategies  # noqa: E402
+from checks import rejects  # noqa: E402
+from dmlops.backends import cpu as cpu_backend  # noqa: E402
+from dmlops.backends import cpu_recurrence  # noqa: E402
+from dmlops.backends import cuda as cuda_backend  # noqa: E402
+from dmlops.backends.cuda import recurrence  # noqa: E402
+from dmlops.ops.cumulative import CumulativeOperation  # noqa: E402
+from dmlops.ops.cumulative_gradient import cumulative_gradient, reference_gradient, run  # noqa: E402
 
 DEVICE = "cuda" if os.environ.get("DMLOPS_TEST_GPU") == "1" else "cpu"
 VARIANTS = list(itertools.product([False, True], [False, True]))  # reverse, exclusive

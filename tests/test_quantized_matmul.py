@@ -1,22 +1,20 @@
 """DML_OPERATOR_QUANTIZED_LINEAR_MATRIX_MULTIPLY on the CPU backend, through the operator API and the array API,
-bit for bit against the exact-integer reference of tests/reference.py."""
+bit for bit against the exact-integer reference of tests/reference.py: owned B, ties, the float64 multiplier,
+saturation, parameter forms, batches, long K, rejected scales. Random bindings, layouts and parameter forms on every
+backend are in test_conformance.py."""
 
 import itertools
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 import dmlops
 from dmlops import DataType, Device, QuantizedLinearMatrixMultiplyOperatorDesc, TensorDesc, TensorFlags, \
     ValidationError
 
 import reference
-from strategies import bound_tensors, fill, poison, strides
+from strategies import random_scales
 
-QUANTIZED_TYPES = [DataType.INT8, DataType.UINT8]
-INPUT_FIELDS = QuantizedLinearMatrixMultiplyOperatorDesc.input_fields
 DEVICE = Device()
 
 
@@ -25,99 +23,7 @@ def random_data(rng, dtype, shape):
     return rng.integers(info.min, info.max + 1, shape, dtype=dtype)
 
 
-def scales_for(rng, k, shape_a, shape_b, shape_out):
-    """Random scales whose outputs spread over the 8-bit range, some saturating: |acc| is about 5500·sqrt(K)."""
-    a_scale = rng.uniform(0.005, 0.05, shape_a).astype(np.float32)
-    b_scale = rng.uniform(0.005, 0.05, shape_b).astype(np.float32)
-    spread = 0.0275**2 * 5500 * np.sqrt(k) / 100
-    return a_scale, b_scale, (spread * rng.uniform(0.3, 3, shape_out)).astype(np.float32)
-
-
 # -- operator API ----------------------------------------------------------------------------------------------
-
-def parameter_shape(form, rank, m, n):
-    """The sizes of a scale or zero point per tensor, per row or per column, right-aligned to ``rank``."""
-    if form == "row":
-        return (1,) * (rank - 2) + (m, 1)
-    if form == "column":
-        return (1,) * (rank - 1) + (n,)
-    return (1,) * rank
-
-
-@st.composite
-def qmm_cases(draw):
-    rank = draw(st.integers(2, 4))
-    batch = tuple(draw(st.integers(1, 3)) for _ in range(rank - 2))
-    m, k, n = (draw(st.integers(1, 9)) for _ in range(3))
-    types = {field: draw(st.sampled_from(QUANTIZED_TYPES)) for field in ("a_tensor", "b_tensor", "output_tensor")}
-    shapes = {"a_tensor": batch + (m, k), "b_tensor": batch + (k, n), "output_tensor": batch + (m, n)}
-    forms = {}
-    for field, free in (("a", "row"), ("b", "column"), ("output", "row")):
-        forms[f"{field}_scale_tensor"] = draw(st.sampled_from(["tensor", free]))
-        forms[f"{field}_zero_point_tensor"] = draw(st.sampled_from([None, "tensor", free]))
-    parameter_rank = draw(st.integers(2 if "row" in forms.values() else 1, 4))
-    bound = {}
-    for field in INPUT_FIELDS + ("output_tensor",):
-        data_field = field.split("_")[0] + "_tensor"
-        if field in shapes:
-            sizes, data_type = shapes[field], types[field]
-        elif forms[field] is None:
-            bound[field] = None
-            continue
-        else:
-            sizes = parameter_shape(forms[field], parameter_rank, m, n)
-            data_type = DataType.FLOAT32 if "scale" in field else types[data_field]
-        owned = field != "output_tensor" and draw(st.integers(0, 5)) == 0
-        tensor_strides = draw(strides(sizes, broadcast=field != "output_tensor"))
-        bound[field] = draw(bound_tensors(data_type, sizes, tensor_strides,
-                                          flags=TensorFlags.OWNED_BY_DML if owned else 0))
-    return bound, k, draw(st.integers(0, 2**32 - 1))
-
-
-def last_two(array):
-    """A scale or zero point as the reference broadcasts it against {…, M, N}: its last two dimensions."""
-    if array is None:
-        return None
-    return array.reshape(array.shape[-2:]) if array.ndim >= 2 else array
-
-
-@settings(max_examples=100, deadline=None)
-@given(case=qmm_cases())
-def test_operator_api_matches_reference(case):
-    bound, k, seed = case
-    rng = np.random.default_rng(seed)
-    a_scale, b_scale, output_scale = scales_for(rng, k, (), (), ())
-    for field, tensor in bound.items():
-        if tensor is None or field == "output_tensor":
-            continue
-        dtype = tensor.desc.data_type.numpy_dtype
-        if "scale" in field:
-            center = {"a_scale_tensor": a_scale, "b_scale_tensor": b_scale, "output_scale_tensor": output_scale}
-            fill(tensor, lambda count: (center[field] * rng.uniform(0.5, 2, count)).astype(np.float32))
-        else:
-            fill(tensor, lambda count: random_data(rng, dtype, count))
-    out_bound = bound["output_tensor"]
-    poison(out_bound, rng)
-    out_before = np.frombuffer(bytes(out_bound.memory), np.uint8)
-    values = {field: None if tensor is None else tensor.read() for field, tensor in bound.items()}
-
-    desc = QuantizedLinearMatrixMultiplyOperatorDesc(**{f: None if t is None else t.desc for f, t in bound.items()})
-    op = DEVICE.compile_operator(desc)
-    owned = {f for f in INPUT_FIELDS if bound[f] is not None and bound[f].desc.owned_by_dml}
-    op.initialize([bound[f].binding if f in owned else None for f in INPUT_FIELDS])
-    for f in owned:  # the operator keeps its own copy: the buffer may change afterwards
-        poison(bound[f], rng)
-    op.execute([None if bound[f] is None or f in owned else bound[f].binding for f in INPUT_FIELDS],
-               [out_bound.binding])
-
-    expected = reference.quantized_matmul(
-        values["a_tensor"], last_two(values["a_scale_tensor"]), last_two(values["a_zero_point_tensor"]),
-        values["b_tensor"], last_two(values["b_scale_tensor"]), last_two(values["b_zero_point_tensor"]),
-        last_two(values["output_scale_tensor"]), last_two(values["output_zero_point_tensor"]),
-        out_bound.desc.data_type.numpy_dtype)
-    np.testing.assert_array_equal(out_bound.read(), expected)
-    outside = ~out_bound.covered()
-    np.testing.assert_array_equal(np.frombuffer(out_bound.memory, np.uint8)[outside], out_before[outside])
 
 
 def test_owned_b_with_padded_strides_is_read_through_its_strides():
@@ -181,7 +87,7 @@ def test_mixed_signedness(a_type, b_type, output_type):
     m, k, n = 7, 19, 6
     a, b = random_data(rng, a_type, (m, k)), random_data(rng, b_type, (k, n))
     za, zb, zo = random_data(rng, a_type, ()), random_data(rng, b_type, ()), random_data(rng, output_type, ())
-    sa, sb, so = scales_for(rng, k, (), (), ())
+    sa, sb, so = random_scales(rng, k, (), (), ())
     result = dmlops.quantized_linear_matmul(a, sa, za, b, sb, zb, so, zo)
     assert result.dtype == output_type
     expected = reference.quantized_matmul(a, sa, za, b, sb, zb, so, zo, output_type)
@@ -208,7 +114,7 @@ def test_per_tensor_row_and_column_forms(a_form, b_form, output_form):
     m, k, n = 6, 33, 5
     a, b = random_data(rng, np.uint8, (m, k)), random_data(rng, np.int8, (k, n))
     lengths = {"row": m, "column": n, "tensor": 1}
-    sa, sb, so = scales_for(rng, k, lengths[a_form], lengths[b_form], lengths[output_form])
+    sa, sb, so = random_scales(rng, k, lengths[a_form], lengths[b_form], lengths[output_form])
     za = random_data(rng, np.uint8, lengths[a_form])
     zb = random_data(rng, np.int8, lengths[b_form])
     zo = random_data(rng, np.int8, lengths[output_form])
@@ -228,7 +134,7 @@ def test_per_tensor_row_and_column_forms(a_form, b_form, output_form):
 def test_four_dimensions_with_batch_and_channel():
     rng = np.random.default_rng(8)
     a, b = random_data(rng, np.int8, (2, 3, 5, 17)), random_data(rng, np.uint8, (2, 3, 17, 4))
-    sa, sb, so = scales_for(rng, 17, 5, 4, ())
+    sa, sb, so = random_scales(rng, 17, 5, 4, ())
     za, zb, zo = np.int8(-3), random_data(rng, np.uint8, 4), np.uint8(128)
     result = dmlops.quantized_linear_matmul(a, sa, za, b, sb, zb, so, zo)
     assert result.shape == (2, 3, 5, 4) and result.dtype == np.uint8
@@ -248,7 +154,7 @@ def test_four_dimensions_with_batch_and_channel():
 def test_broadcast_batch(a_shape, b_shape, out_shape):
     rng = np.random.default_rng(9)
     a, b = random_data(rng, np.uint8, a_shape), random_data(rng, np.uint8, b_shape)
-    sa, sb, so = scales_for(rng, 9, (), (), ())
+    sa, sb, so = random_scales(rng, 9, (), (), ())
     result = dmlops.quantized_linear_matmul(a, sa, np.uint8(7), b, sb, np.uint8(200), so, None)
     assert result.shape == out_shape
     np.testing.assert_array_equal(result, reference.quantized_matmul(a, sa, 7, b, sb, 200, so, None, np.uint8))
@@ -275,7 +181,7 @@ def test_broadcast_batch_through_zero_strides():
 def test_missing_zero_points_are_zero(present):
     rng = np.random.default_rng(12)
     a, b = random_data(rng, np.int8, (5, 11)), random_data(rng, np.uint8, (11, 3))
-    sa, sb, so = scales_for(rng, 11, (), (), ())
+    sa, sb, so = random_scales(rng, 11, (), (), ())
     zero_points = [np.int8(-7), np.uint8(9), np.int8(3)]
     za, zb, zo = (z if p else None for z, p in zip(zero_points, present))
     result = dmlops.quantized_linear_matmul(a, sa, za, b, sb, zb, so, zo, output_dtype=np.int8)
@@ -291,7 +197,7 @@ def test_long_k_accumulates_exactly(k):
     rng = np.random.default_rng(k)
     a, b = random_data(rng, np.int8, (3, k)), random_data(rng, np.uint8, (k, 4))
     a[0], b[:, 0] = -128, 255  # the extreme accumulator: Σ (-128 - 127)(255 - 0)
-    sa, sb, so = scales_for(rng, k, 3, 4, ())
+    sa, sb, so = random_scales(rng, k, 3, 4, ())
     result = dmlops.quantized_linear_matmul(a, sa, np.int8(127), b, sb, None, so, np.int8(0))
     expected = reference.quantized_matmul(a, sa[:, None], 127, b, sb, None, so, 0, np.int8)
     np.testing.assert_array_equal(result, expected)
@@ -303,7 +209,7 @@ def test_sizes_that_are_not_block_multiples():
     rng = np.random.default_rng(13)
     m, k, n = 67, 131, 45
     a, b = random_data(rng, np.uint8, (m, k)), random_data(rng, np.int8, (k, n))
-    sa, sb, so = scales_for(rng, k, m, n, m)
+    sa, sb, so = random_scales(rng, k, m, n, m)
     result = dmlops.quantized_linear_matmul(a, sa, np.uint8(128), b, sb, np.int8(1), so, np.uint8(128))
     expected = reference.quantized_matmul(a, sa[:, None], 128, b, sb, 1, so[:, None], 128, np.uint8)
     np.testing.assert_array_equal(result, expected)

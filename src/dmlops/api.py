@@ -157,8 +157,10 @@ def _keep(key, plan) -> None:
 
 
 def _first_elements_match(be, sources, views) -> bool:
-    """Whether every view starts at its argument's first element (none of the arguments was copied)."""
-    return all(source is None or be.address(view) == be.address(be.adopter(source)(source))
+    """Whether every view starts at its argument's first element (none of the arguments was copied, nor converted
+    from another kind of array, such as a NumPy scale given to the CUDA backend)."""
+    return all(source is None or be.adopt(source) is not None and
+               be.address(view) == be.address(be.adopter(source)(source))
                for source, view in zip(sources, views))
 
 
@@ -433,9 +435,10 @@ def _output_type(be, output_dtype, output_zero_point, out) -> DataType:
         except ValidationError as error:
             raise ValidationError(f"{QMM_NAME}.output_tensor: output_dtype {error}") from None
     for field, candidate in (("output_zero_point_tensor", output_zero_point), ("output_tensor", out)):
-        adopted = _try_adopt(be, candidate, f"{QMM_NAME}.{field}") if hasattr(candidate, "dtype") else None
+        owner = _device("cpu").backend if isinstance(candidate, np.ndarray) else be  # NumPy, whatever the backend
+        adopted = _try_adopt(owner, candidate, f"{QMM_NAME}.{field}") if hasattr(candidate, "dtype") else None
         if adopted is not None:
-            return be.data_type(adopted[0])
+            return owner.data_type(adopted[0])
     return DataType.UINT8
 
 

@@ -480,14 +480,19 @@ def persist_b(array):
 def prepare_quantized_linear_matmul(views: dict, kernel_tensors):
     """Run on views (by field, in binding order) of the layouts the desc says, and return run(views) for views of the
     same layouts and alignment: the kept launches replayed on their addresses (``launch.replay``), else the launcher
-    on ``kernel_tensors(views)`` through the launches kept here."""
+    on ``kernel_tensors(views)`` through the launches kept here. A B kept at initialization (``persist_b``) is read
+    from its packing, which is not in the field's memory: its launches are replayed on that same B only."""
     kept = {}
 
     def run_again(views):
         quantized_linear_matmul(*kernel_tensors(views).values(), kept=kept)
 
     run_again(views)
-    return replay(kept, views, run_again) or run_again
+    replayed = replay(kept, views, run_again)
+    b = kernel_tensors(views)["b_tensor"]
+    if replayed is None or _b_operand_key(b) not in _PERSISTED_B:
+        return replayed or run_again
+    return lambda views: (replayed if views["b_tensor"].data_ptr() == b.data_ptr() else run_again)(views)
 
 
 @functools.cache
