@@ -44,7 +44,9 @@ def entry_point(kernel, *args):
 class KeptCalls:
     """call(kernel, *args) as ``call`` makes it, through the entry point found at the kernel's first call and kept,
     for the calls of one kept run: from one run to the next, and within one, each kernel takes arguments of the
-    same types (arrays of the same dtypes, ranks, layouts and alignment), which are not looked at again."""
+    same types (arrays of the same dtypes, ranks, layouts and alignment), which are not looked at again. Pieces of
+    work are then given as whole arrays and ranges: a slice of one row is contiguous where a slice of two may not
+    be, and a loop compiled for contiguous arrays would read the other wrongly."""
 
     def __init__(self):
         self.entries = {}

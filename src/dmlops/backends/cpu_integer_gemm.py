@@ -181,8 +181,9 @@ def integer_product(kernel: Kernel, a, a_zero_point, b, b_zero_point, buffers, p
     if a.shape[1] > INT32_CHUNK:
         total = np.zeros((a.shape[0], b.shape[1]))
         for start in range(0, a.shape[1], INT32_CHUNK):
+            # (the chunks may be of other types than one another: not ``calls``)
             total += integer_product(kernel, a[:, start:start + INT32_CHUNK], a_zero_point,
-                                     b[start:start + INT32_CHUNK], b_zero_point, buffers, pieces, calls=calls)
+                                     b[start:start + INT32_CHUNK], b_zero_point, buffers, pieces)
         if finish is not None:
             finish(total, slice(0, a.shape[0]))
         return total
@@ -200,9 +201,8 @@ def integer_product(kernel: Kernel, a, a_zero_point, b, b_zero_point, buffers, p
     if kernel.bytes:
         row_sums, column_terms = buffers[3:]
         a_centre, b_centre = (128 if a.dtype == np.int8 else 0), (128 if b.dtype == np.uint8 else 0)
-        alpha = np.full(m, a_centre, np.int32) if a_zero_point is None else a_centre + a_zero_point.astype(np.int32)
+        alpha, beta = shifts(a_centre, a_zero_point, m, b_centre, b_zero_point, n)
         zb = np.zeros(n, np.int32) if b_zero_point is None else b_zero_point.astype(np.int32)
-        beta = b_centre - zb
         a_bits = a.view(np.uint8)  # the moves into range are xors of the bits
 
         def pack_a(first, last):
@@ -260,10 +260,19 @@ def direct_product(kernel: Kernel, a, a_zero_point, b, b_zero_point, buffers, pi
     run_in_pieces([functools.partial(calls, multiply_direct, kernel.name, a_packed, b_bits, np.uint8(b_centre), sums,
                                      column_terms, m, first, last, k // 4) for first, last in cut(blocks, count, 1)],
                   count > 1)
-    alpha = np.full(m, a_centre, np.int32) if a_zero_point is None else a_centre + a_zero_point.astype(np.int32)
-    beta = b_centre - (np.zeros(n, np.int32) if b_zero_point is None else b_zero_point.astype(np.int32))
-    column_terms[:n] += k * beta
+    alpha, beta = shifts(a_centre, a_zero_point, m, b_centre, b_zero_point, n)
+    column_terms[:n] += np.multiply(beta, np.int32(k))
     calls(correct_rows, sums, row_sums, alpha, beta, column_terms, 0, m)
+
+
+def shifts(a_centre: int, a_zero_point, m: int, b_centre: int, b_zero_point, n: int):
+    """(α, β) of the byte kernels, int32 vectors: α = ca + za (per row of A), β = cb − zb (per column of B). (By
+    ufuncs with NumPy scalars: an operator with a Python int takes a microsecond more, each.)"""
+    alpha = np.full(m, a_centre, np.int32) if a_zero_point is None else \
+        np.add(a_zero_point, np.int32(a_centre), dtype=np.int32)
+    beta = np.full(n, b_centre, np.int32) if b_zero_point is None else \
+        np.subtract(np.int32(b_centre), b_zero_point, dtype=np.int32)
+    return alpha, beta
 
 
 if numba is not None:

@@ -242,24 +242,24 @@ def rows_requantization(compiled, corrections, a_scale, b_scale, output_scale, z
     a_scale, b_scale, output_scale = (np.ascontiguousarray(v, np.float32) for v in (a_scale, b_scale, output_scale))
     zero_point = np.ascontiguousarray(zero_point, np.float64)
 
-    def requantize_slice(product, rows):
-        calls(requantize_rows, product[rows], row_terms[rows], column_terms, a_scale[rows], b_scale,
-              output_scale[rows], zero_point[rows], low, high, out[rows])
+    def requantize_slice(product, rows):  # whole arrays and a range: a slice of one row would be of another type
+        calls(requantize_rows, product, row_terms, column_terms, a_scale, b_scale, output_scale, zero_point, low,
+              high, out, rows.start, rows.stop)
     return requantize_slice
 
 
 if numba is not None:
     @numba.njit(nogil=True, cache=True)
     def requantize_rows(product, row_terms, column_terms, a_scale, b_scale, output_scale, zero_point, low, high,
-                        out):
-        """requantize() of product + row_terms @ column_terms ({M, 2} @ {2, N}) element by element, in its order
-        of operations: the multiplier (sa·sb)/so in float64, recomputed only where the row's scales change; rint
-        rounds half to even."""
-        rows, columns = out.shape
+                        out, first, last):
+        """out[first:last] = requantize() of product + row_terms @ column_terms ({M, 2} @ {2, N}) there, element by
+        element, in its order of operations: the multiplier (sa·sb)/so in float64, recomputed only where the row's
+        scales change; rint rounds half to even."""
+        columns = out.shape[1]
         multiplier = np.empty(columns)
         sums = np.empty(columns)
-        for m in range(rows):
-            if m == 0 or a_scale[m] != a_scale[m - 1] or output_scale[m] != output_scale[m - 1]:
+        for m in range(first, last):
+            if m == first or a_scale[m] != a_scale[m - 1] or output_scale[m] != output_scale[m - 1]:
                 sa, so = np.float64(a_scale[m]), np.float64(output_scale[m])
                 for j in range(columns):
                     multiplier[j] = (sa * np.float64(b_scale[j])) / so
