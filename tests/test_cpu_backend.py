@@ -554,6 +554,36 @@ def test_restride_views_the_same_memory_from_the_first_element(make, strides):
         assert base.reshape(-1)[first + strides[0] + 2 * strides[1]] == -1
 
 
+@pytest.mark.parametrize("make", [
+    pytest.param(lambda base: base, id="contiguous"),
+    pytest.param(lambda base: np.frombuffer(base.tobytes(), base.dtype).reshape(base.shape), id="read-only"),
+    pytest.param(lambda base: base[:, 1::2], id="strided"),
+    pytest.param(lambda base: base.T, id="transposed"),
+    pytest.param(lambda base: np.broadcast_to(base[2], (5, 6)), id="broadcast, read-only"),
+])
+@pytest.mark.parametrize("view", [
+    pytest.param(lambda array: array[1:, 1:3], id="offset"),
+    pytest.param(lambda array: array[None, :, :2], id="new axis"),
+    pytest.param(lambda array: array[2:3, ::2].view(np.uint32), id="other type"),
+])
+def test_viewers_make_the_same_view_of_new_arrays(make, view):
+    """A viewer found on one array makes, of another array laid out alike, the view the sample's view is of the
+    sample: the same elements of its memory, writable where it is."""
+    from dmlops.backends.cpu_compiled import viewer
+
+    sample = make(np.arange(48, dtype=np.int32).reshape(8, 6))
+    view_of = viewer(sample, view(sample))
+    base = np.arange(100, 148, dtype=np.int32).reshape(8, 6)
+    array = make(base)
+    made, expected = view_of(array), view(array)
+    assert (made.dtype, made.shape, made.strides) == (expected.dtype, expected.shape, expected.strides)
+    np.testing.assert_array_equal(made, expected)
+    assert made.flags.writeable == array.flags.writeable
+    if made.flags.writeable:
+        made[(0,) * made.ndim] = 7
+        assert expected[(0,) * made.ndim] == 7
+
+
 def quantized_case(rng, a_type, b_type, out_type, k, zero_points, per_element, batch=(1, 1), m=3, n=4):
     """Backend arguments (a, vectors, out) and the reference's output for one random case."""
     def values(dtype, shape):
