@@ -122,17 +122,20 @@ def prepare_quantized_linear_matmul(views: dict, kernel_tensors):
 
 
 class KernelView:
-    """restride(array, sizes, strides) for the arrays bound to one field, made the cheapest way found for each layout
-    of them (views of the same first element: the array API binds the caller's arrays, whose layouts repeat)."""
+    """restride(array, sizes, strides) for the arrays bound to one field, made the cheapest way found for the layout
+    of the last one (views of the same first element: the array API binds the caller's arrays, whose layouts
+    repeat)."""
 
     def __init__(self, sizes, strides):
         self.sizes, self.strides = sizes, strides
-        self.viewers = {}  # by the bound array's sizes and byte strides
+        self.last = None, None, None  # the last bound array's sizes and byte strides, and its viewer: one tuple,
+        # replaced at once, so that calls on other threads see the three of one layout
 
     def __call__(self, array: np.ndarray) -> np.ndarray:
-        view = self.viewers.get((array.shape, array.strides))
-        if view is None:
-            view = self.viewers[array.shape, array.strides] = viewer(array, restride(array, self.sizes, self.strides))
+        shape, strides, view = self.last
+        if array.shape != shape or array.strides != strides:
+            view = viewer(array, restride(array, self.sizes, self.strides))
+            self.last = array.shape, array.strides, view
         return view(array)
 
 
