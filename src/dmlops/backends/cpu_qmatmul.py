@@ -86,9 +86,9 @@ def prepare(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, ou
     compiled = numba is not None if compiled is None else compiled
     zero = np.zeros(m, out.dtype)  # the output zero point where there is none
     batches = list(np.ndindex(*out.shape[:2]))
-    calls = KeptCalls()
     kernel = cpu_integer_gemm.KERNEL if products is None else cpu_integer_gemm.kernel_named(products)
     if kernel is not None:
+        calls = KeptCalls()
         # the packed operands and the int32 sums, written afresh for each matrix of the batch; each piece of rows is
         # requantized as soon as its sums are made, while they are in cache
         layouts = cpu_integer_gemm.scratch_layouts(kernel, m, min(k, cpu_integer_gemm.INT32_CHUNK), n)

@@ -72,7 +72,8 @@ def cumulative(operation: str, x: np.ndarray, out: np.ndarray, axis: int, revers
     out has STREAM_BYTES or more); ``segments``, whether the compiled engine scans a long line alone (or one of
     fewer lines than cores) in segments on all cores (None: SEGMENTED_LINES).
     """
-    prepare(operation, x, out, axis, reverse, exclusive, compiled, pieces, stream, segments)(x, out)
+    for stage in stages(operation, x, out, axis, reverse, exclusive, compiled, pieces, stream, segments):
+        run_in_pieces([functools.partial(scan, x_view, out_view) for x_view, out_view, scan in stage], len(stage) > 1)
 
 
 def prepare(operation: str, x: np.ndarray, out: np.ndarray, axis: int, reverse: bool, exclusive: bool,
@@ -81,19 +82,44 @@ def prepare(operation: str, x: np.ndarray, out: np.ndarray, axis: int, reverse: 
     """run(x, out): ``cumulative`` with these options, for arrays laid out as x and out are (dtypes, shapes,
     strides; out may be x or not). What depends on nothing else is decided here, once: the engine, the 3-D views,
     their pieces and the compiled loops' entry points; a run makes its arrays' views and calls the loops (a
-    64-element scan: under a microsecond of Python a view, where finding all that again took about 40 µs)."""
-    can_compile = numba is not None and (x.dtype != np.float16 or HALF_INSTRUCTIONS)
-    use_compiled = can_compile if compiled is None else compiled and can_compile
+    64-element scan: under a microsecond of Python a view, where finding all that again took about 30 µs)."""
+    kept = [[(viewer(x, x_view), viewer(out, out_view), scan) for x_view, out_view, scan in stage]
+            for stage in stages(operation, x, out, axis, reverse, exclusive, compiled, pieces, stream, segments)]
+    use_compiled = compiled_engine(x.dtype, compiled)
+    # the compiled loops were compiled for arrays as aligned as these (numba's types say whether they are)
+    aligned = x.flags.aligned, out.flags.aligned
+
+    def run(x, out):
+        if use_compiled and (x.flags.aligned, out.flags.aligned) != aligned:
+            cumulative(operation, x, out, axis, reverse, exclusive, compiled, pieces, stream, segments)
+            return
+        for stage in kept:
+            run_in_pieces([functools.partial(scan, x_view(x), out_view(out)) for x_view, out_view, scan in stage],
+                          len(stage) > 1)
+
+    return run
+
+
+def compiled_engine(dtype: np.dtype, compiled: bool | None) -> bool:
+    """Whether the compiled engine scans arrays of dtype, ``compiled`` asking for it or not (None: where it can)."""
+    can_compile = numba is not None and (dtype != np.float16 or HALF_INSTRUCTIONS)
+    return can_compile if compiled is None else compiled and can_compile
+
+
+def stages(operation, x, out, axis, reverse, exclusive, compiled=None, pieces=None, stream=None, segments=None):
+    """``cumulative``'s scan of x into out as stages run one after another, each a list of pieces (view of x, view
+    of out, scan(x view, out view)) run at once."""
+    use_compiled = compiled_engine(x.dtype, compiled)
     if use_compiled and stream is None:
         stream = out.nbytes >= STREAM_BYTES
     accumulation = ACCUMULATION_DTYPE.get(DataType.from_numpy(x.dtype), x.dtype)
-    stages = []  # run one after another, each a list of pieces (view of x, view of out, scan) run at once
+    found = []
     for x3, out3 in views_3d((x, out), axis):
         if use_compiled and (SEGMENTED_LINES if segments is None else segments) and x3.shape[2] == 1 and \
                 x3.shape[0] < CORES and x3.shape[1] >= 2 * SEGMENT and contiguous_lines(x3[:, :, 0], out3[:, :, 0]):
             def scan(x_line, out_line):
                 scan_segmented(operation, x_line, out_line, accumulation, reverse, exclusive)
-            stages += [[(x3[line, :, 0], out3[line, :, 0], scan)] for line in range(x3.shape[0])]
+            found += [[(x3[line, :, 0], out3[line, :, 0], scan)] for line in range(x3.shape[0])]
             continue
         count = pieces
         if count is None:
@@ -106,21 +132,8 @@ def prepare(operation: str, x: np.ndarray, out: np.ndarray, axis: int, reverse: 
             else:
                 stage.append((x3[first:last], out3[first:last], functools.partial(
                     scan_numpy, operation, accumulation=accumulation, reverse=reverse, exclusive=exclusive)))
-        stages.append(stage)
-    stages = [[(viewer(x, x_view), viewer(out, out_view), scan) for x_view, out_view, scan in stage]
-              for stage in stages]
-    # the compiled loops were compiled for arrays as aligned as these (numba's types say whether they are)
-    aligned = x.flags.aligned, out.flags.aligned
-
-    def run(x, out):
-        if use_compiled and (x.flags.aligned, out.flags.aligned) != aligned:
-            prepare(operation, x, out, axis, reverse, exclusive, compiled, pieces, stream, segments)(x, out)
-            return
-        for stage in stages:
-            run_in_pieces([functools.partial(scan, x_view(x), out_view(out)) for x_view, out_view, scan in stage],
-                          len(stage) > 1)
-
-    return run
+        found.append(stage)
+    return found
 
 
 # -- 3-D views ----------------------------------------------------------------------------------------------------
