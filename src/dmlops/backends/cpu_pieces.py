@@ -102,6 +102,8 @@ def run_in_pieces(calls, threads: bool, then=()) -> None:
 def cut(size: int, pieces: int, multiple: int):
     """Up to ``pieces`` ranges (first, last) of about the same length that cover range(size), none empty, their
     bounds multiples of ``multiple`` but the last."""
+    if pieces <= 1:  # (at each small call)
+        return [(0, size)]
     blocks = -(-size // multiple)
     count = max(1, min(blocks, pieces))
     return [(multiple * (blocks * i // count), min(size, multiple * (blocks * (i + 1) // count))) for i in range(count)]
