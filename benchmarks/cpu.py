@@ -20,7 +20,13 @@ it runs with NumPy alone (float32 BLAS products, NumPy's requantization). NumPy'
 is timed on up to 64 rows and reported as a rate. The header gives the processor's model and the flags that decide
 the kernels.
 
-    python benchmarks/cpu.py --rows matmul     # only the quantized matmul (or: scans)
+Small calls, repeated as in a model's loop: a 64-element float32 scan and a 16 × 256 × 64 quantized matmul (B uint8
+with a zero point, per-tensor NumPy-scalar scales) through the array API, against np.cumsum and ONNX Runtime's
+session.run (ONNX Runtime has no QLinearMatMul of int8 A and uint8 B: its row takes uint8 A), in µs a call (the
+median of rounds of CALLS calls each); and the first call in a fresh process, which loads the compiled code (numba's
+import, then its cache), in ms: the median of FIRST_CALL_RUNS processes.
+
+    python benchmarks/cpu.py --rows matmul     # only the quantized matmul (or: scans, small)
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -196,6 +204,83 @@ def matmul_rows(repeats: int):
               flush=True)
 
 
+# -- small calls ---------------------------------------------------------------------------------------------------
+
+CALLS = 2000  # calls a round of a small call
+FIRST_CALL_RUNS = 5
+# Run in a fresh process: milliseconds to import dmlops, then to its first scan and first quantized matmul.
+FIRST_CALL = """
+import time
+start = time.perf_counter()
+import numpy as np
+import dmlops
+imported = time.perf_counter()
+dmlops.cumulative_sum(np.arange(64, dtype=np.float32), 0)
+scanned = time.perf_counter()
+dmlops.quantized_linear_matmul(np.ones((16, 256), np.int8), np.float32(0.02), np.int8(-3), np.ones((256, 64), np.uint8),
+                               np.float32(0.01), np.uint8(128), np.float32(3.0), np.int8(1))
+done = time.perf_counter()
+print(1e3 * (imported - start), 1e3 * (scanned - imported), 1e3 * (done - scanned))
+"""
+
+
+def per_call(run):
+    """run, CALLS times: a round of a small call."""
+    def calls():
+        for _ in range(CALLS):
+            run()
+    return calls
+
+
+def small_rows(repeats: int):
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal(64, dtype=np.float32)
+    scan_session = onnx_session(helper.make_node("CumSum", ["x", "axis"], ["y"]), [("x", np.float32, (64,))],
+                                ("y", np.float32, (64,)), [helper.make_tensor("axis", TensorProto.INT64, [], [0])])
+    m, k, n = 16, 256, 64
+    a_int8 = rng.integers(-128, 128, (m, k), dtype=np.int8)
+    a_uint8 = rng.integers(0, 256, (m, k), dtype=np.uint8)
+    b = rng.integers(0, 256, (k, n), dtype=np.uint8)
+    a_scale, b_scale, b_zero, out_scale = np.float32(0.02), np.float32(0.01), np.uint8(128), np.float32(3.0)
+    matmul_session = onnx_session(
+        helper.make_node("QLinearMatMul", ["a", "a_scale", "a_zero", "b", "b_scale", "b_zero", "y_scale", "y_zero"],
+                         ["y"]),
+        [("a", np.uint8, (m, k)), ("b", np.uint8, (k, n))], ("y", np.uint8, (m, n)),
+        [helper.make_tensor("a_scale", TensorProto.FLOAT, [], [a_scale]),
+         helper.make_tensor("a_zero", TensorProto.UINT8, [], [3]),
+         helper.make_tensor("b_scale", TensorProto.FLOAT, [], [b_scale]),
+         helper.make_tensor("b_zero", TensorProto.UINT8, [], [b_zero]),
+         helper.make_tensor("y_scale", TensorProto.FLOAT, [], [out_scale]),
+         helper.make_tensor("y_zero", TensorProto.UINT8, [], [1])])
+    runs = {
+        "scan dmlops": lambda: dmlops.cumulative_sum(x, 0),
+        "scan NumPy": lambda: np.cumsum(x),
+        "scan ONNX Runtime": lambda: scan_session.run(None, {"x": x}),
+        "matmul dmlops int8 A": lambda: dmlops.quantized_linear_matmul(
+            a_int8, a_scale, np.int8(-3), b, b_scale, b_zero, out_scale, np.int8(1)),
+        "matmul dmlops uint8 A": lambda: dmlops.quantized_linear_matmul(
+            a_uint8, a_scale, np.uint8(3), b, b_scale, b_zero, out_scale, np.uint8(1)),
+        "matmul ONNX Runtime": lambda: matmul_session.run(None, {"a": a_uint8, "b": b}),
+    }
+    expected = matmul_session.run(None, {"a": a_uint8, "b": b})[0]
+    assert np.array_equal(runs["matmul dmlops uint8 A"](), expected)
+    micros = {name: 1e6 * seconds / CALLS
+              for name, seconds in median_times({name: per_call(run) for name, run in runs.items()}, repeats).items()}
+    print(f"| cumulative_sum, 64 float32 | {micros['scan dmlops']:.2f} | {micros['scan NumPy']:.2f} | | "
+          f"{micros['scan ONNX Runtime']:.2f} | {micros['scan dmlops'] / micros['scan ONNX Runtime']:.2f} |")
+    print(f"| quantized_linear_matmul, {m} × {k} × {n}, uint8 B with zero point | "
+          f"{micros['matmul dmlops uint8 A']:.2f} | | {micros['matmul dmlops int8 A']:.2f} | "
+          f"{micros['matmul ONNX Runtime']:.2f} | "
+          f"{micros['matmul dmlops uint8 A'] / micros['matmul ONNX Runtime']:.2f} |")
+    first = [[float(value) for value in subprocess.run([sys.executable, "-c", FIRST_CALL], capture_output=True,
+                                                       text=True, check=True).stdout.split()]
+             for _ in range(FIRST_CALL_RUNS)]
+    import_ms, scan_ms, matmul_ms = np.median(first, axis=0)
+    print(f"\nFirst calls in a fresh process (median of {FIRST_CALL_RUNS}): import dmlops {import_ms:.0f} ms, then "
+          f"the first cumulative_sum {scan_ms:.0f} ms (numba's import and its cache's first load), then the first "
+          f"quantized_linear_matmul {matmul_ms:.0f} ms")
+
+
 def processor() -> str:
     """The processor's model and the flags of KERNEL_FLAGS it has (Linux), else what platform says."""
     try:
@@ -212,7 +297,7 @@ def processor() -> str:
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--rows", choices=["all", "scans", "matmul"], default="all")
+    parser.add_argument("--rows", choices=["all", "scans", "matmul", "small"], default="all")
     arguments = parser.parse_args()
     repeats = arguments.repeats
     kernel = cpu_integer_gemm.KERNEL
@@ -221,14 +306,18 @@ def main():
           f"numba {cpu_scan.numba.__version__ if cpu_scan.numba else 'absent'}; quantized matmul kernel: "
           f"{kernel.name if kernel else 'float32 BLAS'} (runnable: "
           f"{', '.join(k.name for k in cpu_integer_gemm.RUNNABLE) or 'none'}); median of {repeats} rounds")
-    if arguments.rows != "matmul":
+    if arguments.rows in ("all", "small"):
+        print("\n| small call, repeated | dmlops µs | NumPy µs | dmlops, int8 A | ONNX Runtime µs | dmlops / ORT |")
+        print("|---|---|---|---|---|---|")
+        small_rows(repeats)
+    if arguments.rows in ("all", "scans"):
         copy = copy_bandwidth(repeats)
         print(f"\nFloor: copy bandwidth {copy:.2f} GB/s (bytes read + written)\n")
         print("| scan (cumulative sum) | type | variant | dmlops GB/s | dmlops 1 core | dmlops segments | "
               "dmlops cached stores | dmlops NumPy-only | ONNX Runtime | NumPy | dmlops / ORT | dmlops / copy |")
         print("|---|---|---|---|---|---|---|---|---|---|---|---|")
         scan_rows(repeats, copy)
-    if arguments.rows == "scans":
+    if arguments.rows not in ("all", "matmul"):
         return
     print("\n| quantized matmul M × K × N | dmlops GOPS | dmlops 1 core | dmlops NumPy-only | ONNX Runtime | "
           "NumPy int32 matmul | floor: sgemm GFLOP/s | dmlops / ORT | dmlops / sgemm | max |dmlops − ORT| |")

@@ -160,6 +160,50 @@ def test_pieces_on_cores(compiled, shape, axis, pieces):
             assert_cumulative_matches(out, operation, x, axis, reverse, exclusive)
 
 
+def prepared_scan_arrays(rng, layout, dtype, operation):
+    """(x, out, buffer out lies in, mask of out's elements in it) of a layout, with fresh values; out poisoned."""
+    values = functools.partial(random_values, rng, dtype=dtype, operation=operation)
+    if layout == "in place":
+        x = values((5, 140))
+        return x, x, x, np.ones(x.shape, bool)
+    if layout == "misaligned":  # contiguous, a byte into its memory: the compiled loops' types differ
+        x = values((6, 9))
+        moved = np.frombuffer(bytearray(x.nbytes + 1), x.dtype, x.size, offset=1).reshape(x.shape)
+        moved[...] = x
+        x = moved
+    else:
+        x = {"contiguous": lambda: values((6, 9)), "strided": lambda: values((30, 14))[:, ::2],
+             "dimensions left to loop over": lambda: values((3, 2, 4, 5)).transpose(1, 0, 2, 3)}[layout]()
+    buffer = poisoned(x.shape[:-1] + (2 * x.shape[-1] + 1,), dtype)
+    inside = np.zeros(buffer.shape, bool)
+    inside[..., 1::2] = True
+    return x, buffer[..., 1::2], buffer, inside
+
+
+PREPARED_SCANS = {"contiguous": (1, None), "strided": (0, 3), "in place": (1, None),
+                  "dimensions left to loop over": (2, None), "misaligned": (1, None)}  # axis, pieces
+
+
+@pytest.mark.parametrize("compiled", ENGINES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int64], ids=lambda t: np.dtype(t).name)
+@pytest.mark.parametrize("layout", PREPARED_SCANS)
+def test_prepared_scans_run_on_new_arrays_of_the_layout(compiled, dtype, layout):
+    """A scan prepared for arrays of one layout (its views, pieces and compiled loops found once) gives the reference
+    on new arrays of that layout, each with fresh values, writing out's elements only; an array laid out alike but
+    misaligned (whose compiled loops differ) is prepared again."""
+    axis, pieces = PREPARED_SCANS[layout]
+    rng = np.random.default_rng(len(layout))
+    for operation, reverse, exclusive in VARIANTS[::3]:
+        x, out, _, _ = prepared_scan_arrays(rng, "contiguous" if layout == "misaligned" else layout, dtype, operation)
+        run = cpu_scan.prepare(operation, x, out, axis, reverse, exclusive, compiled=compiled, pieces=pieces)
+        for _ in range(3):
+            x, out, buffer, inside = prepared_scan_arrays(rng, layout, dtype, operation)
+            before, x_before = buffer.copy(), x.copy()
+            run(x, out)
+            assert_cumulative_matches(out, operation, x_before, axis, reverse, exclusive)
+            np.testing.assert_array_equal(buffer[~inside], before[~inside])
+
+
 def test_large_tensors_are_cut_into_pieces(monkeypatch):
     """By default a view of PARALLEL_ELEMENTS or more goes to the cores in PIECES_PER_CORE pieces per core."""
     monkeypatch.setattr(cpu_scan, "PARALLEL_ELEMENTS", 50)
@@ -510,6 +554,36 @@ def test_restride_views_the_same_memory_from_the_first_element(make, strides):
         assert base.reshape(-1)[first + strides[0] + 2 * strides[1]] == -1
 
 
+@pytest.mark.parametrize("make", [
+    pytest.param(lambda base: base, id="contiguous"),
+    pytest.param(lambda base: np.frombuffer(base.tobytes(), base.dtype).reshape(base.shape), id="read-only"),
+    pytest.param(lambda base: base[:, 1::2], id="strided"),
+    pytest.param(lambda base: base.T, id="transposed"),
+    pytest.param(lambda base: np.broadcast_to(base[2], (5, 6)), id="broadcast, read-only"),
+])
+@pytest.mark.parametrize("view", [
+    pytest.param(lambda array: array[1:, 1:3], id="offset"),
+    pytest.param(lambda array: array[None, :, :2], id="new axis"),
+    pytest.param(lambda array: array[2:3, ::2].view(np.uint32), id="other type"),
+])
+def test_viewers_make_the_same_view_of_new_arrays(make, view):
+    """A viewer found on one array makes, of another array laid out alike, the view the sample's view is of the
+    sample: the same elements of its memory, writable where it is."""
+    from dmlops.backends.cpu_compiled import viewer
+
+    sample = make(np.arange(48, dtype=np.int32).reshape(8, 6))
+    view_of = viewer(sample, view(sample))
+    base = np.arange(100, 148, dtype=np.int32).reshape(8, 6)
+    array = make(base)
+    made, expected = view_of(array), view(array)
+    assert (made.dtype, made.shape, made.strides) == (expected.dtype, expected.shape, expected.strides)
+    np.testing.assert_array_equal(made, expected)
+    assert made.flags.writeable == array.flags.writeable
+    if made.flags.writeable:
+        made[(0,) * made.ndim] = 7
+        assert expected[(0,) * made.ndim] == 7
+
+
 def quantized_case(rng, a_type, b_type, out_type, k, zero_points, per_element, batch=(1, 1), m=3, n=4):
     """Backend arguments (a, vectors, out) and the reference's output for one random case."""
     def values(dtype, shape):
@@ -635,6 +709,36 @@ def test_calls_through_kept_scratch_give_the_operators_bits(products):
         out = poisoned(expected.shape, types[2])
         cpu_qmatmul.quantized_linear_matmul(*arguments, out, products=products, pieces=3)
         np.testing.assert_array_equal(out, expected)
+
+@pytest.mark.parametrize("compiled", REQUANTIZATIONS)
+@pytest.mark.parametrize("products", PRODUCT_ENGINES)
+@pytest.mark.parametrize("m, k, n", [(16, 256, 64), (7, 37, 5)])  # B read as it lies (VNNI), or packed
+def test_prepared_products_run_on_new_arrays_of_the_layout(compiled, products, m, k, n):
+    """A product prepared for arrays of one layout gives the operator's bits on new arrays of that layout (A strided,
+    B repeated over the batch, out a view of a larger poisoned buffer), each with fresh values, zero points and
+    scales, writing out's elements only."""
+    rng = np.random.default_rng(m)
+
+    def arrays():
+        arguments, expected = quantized_case(rng, np.int8, np.uint8, np.uint8, k, (True, True, False), False,
+                                             batch=(2, 1), m=m, n=n)
+        a, a_scale, zero_a, b, b_scale, zero_b, output_scale, zero_out = arguments
+        a = np.repeat(a, 2, axis=-1)[..., ::2]
+        a[...] = arguments[0]
+        b = np.broadcast_to(b[:1], b.shape)
+        expected = reference.quantized_matmul(a, a_scale[:, None], zero_a[:, None], b, b_scale, zero_b,
+                                              output_scale[:, None], None, np.uint8)
+        buffer = poisoned((2, 1, m, n + 3), np.uint8)
+        return (a, a_scale, zero_a, b, b_scale, zero_b, output_scale, zero_out, buffer[..., 1:n + 1]), expected, buffer
+
+    run = cpu_qmatmul.prepare(*arrays()[0], compiled=compiled, products=products)
+    for _ in range(3):
+        arguments, expected, buffer = arrays()
+        before = buffer.copy()
+        run(*arguments)
+        np.testing.assert_array_equal(arguments[-1], expected)
+        np.testing.assert_array_equal(buffer[..., [0, -2, -1]], before[..., [0, -2, -1]])
+
 
 @pytest.mark.parametrize("out_type", QMM_TYPES, ids=lambda t: np.dtype(t).name)
 def test_ties_round_half_to_even(out_type):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 
@@ -10,6 +11,7 @@ from ..ops.cumulative import CumulativeOperation
 from ..ops.quantized_matmul import SCALE_FIELDS, check_scale
 from ..types import DataType, ValidationError
 from . import cpu_qmatmul, cpu_recurrence, cpu_scan
+from .cpu_compiled import viewer
 
 # -- memory and views -------------------------------------------------------------------------------------------
 
@@ -75,10 +77,8 @@ def cumulative(operation: CumulativeOperation, x: np.ndarray, out: np.ndarray, a
 
 
 def prepare_cumulative(operation: CumulativeOperation, x, out, axis: int, reverse: bool, exclusive: bool):
-    """Run, and return run(x, out) for arrays of the same layouts."""
-    def run(x, out):
-        cpu_scan.cumulative(operation.value, x, out, axis, reverse, exclusive)
-
+    """Run, and return run(x, out) for arrays of the same layouts (what depends only on them decided once)."""
+    run = cpu_scan.prepare(operation.value, x, out, axis, reverse, exclusive)
     run(x, out)
     return run
 
@@ -92,20 +92,53 @@ def linear_recurrence(a: np.ndarray, b: np.ndarray, scale: np.ndarray, out: np.n
 def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point,
                             out) -> None:
     """a {B, C, M, K}, b {B, C, K, N}, out {B, C, M, N}; scales and zero points are vectors of M or N."""
+    arrays = (a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point, out)
+    check_scales(a_scale, b_scale, output_scale)
+    cpu_qmatmul.prepare(*arrays)(*arrays)
+
+
+def check_scales(a_scale, b_scale, output_scale) -> None:
     for field, values in zip(SCALE_FIELDS, (a_scale, b_scale, output_scale)):
+        if values.strides[0] == 0:  # one value (per tensor): checked as a number, in a tenth of the time
+            value = float(values[0])
+            if value != 0 and math.isfinite(value):
+                continue
         check_scale(field, values)
-    cpu_qmatmul.quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale,
-                                        output_zero_point, out)
 
 
 def prepare_quantized_linear_matmul(views: dict, kernel_tensors):
     """Run on views (by field, in binding order), and return run(views) for views of the same layouts; the kernel
-    takes ``kernel_tensors(views)``."""
+    takes ``kernel_tensors(views)``, which are made the way found for these views."""
+    tensors = kernel_tensors(views)
+    kernel_views = [(field, None if tensor is None else KernelView(tensor.shape, element_strides(tensor)))
+                    for field, tensor in tensors.items()]
+    run_kernel = cpu_qmatmul.prepare(*tensors.values())
+
     def run(views):
-        quantized_linear_matmul(*kernel_tensors(views).values())
+        arrays = [None if view is None else view(views[field]) for field, view in kernel_views]
+        check_scales(arrays[1], arrays[4], arrays[6])  # a_scale, b_scale, output_scale
+        run_kernel(*arrays)
 
     run(views)
     return run
+
+
+class KernelView:
+    """restride(array, sizes, strides) for the arrays bound to one field, made the cheapest way found for the layout
+    of the last one (views of the same first element: the array API binds the caller's arrays, whose layouts
+    repeat)."""
+
+    def __init__(self, sizes, strides):
+        self.sizes, self.strides = sizes, strides
+        self.last = None, None, None  # the last bound array's sizes and byte strides, and its viewer: one tuple,
+        # replaced at once, so that calls on other threads see the three of one layout
+
+    def __call__(self, array: np.ndarray) -> np.ndarray:
+        shape, strides, view = self.last
+        if array.shape != shape or array.strides != strides:
+            view = viewer(array, restride(array, self.sizes, self.strides))
+            self.last = array.shape, array.strides, view
+        return view(array)
 
 
 # -- arrays of the array API -----------------------------------------------------------------------------------

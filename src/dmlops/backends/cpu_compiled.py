@@ -1,5 +1,5 @@
-"""What the CPU backend's compiled loops share (numba installed): the processor they are compiled for, and calls
-that skip numba's dispatcher."""
+"""What the CPU backend's compiled loops share (numba installed): the processor they are compiled for, calls that
+skip numba's dispatcher, and the views that kept runs make of each call's arrays."""
 
 from __future__ import annotations
 
@@ -27,12 +27,35 @@ ENTRY_POINTS: dict = {}
 
 def call(kernel, *args):
     """kernel(*args) through the entry point compiled for the arguments' numba types, strings as literals."""
+    return entry_point(kernel, *args)(*args)
+
+
+def entry_point(kernel, *args):
+    """The kernel compiled for the arguments' numba types (strings as literals): a function that takes arguments of
+    those types only, and does not check them (a kept run resolves it once for the layouts it was made for)."""
     key = (kernel, *map(argument_key, args))
     entry = ENTRY_POINTS.get(key)
     if entry is None:
         entry = ENTRY_POINTS[key] = kernel.compile(tuple(numba.types.literal(arg) if isinstance(arg, str)
                                                          else numba.typeof(arg) for arg in args))
-    return entry(*args)
+    return entry
+
+
+class KeptCalls:
+    """call(kernel, *args) as ``call`` makes it, through the entry point found at the kernel's first call and kept,
+    for the calls of one kept run: from one run to the next, and within one, each kernel takes arguments of the
+    same types (arrays of the same dtypes, ranks, layouts and alignment), which are not looked at again. Pieces of
+    work are then given as whole arrays and ranges: a slice of one row is contiguous where a slice of two may not
+    be, and a loop compiled for contiguous arrays would read the other wrongly."""
+
+    def __init__(self):
+        self.entries = {}
+
+    def __call__(self, kernel, *args):
+        entry = self.entries.get(kernel)
+        if entry is None:
+            entry = self.entries[kernel] = entry_point(kernel, *args)
+        return entry(*args)
 
 
 def argument_key(arg):
@@ -42,3 +65,35 @@ def argument_key(arg):
         flags = arg.flags
         return arg.dtype, arg.ndim, flags.c_contiguous, flags.f_contiguous, flags.writeable, flags.aligned
     return type(arg) if isinstance(arg, np.generic | bool | int) else arg
+
+
+def viewer(sample: np.ndarray, view: np.ndarray):
+    """A function that makes, of any array laid out as ``sample`` (dtype, shape, strides, contiguity), the view
+    that ``view`` is of sample: the same dtype, shape, strides and offset from the first element. The cheapest way
+    that gives them is found once: a reshape, a view of a contiguous array's buffer, else through the strides."""
+    offset = view.__array_interface__["data"][0] - sample.__array_interface__["data"][0]
+    dtype, shape, strides = view.dtype, view.shape, view.strides
+    if offset == 0 and dtype == sample.dtype:
+        try:
+            reshaped = sample.reshape(shape, copy=False)
+        except ValueError:  # not a view: it would copy
+            reshaped = None
+        if reshaped is not None and reshaped.strides == strides:
+            return lambda array: array.reshape(shape)
+    if sample.flags.c_contiguous:  # its buffer is its memory from the first element on (checked against it)
+        return lambda array: np.ndarray(shape, dtype, buffer=array, offset=offset, strides=strides)
+
+    def strided(array):
+        interface = array.__array_interface__
+        address, read_only = interface["data"]
+        interface = {"version": 3, "data": (address + offset, read_only), "shape": shape, "strides": strides,
+                     "typestr": dtype.str}
+        return np.asarray(Memory(interface, array))
+    return strided
+
+
+class Memory:
+    """What NumPy reads an array from (its array interface), holding the array whose memory that is."""
+
+    def __init__(self, interface: dict, base):
+        self.__array_interface__, self.base = interface, base

@@ -168,17 +168,20 @@ def scratch_layouts(kernel: Kernel, m: int, k: int, n: int):
     return layouts
 
 
-def integer_product(kernel: Kernel, a, a_zero_point, b, b_zero_point, buffers, pieces: int = 1, finish=None):
+def integer_product(kernel: Kernel, a, a_zero_point, b, b_zero_point, buffers, pieces: int = 1, finish=None,
+                    calls=call):
     """Σ_k (a − za)(b − zb) for a {M, K} and b {K, N}, the zero points vectors of M and N or None (0): int32 {M, N}
     (a view of the sums buffer) where K ≤ INT32_CHUNK, else float64 {M, N}, the chunks' sums added exactly.
 
     ``buffers`` are scratch arrays of ``scratch_layouts`` (for min(K, INT32_CHUNK) or more). B is packed on the
     cores, then the rows are cut into ``pieces`` that each pack their rows of A, make their sums and, where given,
     call ``finish(result, rows)`` (a slice) while those sums are in cache. Threads take the pieces in turn (the
-    compiled loops release the GIL)."""
+    compiled loops release the GIL); ``calls`` calls the compiled loops (``cpu_compiled.call``, or a run's
+    ``KeptCalls``)."""
     if a.shape[1] > INT32_CHUNK:
         total = np.zeros((a.shape[0], b.shape[1]))
         for start in range(0, a.shape[1], INT32_CHUNK):
+            # (the chunks may be of other types than one another: not ``calls``)
             total += integer_product(kernel, a[:, start:start + INT32_CHUNK], a_zero_point,
                                      b[start:start + INT32_CHUNK], b_zero_point, buffers, pieces)
         if finish is not None:
@@ -189,7 +192,7 @@ def integer_product(kernel: Kernel, a, a_zero_point, b, b_zero_point, buffers, p
     a_packed, b_packed, sums = buffers[:3]
     result = sums[:m, :n]
     if kernel.direct and m <= DIRECT_ROWS and k % 4 == 0 and n % 64 == 0 and b.strides[1] == 1:
-        direct_product(kernel, a, a_zero_point, b, b_zero_point, buffers, pieces)
+        direct_product(kernel, a, a_zero_point, b, b_zero_point, buffers, pieces, calls)
         if finish is not None:
             finish(result, slice(0, m))
         return result
@@ -198,35 +201,34 @@ def integer_product(kernel: Kernel, a, a_zero_point, b, b_zero_point, buffers, p
     if kernel.bytes:
         row_sums, column_terms = buffers[3:]
         a_centre, b_centre = (128 if a.dtype == np.int8 else 0), (128 if b.dtype == np.uint8 else 0)
-        alpha = np.full(m, a_centre, np.int32) if a_zero_point is None else a_centre + a_zero_point.astype(np.int32)
+        alpha, beta = shifts(a_centre, a_zero_point, m, b_centre, b_zero_point, n)
         zb = np.zeros(n, np.int32) if b_zero_point is None else b_zero_point.astype(np.int32)
-        beta = b_centre - zb
         a_bits = a.view(np.uint8)  # the moves into range are xors of the bits
 
         def pack_a(first, last):
-            call(pack_rows_bytes, a_bits, np.uint8(a_centre), a_packed, row_sums, first, last)
+            calls(pack_rows_bytes, a_bits, np.uint8(a_centre), a_packed, row_sums, first, last)
 
         def pack_b(first, last):
-            call(pack_columns_bytes, b, np.uint8(b_centre), zb, b_groups, column_terms, first, last)
+            calls(pack_columns_bytes, b, np.uint8(b_centre), zb, b_groups, column_terms, first, last)
 
         def correct(first, last):
-            call(correct_rows, sums, row_sums, alpha, beta, column_terms, first, last)
+            calls(correct_rows, sums, row_sums, alpha, beta, column_terms, first, last)
     else:
         za = np.zeros(m, a.dtype) if a_zero_point is None else a_zero_point
         zb = np.zeros(n, b.dtype) if b_zero_point is None else b_zero_point
 
         def pack_a(first, last):
-            call(pack_rows, a, za, a_packed, first, last)
+            calls(pack_rows, a, za, a_packed, first, last)
 
         def pack_b(first, last):
-            call(pack_columns, b, zb, b_groups, first, last)
+            calls(pack_columns, b, zb, b_groups, first, last)
 
         correct = None
 
     def rows_piece(first, last):
         pack_a(first, last)
-        call(multiply_rows, kernel.name, a_packed, b_packed, sums, first, last, length, kernel.rows, kernel.k_block,
-             kernel.group, kernel.panel_blocks)
+        calls(multiply_rows, kernel.name, a_packed, b_packed, sums, first, last, length, kernel.rows, kernel.k_block,
+              kernel.group, kernel.panel_blocks)
         rows = slice(first, min(last, m))  # every piece holds rows of a: there is less than a piece of padding
         if correct is not None:
             correct(rows.start, rows.stop)
@@ -244,24 +246,33 @@ def integer_product(kernel: Kernel, a, a_zero_point, b, b_zero_point, buffers, p
     return result
 
 
-def direct_product(kernel: Kernel, a, a_zero_point, b, b_zero_point, buffers, pieces: int) -> None:
+def direct_product(kernel: Kernel, a, a_zero_point, b, b_zero_point, buffers, pieces: int, calls=call) -> None:
     """integer_product's sums for a byte kernel that reads B as it lies (rows contiguous, K a multiple of 4, N of 64):
     A packed here, then the column blocks of 64 on the cores, each block's sums and column sums of B' made at once."""
     m, k = a.shape
     n = b.shape[1]
     a_packed, _, sums, row_sums, column_terms = buffers
     a_centre, b_centre = (128 if a.dtype == np.int8 else 0), (128 if b.dtype == np.uint8 else 0)
-    call(pack_rows_bytes, a.view(np.uint8), np.uint8(a_centre), a_packed, row_sums, 0, m)
+    calls(pack_rows_bytes, a.view(np.uint8), np.uint8(a_centre), a_packed, row_sums, 0, m)
     b_bits = b.view(np.uint8)
     blocks = n // 64
     count = max(1, min(blocks, PIECES_PER_CORE * CORES if k * n >= PARALLEL_PACKING else pieces))
-    run_in_pieces([functools.partial(call, multiply_direct, kernel.name, a_packed, b_bits, np.uint8(b_centre), sums,
+    run_in_pieces([functools.partial(calls, multiply_direct, kernel.name, a_packed, b_bits, np.uint8(b_centre), sums,
                                      column_terms, m, first, last, k // 4) for first, last in cut(blocks, count, 1)],
                   count > 1)
-    alpha = np.full(m, a_centre, np.int32) if a_zero_point is None else a_centre + a_zero_point.astype(np.int32)
-    beta = b_centre - (np.zeros(n, np.int32) if b_zero_point is None else b_zero_point.astype(np.int32))
-    column_terms[:n] += k * beta
-    call(correct_rows, sums, row_sums, alpha, beta, column_terms, 0, m)
+    alpha, beta = shifts(a_centre, a_zero_point, m, b_centre, b_zero_point, n)
+    column_terms[:n] += np.multiply(beta, np.int32(k))
+    calls(correct_rows, sums, row_sums, alpha, beta, column_terms, 0, m)
+
+
+def shifts(a_centre: int, a_zero_point, m: int, b_centre: int, b_zero_point, n: int):
+    """(α, β) of the byte kernels, int32 vectors: α = ca + za (per row of A), β = cb − zb (per column of B). (By
+    ufuncs with NumPy scalars: an operator with a Python int takes a microsecond more, each.)"""
+    alpha = np.full(m, a_centre, np.int32) if a_zero_point is None else \
+        np.add(a_zero_point, np.int32(a_centre), dtype=np.int32)
+    beta = np.full(n, b_centre, np.int32) if b_zero_point is None else \
+        np.subtract(np.int32(b_centre), b_zero_point, dtype=np.int32)
+    return alpha, beta
 
 
 if numba is not None:

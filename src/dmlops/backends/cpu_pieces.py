@@ -50,6 +50,10 @@ def run_in_pieces(calls, threads: bool, then=()) -> None:
     thread and, where ``threads``, by the pool's threads at the same time; errors are raised here. This thread takes
     part, so that no call waits for a thread to wake up where it could start at once (on a busy machine the pool's
     threads may wait a while for a core)."""
+    if not threads:  # one after another here: nothing to hand out
+        for call in (*calls, *then):
+            call()
+        return
     pending = queue.SimpleQueue()
     for call in calls:
         pending.put((False, call))
@@ -80,12 +84,12 @@ def run_in_pieces(calls, threads: bool, then=()) -> None:
         HELPER_IDS.add(threading.get_native_id())
         take()
 
-    allowed = os.sched_getaffinity(0) if threads and CURRENT_CORE is not None else set()
+    allowed = os.sched_getaffinity(0) if CURRENT_CORE is not None else set()
     others = allowed - {CURRENT_CORE()} if allowed else set()
     if others:  # see the note at CURRENT_CORE
         for helper in HELPER_IDS:
             os.sched_setaffinity(helper, others)
-    helpers = [PIECE_THREADS.submit(take_as_helper) for _ in range(HELPERS)] if threads else []
+    helpers = [PIECE_THREADS.submit(take_as_helper) for _ in range(HELPERS)]
     try:
         take()
     finally:
@@ -98,6 +102,8 @@ def run_in_pieces(calls, threads: bool, then=()) -> None:
 def cut(size: int, pieces: int, multiple: int):
     """Up to ``pieces`` ranges (first, last) of about the same length that cover range(size), none empty, their
     bounds multiples of ``multiple`` but the last."""
+    if pieces <= 1:  # (at each small call)
+        return [(0, size)]
     blocks = -(-size // multiple)
     count = max(1, min(blocks, pieces))
     return [(multiple * (blocks * i // count), min(size, multiple * (blocks * (i + 1) // count))) for i in range(count)]

@@ -32,6 +32,7 @@ import numpy as np
 from ..ops.quantized_matmul import OUTPUT_RANGE, requantize
 from ..types import DataType
 from . import cpu_integer_gemm
+from .cpu_compiled import KeptCalls, call
 from .cpu_pieces import CORES, PIECES_PER_CORE, cut, run_in_pieces
 
 try:
@@ -64,6 +65,16 @@ def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, 
     ``pieces``, into how many pieces of rows the integer GEMM and the compiled requantization are cut for the cores
     (None: by their size).
     """
+    arrays = (a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point, out)
+    prepare(*arrays, compiled=compiled, products=products, pieces=pieces)(*arrays)
+
+
+def prepare(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point, out,
+            compiled: bool | None = None, products: str | None = None, pieces: int | None = None):
+    """run(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point, out):
+    ``quantized_linear_matmul`` with these options, for arrays laid out as these are (dtypes, shapes, strides, the
+    same ones None). What depends on nothing else is decided here, once: the products' kernel, the pieces, the
+    scratch memory's layout and the compiled loops' entry points (``KeptCalls``)."""
     m, k = a.shape[2:]
     n = b.shape[3]
 
@@ -73,26 +84,41 @@ def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, 
         return PIECES_PER_CORE * CORES if CORES > 1 and work >= parallel_work else 1
 
     compiled = numba is not None if compiled is None else compiled
-    zero_point = np.zeros(m, out.dtype) if output_zero_point is None else output_zero_point
+    zero = np.zeros(m, out.dtype)  # the output zero point where there is none
+    batches = list(np.ndindex(*out.shape[:2]))
     kernel = cpu_integer_gemm.KERNEL if products is None else cpu_integer_gemm.kernel_named(products)
     if kernel is not None:
+        calls = KeptCalls()
         # the packed operands and the int32 sums, written afresh for each matrix of the batch; each piece of rows is
         # requantized as soon as its sums are made, while they are in cache
-        buffers = scratch(cpu_integer_gemm.scratch_layouts(kernel, m, min(k, cpu_integer_gemm.INT32_CHUNK), n))
-        for index in np.ndindex(*out.shape[:2]):
-            requantize_slice = rows_requantization(compiled, [], a_scale, b_scale, output_scale, zero_point,
-                                                   out[index])
-            cpu_integer_gemm.integer_product(kernel, a[index], a_zero_point, b[index], b_zero_point, buffers,
-                                             pieces_for(m * n * k, PARALLEL_MULTIPLY_ADDS), requantize_slice)
-        return
-    requantize_sums = functools.partial(requantize_compiled, pieces=pieces_for(m * n, PARALLEL_OUTPUTS)) \
-        if compiled else requantize_numpy
-    # ã, b̃, the GEMM's result and, where K takes more than one GEMM, the float64 sum of their results
-    sums = (m, n) if exact_chunk(a, b) < k else (0, 0)
-    buffers = scratch([((m, k), np.float32), ((k, n), np.float32), ((m, n), np.float32), (sums, np.float64)])
-    for index in np.ndindex(*out.shape[:2]):
-        product, corrections = integer_product(a[index], a_zero_point, b[index], b_zero_point, buffers)
-        requantize_sums(product, corrections, a_scale, b_scale, output_scale, zero_point, out[index])
+        layouts = cpu_integer_gemm.scratch_layouts(kernel, m, min(k, cpu_integer_gemm.INT32_CHUNK), n)
+        product_pieces = pieces_for(m * n * k, PARALLEL_MULTIPLY_ADDS)
+
+        def run(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point, out):
+            buffers = scratch(layouts)
+            zero_point = zero if output_zero_point is None else output_zero_point
+            for index in batches:
+                requantize_slice = rows_requantization(compiled, [], a_scale, b_scale, output_scale, zero_point,
+                                                       out[index], calls)
+                cpu_integer_gemm.integer_product(kernel, a[index], a_zero_point, b[index], b_zero_point, buffers,
+                                                 product_pieces, requantize_slice, calls)
+        return run
+    requantize_pieces = pieces_for(m * n, PARALLEL_OUTPUTS)
+
+    def run_float32(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point, out):
+        zero_point = zero if output_zero_point is None else output_zero_point
+        # ã, b̃, the GEMM's result and, where K takes more than one GEMM, the float64 sum of their results
+        sums = (m, n) if exact_chunk(a, b) < k else (0, 0)
+        buffers = scratch([((m, k), np.float32), ((k, n), np.float32), ((m, n), np.float32), (sums, np.float64)])
+        for index in batches:
+            product, corrections = integer_product(a[index], a_zero_point, b[index], b_zero_point, buffers)
+            if compiled:
+                # (its sums are float32 or float64 by the values: no KeptCalls)
+                requantize_compiled(product, corrections, a_scale, b_scale, output_scale, zero_point, out[index],
+                                    requantize_pieces)
+            else:
+                requantize_numpy(product, corrections, a_scale, b_scale, output_scale, zero_point, out[index])
+    return run_float32
 
 
 def integer_product(a, a_zero_point, b, b_zero_point, buffers=(None, None, None, None)):
@@ -128,7 +154,8 @@ def scratch(layouts):
     """in_one_block(layouts), or the same arrays again where this thread's last call asked for the same layouts and
     they hold at most KEPT_SCRATCH_BYTES: allocating a 512³ call's 2 MiB takes 20–30 µs after a pause, 2 % of the
     call. The calls write every element they read (padding included) before reading it."""
-    if getattr(KEPT_SCRATCH, "layouts", None) == layouts:
+    kept = getattr(KEPT_SCRATCH, "layouts", None)
+    if kept is layouts or kept == layouts:  # (a kept run asks with the same list each time)
         return KEPT_SCRATCH.arrays
     arrays = in_one_block(layouts)
     if sum(array.nbytes for array in arrays) <= KEPT_SCRATCH_BYTES:
@@ -191,23 +218,24 @@ def requantize_numpy(product, corrections, a_scale, b_scale, output_scale, zero_
                                 zero_point[block, None], output_type)
 
 
-def requantize_compiled(product, corrections, a_scale, b_scale, output_scale, zero_point, out, pieces=1) -> None:
+def requantize_compiled(product, corrections, a_scale, b_scale, output_scale, zero_point, out, pieces=1,
+                        calls=call) -> None:
     """The same bits as requantize_numpy, in one compiled pass over the product; its rows cut into ``pieces`` for
-    the cores."""
-    requantize_slice = rows_requantization(True, corrections, a_scale, b_scale, output_scale, zero_point, out)
+    the cores. ``calls`` calls the compiled loop (``cpu_compiled.call``, or a run's ``KeptCalls``)."""
+    requantize_slice = rows_requantization(True, corrections, a_scale, b_scale, output_scale, zero_point, out, calls)
     run_in_pieces([functools.partial(requantize_slice, product, slice(*rows))
                                   for rows in cut(out.shape[0], pieces, 1)], pieces > 1)
 
 
-def rows_requantization(compiled, corrections, a_scale, b_scale, output_scale, zero_point, out):
+def rows_requantization(compiled, corrections, a_scale, b_scale, output_scale, zero_point, out, calls=call):
     """requantize_slice(product, rows): out[rows] = the requantization of product[rows] + the corrections' rows,
-    compiled (the vectors it reads prepared once for every slice) or by NumPy."""
+    compiled (the vectors it reads prepared once for every slice; ``calls`` calls the loop) or by NumPy."""
     if not compiled:
         def requantize_slice(product, rows):
             requantize_numpy(product[rows], [(row_term[rows], column_term) for row_term, column_term in corrections],
                              a_scale[rows], b_scale, output_scale[rows], zero_point[rows], out[rows])
         return requantize_slice
-    low, high = (float(bound) for bound in OUTPUT_RANGE[DataType.from_numpy(out.dtype)])
+    low, high = output_bounds(out.dtype)
     row_terms, column_terms = np.zeros((out.shape[0], 2)), np.zeros((2, out.shape[1]))
     for i, (row_term, column_term) in enumerate(corrections):
         row_terms[:, i], column_terms[i] = row_term, column_term
@@ -215,24 +243,31 @@ def rows_requantization(compiled, corrections, a_scale, b_scale, output_scale, z
     a_scale, b_scale, output_scale = (np.ascontiguousarray(v, np.float32) for v in (a_scale, b_scale, output_scale))
     zero_point = np.ascontiguousarray(zero_point, np.float64)
 
-    def requantize_slice(product, rows):
-        requantize_rows(product[rows], row_terms[rows], column_terms, a_scale[rows], b_scale, output_scale[rows],
-                        zero_point[rows], low, high, out[rows])
+    def requantize_slice(product, rows):  # whole arrays and a range: a slice of one row would be of another type
+        calls(requantize_rows, product, row_terms, column_terms, a_scale, b_scale, output_scale, zero_point, low,
+              high, out, rows.start, rows.stop)
     return requantize_slice
+
+
+@functools.cache
+def output_bounds(dtype: np.dtype) -> tuple[float, float]:
+    """The range of an output type, as floats (kept by dtype: finding it took 2 µs, a tenth of a small product)."""
+    low, high = OUTPUT_RANGE[DataType.from_numpy(dtype)]
+    return float(low), float(high)
 
 
 if numba is not None:
     @numba.njit(nogil=True, cache=True)
     def requantize_rows(product, row_terms, column_terms, a_scale, b_scale, output_scale, zero_point, low, high,
-                        out):
-        """requantize() of product + row_terms @ column_terms ({M, 2} @ {2, N}) element by element, in its order
-        of operations: the multiplier (sa·sb)/so in float64, recomputed only where the row's scales change; rint
-        rounds half to even."""
-        rows, columns = out.shape
+                        out, first, last):
+        """out[first:last] = requantize() of product + row_terms @ column_terms ({M, 2} @ {2, N}) there, element by
+        element, in its order of operations: the multiplier (sa·sb)/so in float64, recomputed only where the row's
+        scales change; rint rounds half to even."""
+        columns = out.shape[1]
         multiplier = np.empty(columns)
         sums = np.empty(columns)
-        for m in range(rows):
-            if m == 0 or a_scale[m] != a_scale[m - 1] or output_scale[m] != output_scale[m - 1]:
+        for m in range(first, last):
+            if m == first or a_scale[m] != a_scale[m - 1] or output_scale[m] != output_scale[m - 1]:
                 sa, so = np.float64(a_scale[m]), np.float64(output_scale[m])
                 for j in range(columns):
                     multiplier[j] = (sa * np.float64(b_scale[j])) / so

@@ -31,7 +31,7 @@ import numpy as np
 
 from ..ops.cumulative import ACCUMULATION_DTYPE
 from ..types import DataType
-from .cpu_compiled import call, target_features
+from .cpu_compiled import call, entry_point, target_features, viewer
 from .cpu_pieces import CORES, PIECES_PER_CORE, cut, run_in_pieces
 
 try:
@@ -72,26 +72,68 @@ def cumulative(operation: str, x: np.ndarray, out: np.ndarray, axis: int, revers
     out has STREAM_BYTES or more); ``segments``, whether the compiled engine scans a long line alone (or one of
     fewer lines than cores) in segments on all cores (None: SEGMENTED_LINES).
     """
-    can_compile = numba is not None and (x.dtype != np.float16 or HALF_INSTRUCTIONS)
-    if can_compile if compiled is None else compiled and can_compile:
-        if stream is None:
-            stream = out.nbytes >= STREAM_BYTES
-        scan = functools.partial(scan_compiled, stream=stream and streams(x.dtype))
-    else:
-        scan = scan_numpy
+    for stage in stages(operation, x, out, axis, reverse, exclusive, compiled, pieces, stream, segments):
+        run_in_pieces([functools.partial(scan, x_view, out_view) for x_view, out_view, scan in stage], len(stage) > 1)
+
+
+def prepare(operation: str, x: np.ndarray, out: np.ndarray, axis: int, reverse: bool, exclusive: bool,
+            compiled: bool | None = None, pieces: int | None = None, stream: bool | None = None,
+            segments: bool | None = None):
+    """run(x, out): ``cumulative`` with these options, for arrays laid out as x and out are (dtypes, shapes,
+    strides; out may be x or not). What depends on nothing else is decided here, once: the engine, the 3-D views,
+    their pieces and the compiled loops' entry points; a run makes its arrays' views and calls the loops (a
+    64-element scan: under a microsecond of Python a view, where finding all that again took about 30 µs)."""
+    kept = [[(viewer(x, x_view), viewer(out, out_view), scan) for x_view, out_view, scan in stage]
+            for stage in stages(operation, x, out, axis, reverse, exclusive, compiled, pieces, stream, segments)]
+    use_compiled = compiled_engine(x.dtype, compiled)
+    # the compiled loops were compiled for arrays as aligned as these (numba's types say whether they are)
+    aligned = x.flags.aligned, out.flags.aligned
+
+    def run(x, out):
+        if use_compiled and (x.flags.aligned, out.flags.aligned) != aligned:
+            cumulative(operation, x, out, axis, reverse, exclusive, compiled, pieces, stream, segments)
+            return
+        for stage in kept:
+            run_in_pieces([functools.partial(scan, x_view(x), out_view(out)) for x_view, out_view, scan in stage],
+                          len(stage) > 1)
+
+    return run
+
+
+def compiled_engine(dtype: np.dtype, compiled: bool | None) -> bool:
+    """Whether the compiled engine scans arrays of dtype, ``compiled`` asking for it or not (None: where it can)."""
+    can_compile = numba is not None and (dtype != np.float16 or HALF_INSTRUCTIONS)
+    return can_compile if compiled is None else compiled and can_compile
+
+
+def stages(operation, x, out, axis, reverse, exclusive, compiled=None, pieces=None, stream=None, segments=None):
+    """``cumulative``'s scan of x into out as stages run one after another, each a list of pieces (view of x, view
+    of out, scan(x view, out view)) run at once."""
+    use_compiled = compiled_engine(x.dtype, compiled)
+    if use_compiled and stream is None:
+        stream = out.nbytes >= STREAM_BYTES
     accumulation = ACCUMULATION_DTYPE.get(DataType.from_numpy(x.dtype), x.dtype)
+    found = []
     for x3, out3 in views_3d((x, out), axis):
-        if scan is not scan_numpy and (SEGMENTED_LINES if segments is None else segments) and x3.shape[2] == 1 and \
+        if use_compiled and (SEGMENTED_LINES if segments is None else segments) and x3.shape[2] == 1 and \
                 x3.shape[0] < CORES and x3.shape[1] >= 2 * SEGMENT and contiguous_lines(x3[:, :, 0], out3[:, :, 0]):
-            for line in range(x3.shape[0]):
-                scan_segmented(operation, x3[line, :, 0], out3[line, :, 0], accumulation, reverse, exclusive)
+            def scan(x_line, out_line):
+                scan_segmented(operation, x_line, out_line, accumulation, reverse, exclusive)
+            found += [[(x3[line, :, 0], out3[line, :, 0], scan)] for line in range(x3.shape[0])]
             continue
         count = pieces
         if count is None:
             count = PIECES_PER_CORE * CORES if CORES > 1 and x3.size >= PARALLEL_ELEMENTS else 1
-        calls = [functools.partial(scan, operation, x3[first:last], out3[first:last], accumulation, reverse, exclusive)
-                 for first, last in cut(x3.shape[0], count, 1)]
-        run_in_pieces(calls, len(calls) > 1)
+        stage = []
+        for first, last in cut(x3.shape[0], count, 1):
+            if use_compiled:
+                stage.append(compiled_scan(operation, x3[first:last], out3[first:last], accumulation, reverse,
+                                           exclusive, stream and streams(x.dtype)))
+            else:
+                stage.append((x3[first:last], out3[first:last], functools.partial(
+                    scan_numpy, operation, accumulation=accumulation, reverse=reverse, exclusive=exclusive)))
+        found.append(stage)
+    return found
 
 
 # -- 3-D views ----------------------------------------------------------------------------------------------------
@@ -629,31 +671,42 @@ def contiguous_lines(x2, out2) -> bool:
     return x2.strides[1] == x2.itemsize and out2.strides[1] == out2.itemsize
 
 
-def scan_compiled(operation, x3, out3, accumulation, reverse, exclusive, stream=False) -> None:
-    """Scan (P, L, Q) views in one compiled pass; x3 may be out3 (in place). ``stream``: streaming stores pay
-    and can write x3's type (``streams``); the rows take them where both x3's and out3's are contiguous."""
+def compiled_scan(operation, x3, out3, accumulation, reverse, exclusive, stream=False):
+    """(view of x3, view of out3, scan(x view, out view)): the compiled loop that scans (P, L, Q) views such as x3
+    and out3 in one pass, and the views of them it takes; x3 may be out3 (in place). ``stream``: streaming stores
+    pay and can write x3's type (``streams``); the rows take them where both x3's and out3's are contiguous."""
     identity = accumulation.type(IDENTITIES[operation])
     width = x3.shape[2]
     if stream and width > 1 and out3.flags.aligned and x3.strides[2] == out3.strides[2] == x3.itemsize:
-        call(scan_rows_streamed, x3, out3, operation, identity, reverse, exclusive,
-             vector_aligned(width, accumulation, out3.ctypes.data))
-        return
+        def scan_streamed(x3, out3):  # its running row as aligned as each call's out
+            call(scan_rows_streamed, x3, out3, operation, identity, reverse, exclusive,
+                 vector_aligned(width, accumulation, out3.ctypes.data))
+        return x3, out3, scan_streamed
     element = "value"
     if x3.dtype == np.float16:  # numba has no float16: the loops read and write its bits
         x3, out3, element = x3.view(np.uint16), out3.view(np.uint16), "half"
-    if width == 1 and contiguous_lines(x3[:, :, 0], out3[:, :, 0]) and x3.shape[1] >= VECTOR_LINE:
-        call(scan_lines_vectors, x3[:, :, 0], out3[:, :, 0], operation, element, identity,
-             neutral_of(operation, accumulation), reverse, exclusive, VECTOR_BYTES // accumulation.itemsize)
-    elif width == 1 and element == "half" and x3[:, :, 0].flags.c_contiguous and out3[:, :, 0].flags.c_contiguous:
+    x2, out2 = x3[:, :, 0], out3[:, :, 0]  # 2-D where Q = 1, so that contiguous lines compile as such
+    if width == 1 and contiguous_lines(x2, out2) and x3.shape[1] >= VECTOR_LINE:
+        return x2, out2, kept_call(scan_lines_vectors, x2, out2, operation, element, identity,
+                                   neutral_of(operation, accumulation), reverse, exclusive,
+                                   VECTOR_BYTES // accumulation.itemsize)
+    if width == 1 and element == "half" and x2.flags.c_contiguous and out2.flags.c_contiguous:
         lines = max(1, HALF_BLOCK // x3.shape[1])
-        call(scan_half_lines, x3[:, :, 0], out3[:, :, 0], operation, identity, reverse, exclusive,
-             np.empty((lines, x3.shape[1]), np.float32), np.empty((lines, x3.shape[1]), np.float32),
-             np.empty(lines, np.uint16))
-    elif width == 1:  # 2-D, so that contiguous lines compile as such
-        call(scan_lines_compiled, x3[:, :, 0], out3[:, :, 0], operation, element, identity, reverse, exclusive)
-    else:
-        call(scan_rows_compiled, x3, out3, operation, element, identity, reverse, exclusive,
-             np.empty(width, accumulation))
+        return x2, out2, kept_call(scan_half_lines, x2, out2, operation, identity, reverse, exclusive, scratch=lambda: (
+            np.empty((lines, x3.shape[1]), np.float32), np.empty((lines, x3.shape[1]), np.float32),
+            np.empty(lines, np.uint16)))
+    if width == 1:
+        return x2, out2, kept_call(scan_lines_compiled, x2, out2, operation, element, identity, reverse, exclusive)
+    return x3, out3, kept_call(scan_rows_compiled, x3, out3, operation, element, identity, reverse, exclusive,
+                               scratch=lambda: (np.empty(width, accumulation),))
+
+
+def kept_call(kernel, x, out, *constants, scratch=tuple):
+    """scan(x, out) = kernel(x, out, *constants, *scratch()) for arrays of the types of x and out, through the entry
+    point compiled for them, found once. ``scratch`` returns the scratch arrays of one call, made for each call, so
+    that calls on several threads keep apart."""
+    entry = entry_point(kernel, x, out, *constants, *scratch())
+    return lambda x, out: entry(x, out, *constants, *scratch())
 
 
 def vector_aligned(size: int, dtype: np.dtype, address: int) -> np.ndarray:
