@@ -29,7 +29,7 @@ import platform
 
 import numpy as np
 
-from ..ops.cumulative import ACCUMULATION_DTYPE
+from ..ops.cumulative import ACCUMULATION_DTYPE, CumulativeOperation
 from ..types import DataType
 from .cpu_compiled import call, entry_point, target_features, viewer
 from .cpu_pieces import CORES, PIECES_PER_CORE, cut, run_in_pieces
@@ -57,8 +57,9 @@ STREAM_BYTES = 16 << 20
 STREAM_STORES = platform.machine().lower() in ("x86_64", "amd64")  # the fence after them is an x86 instruction
 VECTOR_BYTES = 32  # an AVX vector: a streaming store writes this many bytes at an address aligned to them
 
-UFUNCS = {"sum": np.add, "product": np.multiply}
-IDENTITIES = {"sum": 0, "product": 1}
+# The operations by the words the compiled loops take as literals: their ufuncs and identities (dmlops.ops).
+UFUNCS = {operation.value: operation.ufunc for operation in CumulativeOperation}
+IDENTITIES = {operation.value: operation.identity for operation in CumulativeOperation}
 
 
 def cumulative(operation: str, x: np.ndarray, out: np.ndarray, axis: int, reverse: bool, exclusive: bool,
