@@ -164,6 +164,37 @@ def _first_elements_match(be, sources, views) -> bool:
                for source, view in zip(sources, views))
 
 
+def _plan(compiled, run, arguments, views: dict, restore, allocate):
+    """The plan of a call whose compiled operator ran ``run`` (``compiled.prepare``) on ``views`` (by field, in
+    binding order) made of ``arguments`` (the same order; the output last), for later calls of the same layout; None
+    where an argument was copied or converted. Numbers this call converted stay as its arrays; every other argument
+    is replaced by the later call's own; a new output comes from ``allocate``."""
+    device, fields = compiled.device, compiled.desc.input_fields + compiled.desc.output_fields
+    be, out_where = device.backend, f"{compiled.name}.{fields[-1]}"
+    constants = {field: views[field] for field, value in zip(fields, arguments)
+                 if value is not None and not hasattr(value, "shape")}
+    sources = [None if field in constants else value for field, value in zip(fields, arguments)]
+    if not _first_elements_match(be, sources, [views[field] for field in fields]):
+        return None
+    adopters = [None if source is None else be.adopter(source) for source in sources[:-1]]
+
+    def plan(arguments):
+        views = dict(constants)
+        for field, adopt, value in zip(fields, adopters, arguments):
+            if adopt is not None:
+                views[field] = adopt(value)
+        out = arguments[-1]
+        if out is None:
+            views[fields[-1]] = output = allocate()
+        else:
+            views[fields[-1]] = _adopt_output(device, out, out_where)
+            compiled.check_aliasing(views)
+        run(views)
+        return restore(output) if out is None else out
+
+    return plan
+
+
 def check_errors() -> None:
     """Wait for the GPUs, and raise the ValidationError of any value that a CUDA call found bad since the last check
     (a zero, NaN or infinite scale: that call's output is undefined). CUDA calls check such values on the device,
@@ -184,7 +215,7 @@ def _cumulative(desc_type, x, axis, reverse, exclusive, out, backend):
         key = _plan_key(desc_type, (axis, reverse, exclusive, backend), (x, out))
     plan = _PLANS.get(key) if key is not None else None
     if plan is not None:
-        return plan(x, out)
+        return plan((x, out))
     if key is None and dask_arrays.given(x, out):  # lazy, chunk by chunk
         return dask_arrays.cumulative(desc_type.operation, x, axis, reverse, exclusive, out, backend)
     result, plan = _cumulative_planned(desc_type, x, axis, reverse, exclusive, out, backend, key is not None)
@@ -197,7 +228,6 @@ def _cumulative_planned(desc_type, x, axis, reverse, exclusive, out, backend, pl
     name = desc_type.operation.operator_name
     device = _device(_pick_backend([x, out], backend))
     be = device.backend
-    source_x = x
     native_x, restore = _adopt(device, x, f"{name}.input_tensor")
     native_x, x_strides = _strided(be, native_x)
     x_desc = _described(be, native_x, x_strides, f"{name}.input_tensor")
@@ -220,23 +250,8 @@ def _cumulative_planned(desc_type, x, axis, reverse, exclusive, out, backend, pl
         be.assign(target, native_out)
         return out, None
     result = out if out is not None else restore(native_out)
-    if not planned or \
-            not _first_elements_match(be, (source_x, out), (native_x, native_out if out is not None else None)):
-        return result, None
-    adopt = be.adopter(source_x)
-    allocate = be.allocator(sizes, data_type, like=native_x)
-
-    def plan(x, out):
-        native_x = adopt(x)
-        if out is None:
-            native_out = allocate()
-            run({"input_tensor": native_x, "output_tensor": native_out})
-            return restore(native_out)
-        views = {"input_tensor": native_x, "output_tensor": _adopt_output(device, out, f"{name}.output_tensor")}
-        compiled.check_aliasing(views)
-        run(views)
-        return out
-
+    plan = _plan(compiled, run, (x, out), views, restore, be.allocator(sizes, data_type, like=native_x)) \
+        if planned else None
     return result, plan
 
 
@@ -386,32 +401,8 @@ def _quantized_linear_matmul_planned(arguments, output_dtype, backend, planned: 
         be.assign(target, native["output_tensor"])
         return out, None
     result = out if out is not None else restore(native["output_tensor"])
-    fields = desc.input_fields + desc.output_fields
-    # numbers (converted here) stay as this call's arrays; arrays are replaced by each call's own
-    constants = {field: native[field] for field, value in zip(fields, arguments)
-                 if value is not None and not hasattr(value, "shape")}
-    sources = [None if field in constants else value for field, value in zip(fields, arguments)]
-    if out is None:
-        sources[-1] = None
-    if not planned or not _first_elements_match(be, sources, [native[field] for field in fields]):
-        return result, None
-    allocate = be.allocator(output_sizes, output_type, like=native["a_tensor"])
-    adopters = [be.adopter(value) if value is not None and field not in constants else None
-                for field, value in zip(fields, arguments)]
-    def plan(arguments):
-        views = dict(constants)
-        for field, adopt, value in zip(fields, adopters, arguments):
-            if adopt is not None:
-                views[field] = adopt(value)
-        out = arguments[-1]
-        if out is None:
-            views["output_tensor"] = allocate()
-        else:
-            views["output_tensor"] = _adopt_output(device, out, f"{QMM_NAME}.output_tensor")
-            compiled.check_aliasing(views)
-        run(views)
-        return restore(views["output_tensor"]) if out is None else out
-
+    plan = _plan(compiled, run, arguments, native, restore,
+                 be.allocator(output_sizes, output_type, like=native["a_tensor"])) if planned else None
     return result, plan
 
 
