@@ -15,9 +15,18 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 from .common import INTERPRETED
 
 
-def current_stream(device) -> int:
-    """The raw handle of the current CUDA stream of ``device`` (what Triton's launcher takes)."""
-    return torch._C._cuda_getCurrentRawStream(device.index)
+def still_here(device):
+    """A check of no arguments: whether the current device and its current stream are still those of now, outside a
+    graph capture, where launches kept now may reuse the memory they were given (scratch words, workspaces and
+    buffers of a first call), since launches on one stream run one after another."""
+    index = device.index
+    stream = torch._C._cuda_getCurrentRawStream(index)
+
+    def check() -> bool:
+        return torch._C._cuda_getDevice() == index and torch._C._cuda_getCurrentRawStream(index) == stream and \
+            not torch._C._cuda_isCurrentStreamCapturing()
+
+    return check
 
 
 class KeptLaunch:
@@ -93,12 +102,10 @@ def replay(kept: dict, sample: dict, run_again):
                 replaced.append((position, fields[base.data_ptr()], base.dtype, arg if base is not arg else None))
         steps.append((kept_launch, replaced))
     on_gpu = sample["a_tensor"].device.type == "cuda"  # else Triton's interpreter, on CPU tensors
-    device = sample["a_tensor"].device.index
-    stream = torch._C._cuda_getCurrentRawStream(device) if on_gpu else None
+    here = still_here(sample["a_tensor"].device) if on_gpu else None
 
     def run(tensors):
-        if on_gpu and (torch._C._cuda_getDevice() != device or torch._C._cuda_getCurrentRawStream(device) != stream
-                       or torch._C._cuda_isCurrentStreamCapturing()):
+        if on_gpu and not here():
             run_again(tensors)
             return
         for kept_launch, replaced in steps:

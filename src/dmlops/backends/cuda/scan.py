@@ -48,7 +48,7 @@ import triton.language as tl
 from ...ops.cumulative import CumulativeOperation, accumulation_type
 from ...types import DataType
 from .common import TRITON_TYPES, cdiv, check_devices, data_type, next_power_of_2
-from .launch import KeptLaunch, current_stream
+from .launch import KeptLaunch, still_here
 
 MAX_WINDOW_WORDS = 2048  # slot words a program reads in one look-back, both levels together
 MAX_CHAINED_WINDOW = 256  # tiles in a group whose prefixes chain (down columns)
@@ -711,11 +711,10 @@ def prepare_cumulative(operation: CumulativeOperation, x, out, axis: int, revers
         return lambda x, out: kept.relaunch((x.view(storage), out.view(storage), *args[2:]))
     if torch._C._cuda_isCurrentStreamCapturing():  # this launch's scratch belongs to the graph
         return plan_again
-    device, stream = x.device.index, current_stream(x.device)
+    here = still_here(x.device)  # the scratch memory is the stream's
 
     def run(x, out):
-        if torch._C._cuda_getDevice() != device or torch._C._cuda_getCurrentRawStream(device) != stream or \
-                torch._C._cuda_isCurrentStreamCapturing():  # the scratch memory is the stream's
+        if not here():
             plan_again(x, out)
         else:
             kept.relaunch((x, out, *args[2:]))
