@@ -188,3 +188,37 @@ def test_calls_captured_in_a_cuda_graph():
         assert_cumulative_matches(scan.cpu().numpy(), "sum", x.cpu().numpy(), 1, True, True)
         eager = dmlops.quantized_linear_matmul(a, a_scale, a_zero, prepared, None, None, out_scale, out_zero)
         torch.testing.assert_close(product, eager, rtol=0, atol=0)
+
+
+def test_kept_launch_parameters_as_slots():
+    """dmlops' launcher takes each kernel parameter as an 8-byte slot holding its value in the low bytes: pointers
+    as addresses, integers in two's complement, floats as their bits; constants are not parameters; Triton's two
+    scratch pointers come last; other kinds of parameter keep Triton's launcher."""
+    from dmlops.backends.cuda.launch import _slots
+
+    x = torch.arange(4, dtype=torch.float32)
+    kinds = ["*fp32", "constexpr", "i32", "i64", "fp32", "*i8"]
+    slots = _slots(kinds, [x, 7, -3, 1 << 40, 1.5, None])
+    assert slots == [x.data_ptr(), 0xFFFF_FFFF_FFFF_FFFD, 1 << 40, np.float32(1.5).view(np.uint32), 0, 0, 0]
+    assert _slots(["*fp32", ("i32", "i32")], [x, (1, 2)]) is None
+    assert _slots(["tensordesc<i8[64, 64]>"], [x]) is None
+
+
+@gpu_only
+def test_repeated_scans_launch_through_dmlops_launcher(monkeypatch):
+    """A kept scan's launch takes dmlops' launcher where it can be built (the device has Triton's compiler), and
+    gives the scan's values."""
+    from dmlops.backends.cuda import launch
+
+    module = launch._launcher_module()
+    assert module is not None
+    launched = []
+    launch_bytes = module.launch
+    monkeypatch.setattr(module, "launch", lambda *args: launched.append(1) or launch_bytes(*args))
+    rng = np.random.default_rng(2)
+    for _ in range(3):
+        values = rng.standard_normal((16, 1001)).astype(np.float32)  # a layout no other test plans
+        x = torch.from_numpy(values).cuda()
+        result = dmlops.cumulative_sum(x, 1)
+        assert_cumulative_matches(result.cpu().numpy(), "sum", values, 1, False, False)
+    assert len(launched) == 2  # the calls after the first

@@ -156,11 +156,16 @@ def _keep(key, plan) -> None:
     _PLANS[key] = plan
 
 
+def _adopted(be, source):
+    """What a plan makes of an argument of the kind and placement of ``source``."""
+    adopt = be.adopter(source)
+    return source if adopt is None else adopt(source)
+
+
 def _first_elements_match(be, sources, views) -> bool:
     """Whether every view starts at its argument's first element (none of the arguments was copied, nor converted
     from another kind of array, such as a NumPy scale given to the CUDA backend)."""
-    return all(source is None or be.adopt(source) is not None and
-               be.address(view) == be.address(be.adopter(source)(source))
+    return all(source is None or be.adopt(source) is not None and be.address(view) == be.address(_adopted(be, source))
                for source, view in zip(sources, views))
 
 
@@ -168,29 +173,32 @@ def _plan(compiled, run, arguments, views: dict, restore, allocate):
     """The plan of a call whose compiled operator ran ``run`` (``compiled.prepare``) on ``views`` (by field, in
     binding order) made of ``arguments`` (the same order; the output last), for later calls of the same layout; None
     where an argument was copied or converted. Numbers this call converted stay as its arrays; every other argument
-    is replaced by the later call's own; a new output comes from ``allocate``."""
+    is replaced by the later call's own; a new output comes from ``allocate(the call's first input)``."""
     device, fields = compiled.device, compiled.desc.input_fields + compiled.desc.output_fields
-    be, out_where = device.backend, f"{compiled.name}.{fields[-1]}"
+    be, out_field = device.backend, fields[-1]
     constants = {field: views[field] for field, value in zip(fields, arguments)
                  if value is not None and not hasattr(value, "shape")}
     sources = [None if field in constants else value for field, value in zip(fields, arguments)]
     if not _first_elements_match(be, sources, [views[field] for field in fields]):
         return None
-    adopters = [None if source is None else be.adopter(source) for source in sources[:-1]]
+    # (position, field, adopt) of each input the call passes, adopt None where the backend takes it as it is
+    passed = [(position, field, be.adopter(source)) for position, (field, source)
+              in enumerate(zip(fields[:-1], sources[:-1])) if source is not None]
+    first = passed[0][0]  # the output is allocated like the first input
 
     def plan(arguments):
-        views = dict(constants)
-        for field, adopt, value in zip(fields, adopters, arguments):
-            if adopt is not None:
-                views[field] = adopt(value)
+        views = constants.copy()
+        for position, field, adopt in passed:
+            views[field] = arguments[position] if adopt is None else adopt(arguments[position])
         out = arguments[-1]
         if out is None:
-            views[fields[-1]] = output = allocate()
-        else:
-            views[fields[-1]] = _adopt_output(device, out, out_where)
-            compiled.check_aliasing(views)
+            views[out_field] = output = allocate(views[fields[first]])
+            run(views)
+            return restore(output)
+        views[out_field] = _adopt_output(device, out, f"{compiled.name}.{out_field}")
+        compiled.check_aliasing(views)
         run(views)
-        return restore(output) if out is None else out
+        return out
 
     return plan
 

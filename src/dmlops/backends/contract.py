@@ -47,8 +47,9 @@ class ArrayBackend(Protocol):
         """(array, restore) for an object of this backend, restore turning a result back into the caller's kind;
         None for an object that lives elsewhere."""
 
-    def adopter(self, sample) -> Callable[[Any], Array]:
-        """What ``adopt`` does to objects of the kind and placement of ``sample``, as one function."""
+    def adopter(self, sample) -> Callable[[Any], Array] | None:
+        """What ``adopt`` does to objects of the kind and placement of ``sample``, as one function; None where it
+        takes them as they are."""
 
     def address(self, array: Array) -> int:
         """Where the array's first element lies."""
@@ -58,6 +59,10 @@ class ArrayBackend(Protocol):
     def data_type(self, array: Array) -> DataType: ...
 
     def empty(self, sizes, data_type: DataType, like=None) -> Array: ...
+
+    def allocator(self, sizes, data_type: DataType, like=None) -> Callable[[Array], Array]:
+        """``allocate(like)``: what ``empty(sizes, data_type, like)`` returns, each time anew, for a ``like`` of the
+        same layout as this one (a plan's output)."""
 
     def asarray(self, value, data_type: DataType, like=None) -> Array:
         """value (a number, a sequence, an array) as an array of data_type where ``like`` lies."""

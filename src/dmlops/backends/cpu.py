@@ -169,8 +169,9 @@ def _same(array):
 
 
 def adopter(sample):
-    """What ``adopt`` does to objects of the kind and placement of ``sample`` (adopted before), as one function."""
-    return _same if isinstance(sample, np.ndarray) else _torch_numpy
+    """What ``adopt`` does to objects of the kind and placement of ``sample`` (adopted before), as one function, or
+    None where it takes them as they are (NumPy arrays)."""
+    return None if isinstance(sample, np.ndarray) else _torch_numpy
 
 
 def _torch_numpy(tensor) -> np.ndarray:
@@ -202,8 +203,9 @@ def empty(sizes, data_type: DataType, like=None) -> np.ndarray:
 
 
 def allocator(sizes, data_type: DataType, like=None):
-    """A function of no arguments that returns what ``empty(sizes, data_type, like)`` returns, each time anew."""
-    return functools.partial(np.empty, tuple(sizes), data_type.numpy_dtype)
+    """``allocate(like)``: what ``empty(sizes, data_type, like)`` returns, each time anew."""
+    empty = functools.partial(np.empty, tuple(sizes), data_type.numpy_dtype)
+    return lambda like: empty()
 
 
 def asarray(value, data_type: DataType, like=None) -> np.ndarray:

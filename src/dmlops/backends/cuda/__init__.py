@@ -105,9 +105,9 @@ def _same(array):
 
 
 def adopter(sample):
-    """What ``adopt`` does to objects of the kind and placement of ``sample`` (adopted before), as one function:
-    torch tensors are taken as they are (a plan holds no other kinds)."""
-    return _same
+    """What ``adopt`` does to objects of the kind and placement of ``sample`` (adopted before), as one function, or
+    None where it takes them as they are: torch tensors (a plan holds no other kinds)."""
+    return None
 
 
 def address(array) -> int:
@@ -124,8 +124,13 @@ def empty(sizes, data_type: DataType, like=None):
 
 
 def allocator(sizes, data_type: DataType, like=None):
-    """A function of no arguments that returns what ``empty(sizes, data_type, like)`` returns, each time anew."""
-    return functools.partial(torch.empty, tuple(sizes), dtype=TORCH_DTYPES[data_type], device=like.device)
+    """``allocate(like)``: what ``empty(sizes, data_type, like)`` returns, each time anew, for a ``like`` of the same
+    dtype, sizes, strides and device as this one."""
+    dtype = TORCH_DTYPES[data_type]
+    if like.dtype == dtype and tuple(like.shape) == tuple(sizes) and like.is_contiguous():
+        return torch.empty_like  # torch's cheapest allocation: it parses no sizes, dtype or device
+    empty = functools.partial(torch.empty, tuple(sizes), dtype=dtype, device=like.device)
+    return lambda like: empty()
 
 
 def asarray(value, data_type: DataType, like=None):

@@ -4,66 +4,170 @@ A Triton launch through ``kernel[grid](...)`` binds and specializes its argument
 again at every call: 10–20 µs of host time, more than most small kernels run. A call whose argument layout repeats
 (the array API's plans) launches the same compiled kernels with the same grids, scalars and constants, on tensors of
 the same dtypes and 16-byte alignment: their specialization cannot change. ``KeptLaunch`` runs the first launch
-through Triton, keeps the compiled kernel, and then calls its launcher directly.
+through Triton, keeps the compiled kernel, and then calls its launcher directly; where the kernel's parameters are
+pointers and numbers, through dmlops' own launcher (launcher.c), which takes them as bytes packed once and only
+the call's addresses from Python.
 """
 
 from __future__ import annotations
+
+import functools
+import pathlib
+import struct
 
 import torch
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from .common import INTERPRETED
 
+INTEGER_KINDS = {"i1", "i8", "i16", "i32", "i64", "u1", "u8", "u16", "u32", "u64"}
+FLOAT_FORMATS = {"fp16": "<e", "fp32": "<f", "fp64": "<d"}
+MAX_SLOTS, MAX_REPLACED = 64, 8  # as in launcher.c
+HEAD = struct.Struct(f"<Q3I4I{MAX_REPLACED}I4x")  # launcher.c's Head
 
-def still_here(device):
-    """A check of no arguments: whether the current device and its current stream are still those of now, outside a
-    graph capture, where launches kept now may reuse the memory they were given (scratch words, workspaces and
-    buffers of a first call), since launches on one stream run one after another."""
+
+@functools.cache
+def _launcher_module():
+    """launcher.c, built once (and cached on disk) through Triton's build of its own launchers; None where it
+    cannot be built here (then Triton's launcher serves)."""
+    try:
+        from triton.backends.nvidia import driver
+        from triton.runtime.build import compile_module_from_src
+
+        source = pathlib.Path(__file__).with_name("launcher.c").read_text()
+        return compile_module_from_src(source, "dmlops_launcher", library_dirs=driver.library_dirs(),
+                                       include_dirs=driver.include_dirs, libraries=driver.libraries)
+    except Exception:  # noqa: BLE001 (no C compiler, headers or driver library: a slower launcher, not an error)
+        return None
+
+
+def _slots(kinds, values):
+    """The kernel parameters' values as 8-byte slots (the value in the low bytes), constants left out, then Triton's
+    two scratch pointers (null); None where a parameter is of a kind launcher.c does not take."""
+    slots = []
+    for kind, value in zip(kinds, values):
+        if kind == "constexpr":
+            continue
+        if not isinstance(kind, str):
+            return None  # a tuple of parameters
+        if kind.startswith("*"):
+            slots.append(0 if value is None else value if isinstance(value, int) else value.data_ptr())
+        elif kind in INTEGER_KINDS and isinstance(value, int):
+            slots.append(value & 0xFFFF_FFFF_FFFF_FFFF)
+        elif kind in FLOAT_FORMATS:
+            slots.append(int.from_bytes(struct.pack(FLOAT_FORMATS[kind], value).ljust(8, b"\0"), "little"))
+        else:
+            return None
+    return slots + [0, 0]
+
+
+def kept_stream(device):
+    """A function of no arguments that returns the stream launches kept now may run on again: the current stream,
+    where the current device and its current stream are still those of now, outside a graph capture (the launches
+    may then reuse the memory they were given: scratch words, workspaces and buffers of a first call, since launches
+    on one stream run one after another); else None."""
     index = device.index
     stream = torch._C._cuda_getCurrentRawStream(index)
+    current_device, current_stream = torch._C._cuda_getDevice, torch._C._cuda_getCurrentRawStream
+    capturing = torch._C._cuda_isCurrentStreamCapturing
 
-    def check() -> bool:
-        return torch._C._cuda_getDevice() == index and torch._C._cuda_getCurrentRawStream(index) == stream and \
-            not torch._C._cuda_isCurrentStreamCapturing()
+    def check():
+        if current_device() == index and current_stream(index) == stream and not capturing():
+            return stream
+        return None
 
     return check
 
 
 class KeptLaunch:
     """A kernel launched now through Triton and kept: ``relaunch(args)`` launches it again with other arguments of
-    the same kinds (tensors of the same dtypes and alignment, the same scalars) and the same keyword constants."""
+    the same kinds (tensors of the same dtypes and alignment, the same scalars) and the same keyword constants;
+    ``rebind(positions)`` makes a faster launcher that replaces only the arguments at ``positions``."""
 
     def __init__(self, kernel, grid, args: tuple, kwargs: dict, zeroed: bool = False):
         # zeroed: the launch adds into memory its caller zeroed for it (which a replay must zero again)
         self.kernel, self.grid, self.args, self.kwargs, self.zeroed = kernel, grid, args, kwargs, zeroed
         compiled = kernel[grid](*args, **kwargs)
         self.compiled = None if INTERPRETED else compiled
-        if self.compiled is not None:
-            # the launcher takes every parameter in the kernel's order: those past the positional ones are the
-            # keyword constants and defaults
-            self.tail = [kwargs[param.name] if param.name in kwargs else param.default
-                         for param in kernel.params[len(args):]]
-            self.grid3 = tuple(grid) + (1,) * (3 - len(grid))
-            launcher = compiled.run
-            # Triton's launcher object only adds scratch memory to the call, where the kernel has none: its C
-            # function is called directly then
-            self.direct = getattr(launcher, "global_scratch_size", 1) == 0 and \
-                getattr(launcher, "profile_scratch_size", 1) == 0 and hasattr(launcher, "launch")
-            if self.direct:
-                self.head = (compiled.function, launcher.launch_cooperative_grid, launcher.launch_pdl, None, None,
-                             compiled.packed_metadata, None, None, None)
+        if self.compiled is None:
+            return
+        # the launcher takes every parameter in the kernel's order: those past the positional ones are the keyword
+        # constants and defaults
+        tail = [kwargs[param.name] if param.name in kwargs else param.default for param in kernel.params[len(args):]]
+        launcher = compiled.run
+        # Triton's launcher object only adds scratch memory to the call, where the kernel has none: its C function
+        # is called directly then
+        direct = getattr(launcher, "global_scratch_size", 1) == 0 and \
+            getattr(launcher, "profile_scratch_size", 1) == 0 and hasattr(launcher, "launch")
+        if direct:
+            self.launcher = launcher.launch
+            head = (compiled.function, launcher.launch_cooperative_grid, launcher.launch_pdl, None, None,
+                    compiled.packed_metadata, None, None, None)
+        else:
+            self.launcher = launcher
+            head = (compiled.function, compiled.packed_metadata, None, None, None)
+        # the launcher's arguments: grid, stream (at STREAM), head, then the kernel's (from self.first_argument)
+        grid3 = (*grid, *(1,) * (3 - len(grid)))
+        self.call = [*grid3, None, *head, *args, *tail]
+        self.first_argument = 4 + len(head)
+        # dmlops' launcher: for the plain launches (no scratch, cluster, cooperative grid or dependent launch)
+        self.kinds = list(getattr(getattr(compiled, "src", None), "signature", {}).values())
+        slots = _slots(self.kinds, [*args, *tail]) if len(self.kinds) == len(self.call) - self.first_argument and \
+            direct and not launcher.launch_cooperative_grid and not launcher.launch_pdl \
+            and compiled.metadata.num_ctas == 1 else None
+        self.slots = None if slots is None or len(slots) > MAX_SLOTS or _launcher_module() is None else slots
+        self.shape = (compiled.function, *grid3, 32 * compiled.metadata.num_warps, compiled.metadata.shared)
 
     def relaunch(self, args) -> None:
-        compiled = self.compiled
-        if compiled is None:  # the interpreter: through Triton, as the first time
+        if self.compiled is None:  # the interpreter: through Triton, as the first time
             self.kernel[self.grid](*args, **self.kwargs)
             return
-        stream = torch._C._cuda_getCurrentRawStream(torch._C._cuda_getDevice())
-        if self.direct:
-            compiled.run.launch(*self.grid3, stream, *self.head, *args, *self.tail)
-        else:
-            compiled.run(*self.grid3, stream, compiled.function, compiled.packed_metadata, None, None, None, *args,
-                         *self.tail)
+        call = self.call.copy()
+        call[STREAM] = torch._C._cuda_getCurrentRawStream(torch._C._cuda_getDevice())
+        call[self.first_argument:self.first_argument + len(args)] = args
+        self.launcher(*call)
+
+    def rebind(self, positions):
+        """``launch(stream, *values)``: this launch again on ``stream`` with ``values`` as the arguments at
+        ``positions`` (tensors, or their addresses: a compiled kernel reads nothing else of a tensor), the others as
+        the first time. Under the interpreter the stream is not used and the values must be tensors."""
+        if self.compiled is None:
+            def launch_interpreted(stream, *values):
+                args = list(self.args)
+                for position, value in zip(positions, values):
+                    args[position] = value
+                self.relaunch(args)
+
+            return launch_interpreted
+        template, launcher = self.call, self.launcher
+        indices = [self.first_argument + position for position in positions]
+
+        def launch(stream, *values):
+            call = template.copy()
+            call[STREAM] = stream
+            for index, value in zip(indices, values):
+                call[index] = value
+            launcher(*call)
+
+        if self.slots is None or len(positions) > MAX_REPLACED or \
+                any(not isinstance(self.kinds[position], str) or not self.kinds[position].startswith("*")
+                    for position in positions):
+            return launch
+        # the slot of each replaced pointer: its parameter's place among those that are not constants
+        replaced = [sum(kind != "constexpr" for kind in self.kinds[:position]) for position in positions]
+        config = HEAD.pack(*self.shape, len(self.slots), len(replaced), *replaced,
+                           *(0,) * (MAX_REPLACED - len(replaced))) + struct.pack(f"<{len(self.slots)}Q", *self.slots)
+        launch_bytes = _launcher_module().launch
+
+        def launch_fast(stream, *addresses):
+            """The values must be addresses (ints) here."""
+            if not launch_bytes(config, stream, *addresses):  # no current context on this thread: Triton makes one
+                launch(stream, *addresses)
+
+        return launch_fast
+
+
+STREAM = 3  # the stream's place among a launcher's arguments
 
 
 def launch(kept: dict | None, site: str, kernel, grid, args: tuple, kwargs: dict, zeroed: bool = False) -> None:
@@ -93,29 +197,33 @@ def replay(kept: dict, sample: dict, run_again):
         if tensor is not None:
             if fields.setdefault(tensor.data_ptr(), field) != field:
                 return None
-    steps = []  # (launch, [(position, field, dtype, descriptor or None)])
+    steps = []  # (launcher of the replaced positions, [(field, dtype, descriptor or None)])
     for kept_launch in kept.values():
-        replaced = []
+        positions, replaced = [], []
         for position, arg in enumerate(kept_launch.args):
             base = arg.base if isinstance(arg, TensorDescriptor) else arg
             if isinstance(base, torch.Tensor) and base.data_ptr() in fields:
-                replaced.append((position, fields[base.data_ptr()], base.dtype, arg if base is not arg else None))
-        steps.append((kept_launch, replaced))
-    on_gpu = sample["a_tensor"].device.type == "cuda"  # else Triton's interpreter, on CPU tensors
-    here = still_here(sample["a_tensor"].device) if on_gpu else None
+                positions.append(position)
+                replaced.append((fields[base.data_ptr()], base.dtype, arg if base is not arg else None))
+        steps.append((kept_launch.rebind(positions), replaced))
+    device = sample["a_tensor"].device
+    on_gpu = device.type == "cuda"  # else Triton's interpreter, on CPU tensors
+    here = kept_stream(device) if on_gpu else lambda: 0
 
     def run(tensors):
-        if on_gpu and not here():
+        stream = here()
+        if stream is None:
             run_again(tensors)
             return
-        for kept_launch, replaced in steps:
-            args = list(kept_launch.args)
-            for position, field, dtype, descriptor in replaced:
+        for launch_again, replaced in steps:
+            values = []
+            for field, dtype, descriptor in replaced:
                 tensor = tensors[field]
-                if tensor.dtype != dtype and (descriptor is not None or not on_gpu):  # compiled: addresses only
-                    tensor = tensor.view(dtype)
-                args[position] = tensor if descriptor is None else \
-                    TensorDescriptor(tensor, descriptor.shape, descriptor.strides, descriptor.block_shape)
-            kept_launch.relaunch(args)
+                if descriptor is not None:
+                    values.append(TensorDescriptor(tensor.view(dtype), descriptor.shape, descriptor.strides,
+                                                   descriptor.block_shape))
+                else:  # a compiled kernel takes the address alone; the interpreter, the tensor of its dtype
+                    values.append(tensor.data_ptr() if on_gpu else tensor.view(dtype))
+            launch_again(stream, *values)
 
     return run

@@ -48,7 +48,7 @@ import triton.language as tl
 from ...ops.cumulative import CumulativeOperation, accumulation_type
 from ...types import DataType
 from .common import TRITON_TYPES, cdiv, check_devices, data_type, next_power_of_2
-from .launch import KeptLaunch, still_here
+from .launch import KeptLaunch, kept_stream
 
 MAX_WINDOW_WORDS = 2048  # slot words a program reads in one look-back, both levels together
 MAX_CHAINED_WINDOW = 256  # tiles in a group whose prefixes chain (down columns)
@@ -711,12 +711,14 @@ def prepare_cumulative(operation: CumulativeOperation, x, out, axis: int, revers
         return lambda x, out: kept.relaunch((x.view(storage), out.view(storage), *args[2:]))
     if torch._C._cuda_isCurrentStreamCapturing():  # this launch's scratch belongs to the graph
         return plan_again
-    here = still_here(x.device)  # the scratch memory is the stream's
+    here = kept_stream(x.device)  # the scratch memory is the stream's
+    launch_again = kept.rebind((0, 1))
 
     def run(x, out):
-        if not here():
+        stream = here()
+        if stream is None:
             plan_again(x, out)
         else:
-            kept.relaunch((x, out, *args[2:]))
+            launch_again(stream, x.data_ptr(), out.data_ptr())
 
     return run
