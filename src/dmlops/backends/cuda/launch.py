@@ -23,7 +23,7 @@ from .common import INTERPRETED
 INTEGER_KINDS = {"i1", "i8", "i16", "i32", "i64", "u1", "u8", "u16", "u32", "u64"}
 FLOAT_FORMATS = {"fp16": "<e", "fp32": "<f", "fp64": "<d"}
 MAX_SLOTS, MAX_REPLACED = 64, 8  # as in launcher.c
-HEAD = struct.Struct(f"<Q3I4I{MAX_REPLACED}I4x")  # launcher.c's Head
+HEAD = struct.Struct(f"<Q3I4I{MAX_REPLACED}II")  # launcher.c's Head
 
 
 @functools.cache
@@ -117,6 +117,7 @@ class KeptLaunch:
             and compiled.metadata.num_ctas == 1 else None
         self.slots = None if slots is None or len(slots) > MAX_SLOTS or _launcher_module() is None else slots
         self.shape = (compiled.function, *grid3, 32 * compiled.metadata.num_warps, compiled.metadata.shared)
+        self.device = torch._C._cuda_getDevice()
 
     def relaunch(self, args) -> None:
         if self.compiled is None:  # the interpreter: through Triton, as the first time
@@ -156,15 +157,9 @@ class KeptLaunch:
         # the slot of each replaced pointer: its parameter's place among those that are not constants
         replaced = [sum(kind != "constexpr" for kind in self.kinds[:position]) for position in positions]
         config = HEAD.pack(*self.shape, len(self.slots), len(replaced), *replaced,
-                           *(0,) * (MAX_REPLACED - len(replaced))) + struct.pack(f"<{len(self.slots)}Q", *self.slots)
-        launch_bytes = _launcher_module().launch
-
-        def launch_fast(stream, *addresses):
-            """The values must be addresses (ints) here."""
-            if not launch_bytes(config, stream, *addresses):  # no current context on this thread: Triton makes one
-                launch(stream, *addresses)
-
-        return launch_fast
+                           *(0,) * (MAX_REPLACED - len(replaced)), self.device) + \
+            struct.pack(f"<{len(self.slots)}Q", *self.slots)
+        return functools.partial(_launcher_module().launch, config)  # (stream, *addresses): ints only
 
 
 STREAM = 3  # the stream's place among a launcher's arguments

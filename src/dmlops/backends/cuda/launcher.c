@@ -24,11 +24,10 @@ typedef struct {
   uint32_t slot_count;
   uint32_t replaced_count;
   uint32_t replaced[MAX_REPLACED];
-  uint32_t padding;
+  uint32_t device; /* its ordinal: whose primary context a thread without one takes */
 } Head;
 
-/* launch(config, stream, *addresses): True once launched; False where the calling thread has no current CUDA
-   context (the caller then launches through Triton, which makes one current). */
+/* launch(config, stream, *addresses): the kernel launched on the stream, with the addresses in the replaced slots. */
 static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   if (nargs < 2 || !PyBytes_Check(args[0])) {
     PyErr_SetString(PyExc_TypeError, "launch(config: bytes, stream: int, *addresses: int)");
@@ -62,12 +61,20 @@ static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return NULL;
   for (uint32_t i = 0; i < head.slot_count; ++i)
     params[i] = &slots[i];
-  CUcontext context = NULL;
-  if (cuCtxGetCurrent(&context) != CUDA_SUCCESS || context == NULL)
-    Py_RETURN_FALSE;
   CUresult result;
   Py_BEGIN_ALLOW_THREADS;
-  result = cuLaunchKernel((CUfunction)head.function, head.grid[0], head.grid[1], head.grid[2], head.threads, 1, 1,
+  CUcontext context = NULL;
+  result = cuCtxGetCurrent(&context);
+  if (result == CUDA_SUCCESS && context == NULL) { /* a thread that has not used CUDA yet */
+    CUdevice device;
+    result = cuDeviceGet(&device, (int)head.device);
+    if (result == CUDA_SUCCESS)
+      result = cuDevicePrimaryCtxRetain(&context, device);
+    if (result == CUDA_SUCCESS)
+      result = cuCtxSetCurrent(context);
+  }
+  if (result == CUDA_SUCCESS)
+    result = cuLaunchKernel((CUfunction)head.function, head.grid[0], head.grid[1], head.grid[2], head.threads, 1, 1,
                           head.shared_memory, (CUstream)stream, params, NULL);
   Py_END_ALLOW_THREADS;
   if (result != CUDA_SUCCESS) {
@@ -76,7 +83,7 @@ static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     PyErr_Format(PyExc_RuntimeError, "dmlops launch: CUDA error %d (%s)", (int)result, message ? message : "?");
     return NULL;
   }
-  Py_RETURN_TRUE;
+  Py_RETURN_NONE;
 }
 
 static PyMethodDef methods[] = {
