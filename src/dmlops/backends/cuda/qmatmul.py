@@ -113,13 +113,16 @@ def choose_config(batches: int, m: int, n: int, k: int, sm_count: int, wgmma_in_
 # -- kernels ---------------------------------------------------------------------------------------------------
 
 
+# Preparing an operand: each program takes a BLOCK_K × BLOCK_R tile of x {batch, channel, K, R} (A with R its rows,
+# or B with R its columns), turns uint8 bits into int8 ones by flipping their top bit, and stores them K-major, one
+# row of K per r, where the tensor memory accelerator can read them (PACK); it also adds each row's Σ_k into a
+# float64 vector (SUM) with atomic additions, exact in any order since every partial sum is an integer below 2^53.
 @triton.jit(do_not_specialize=["flip", "channels", "rows_b", "rows_c"])
 def _prepare_kernel(x_ptr, packed_ptr, sums_ptr, flip, K, R, channels, rows_b, rows_c,
                     stride_xb, stride_xc, stride_xk, stride_xr, stride_p,
                     PACK: tl.constexpr, SUM: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr):
-    """A tile BLOCK_K × BLOCK_R of x {batch, channel, K, R} (int8 bits; ``flip`` = −128 turns uint8 into int8):
-    writes x' to packed[row, k] (K-major) and adds Σ_k x' to sums[row], row = b·rows_b + c·rows_c + r, in float64:
-    exact (integers below 2^53), so the order of the atomic additions does not matter."""
+    """x holds int8 bits (``flip`` = −128 turns uint8 into int8); x' goes to packed[row, k] and Σ_k x' is added to
+    sums[row], row = b·rows_b + c·rows_c + r."""
     tiles_k = tl.cdiv(K, BLOCK_K)
     tiles_r = tl.cdiv(R, BLOCK_R)
     tile = tl.program_id(0)
@@ -141,7 +144,8 @@ def _prepare_kernel(x_ptr, packed_ptr, sums_ptr, flip, K, R, channels, rows_b, r
 
 
 @triton.jit
-def _column_multipliers(offs_n, mask_n, b_scale_ptr, b_scale_stride, a_scale_ptr, out_scale_ptr, ROW_SCALES: tl.constexpr):
+def _column_multipliers(offs_n, mask_n, b_scale_ptr, b_scale_stride, a_scale_ptr, out_scale_ptr,
+                        ROW_SCALES: tl.constexpr):
     """(sa·sb[n])/so of the columns offs_n (int64) when the A and output scales are per tensor, sb[n] otherwise
     (the rows' scales join it in ``_requantize_columns``), in float64."""
     b_scale = tl.load(b_scale_ptr + offs_n * b_scale_stride, mask=mask_n, other=1.0).to(tl.float64)
@@ -163,14 +167,17 @@ def _bad_scales(scale_ptr, stride, offs, count):
     return tl.max(((scale == 0) | (scale != scale) | (tl.abs(scale) == float("inf"))).to(tl.int32), axis=0)
 
 
-@triton.jit(do_not_specialize=["M", "N", "a_scale_stride", "out_scale_stride", "b_scale_stride", "b_zero_stride", "b_zero_mask", "b_shift"])
-def _column_terms_kernel(b_scale_ptr, b_scale_stride, b_zero_ptr, b_zero_stride, b_zero_mask, b_shift, a_scale_ptr, a_scale_stride,
-                         out_scale_ptr, out_scale_stride, terms_ptr, errors_ptr, M, N, ROW_SCALES: tl.constexpr,
-                         BLOCK: tl.constexpr):
-    """Per column n, once per call rather than in every tile: terms[0, n] = (sa·sb[n])/so when the A and output
-    scales are per tensor (sb[n] otherwise), terms[1, n] = zb'[n], both in float64. Programs cover max(M, N)
-    positions: each also checks its A, B and output scales, and marks a zero, NaN or infinite one in the device's
-    error word (bit 1: A's, 2: B's, 4: the output's), which ``check_errors`` reads: no host round trip."""
+# The column terms: what the tile kernels' epilogues need of each column, computed once per call rather than in every
+# tile. Each program takes BLOCK positions of max(M, N): it checks the A, B and output scales there, marking a zero,
+# NaN or infinite one in the device's error word (read by ``check_errors``, so that no call waits for the host), and
+# writes the multiplier and zb' of its columns.
+@triton.jit(do_not_specialize=["M", "N", "a_scale_stride", "out_scale_stride", "b_scale_stride", "b_zero_stride",
+                               "b_zero_mask", "b_shift"])
+def _column_terms_kernel(b_scale_ptr, b_scale_stride, b_zero_ptr, b_zero_stride, b_zero_mask, b_shift, a_scale_ptr,
+                         a_scale_stride, out_scale_ptr, out_scale_stride, terms_ptr, errors_ptr, M, N,
+                         ROW_SCALES: tl.constexpr, BLOCK: tl.constexpr):
+    """terms[0, n] = (sa·sb[n])/so when the A and output scales are per tensor (sb[n] otherwise), terms[1, n] =
+    zb'[n], both in float64; error bits 1: A's scales, 2: B's, 4: the output's."""
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     bad = (_bad_scales(a_scale_ptr, a_scale_stride, offs, M) + 2 * _bad_scales(b_scale_ptr, b_scale_stride, offs, N)
            + 4 * _bad_scales(out_scale_ptr, out_scale_stride, offs, M))
@@ -236,28 +243,32 @@ def _qmatmul_tile(tile, a_desc, b_desc, tiles, row_args, b_sums_ptr, b_sums_stri
                       BLOCK_N, EPILOGUE_N)
 
 
+# The tile kernel: out[b, c] = requantize(Σ_k (A − za)(B − zb)), one BLOCK_M × BLOCK_N tile at a time. A program
+# finds its tile (groups of GROUP_M row tiles walk the columns together, so that B's tiles stay in L2), loads A's and
+# B's K-major tiles through TMA descriptors and multiplies them on the int8 tensor cores into an exact int32
+# accumulator (for K beyond K_SLICE, slice by slice into float64), then requantizes the accumulator in float64 with
+# the zero-point corrections, the multiplier of each column and row, clamping and rounding half to even. A program
+# takes one tile, or (PERSISTENT) tiles program_id, program_id + programs, …, so that two programs resident on an SM
+# take their next tiles without waiting for a block to be scheduled.
 @triton.jit(do_not_specialize=KERNEL_ARGUMENTS_NOT_SPECIALIZED)
 def _qmatmul_kernel(a_desc, b_desc, M, N, K, channels, num_tiles, a_rows_b, a_rows_c, b_rows_b, b_rows_c,
                     a_sums_ptr, a_sums_stride, b_sums_ptr, b_sums_stride, terms_ptr,
-                    a_scale_ptr, a_scale_stride, out_scale_ptr, out_scale_stride, a_zero_ptr, a_zero_stride, a_zero_mask, a_shift,
-                    out_zero_ptr, out_zero_stride, out_zero_mask, low, high, out_ptr, stride_ob, stride_oc, stride_om, stride_on,
+                    a_scale_ptr, a_scale_stride, out_scale_ptr, out_scale_stride, a_zero_ptr, a_zero_stride,
+                    a_zero_mask, a_shift, out_zero_ptr, out_zero_stride, out_zero_mask, low, high,
+                    out_ptr, stride_ob, stride_oc, stride_om, stride_on,
                     A_FLIP: tl.constexpr, ROW_SCALES: tl.constexpr, LONG_K: tl.constexpr, K_SLICE: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
                     EPILOGUE_N: tl.constexpr, PERSISTENT: tl.constexpr):
-    """The tiles of out[b, c] = requantize(Σ_k (A − za)(B − zb)): one per program, or (PERSISTENT) tiles
-    program_id, program_id + programs, … per program, so that two programs resident on an SM take their next
-    tiles without waiting for a block to be scheduled.
-
-    A is a 2-D descriptor of rows of K (int8 bits), B of K-major rows of N (int8); batch b, channel c start at row
+    """A is a 2-D descriptor of rows of K (int8 bits), B of K-major rows of N (int8); batch b, channel c start at row
     b·rows_b + c·rows_c of each, and the row sums of A' and B' (float64) are indexed by the same rows. Zero points
     are int8 bits: ``& mask`` (0xFF for uint8, −1 for int8, 0 when absent) gives their value, from which the
     operand's shift (128 for uint8) is taken. The float64 epilogue runs on EPILOGUE_N columns at a time, which
     bounds its registers.
     """
     tiles = (M, N, channels, a_rows_b, a_rows_c, b_rows_b, b_rows_c)
-    row_args = (M, a_sums_ptr, a_sums_stride, a_scale_ptr, a_scale_stride, out_scale_ptr, out_scale_stride, a_zero_ptr,
-                a_zero_stride, a_zero_mask, a_shift, out_zero_ptr, out_zero_stride, out_zero_mask, low, high, out_ptr, stride_ob,
-                stride_oc, stride_om)
+    row_args = (M, a_sums_ptr, a_sums_stride, a_scale_ptr, a_scale_stride, out_scale_ptr, out_scale_stride,
+                a_zero_ptr, a_zero_stride, a_zero_mask, a_shift, out_zero_ptr, out_zero_stride, out_zero_mask, low,
+                high, out_ptr, stride_ob, stride_oc, stride_om)
     column_args = (N, K, b_sums_stride, terms_ptr, stride_on)
     if PERSISTENT:
         for tile in range(tl.program_id(0), num_tiles, tl.num_programs(0)):
@@ -287,24 +298,26 @@ def _requantize_tile(acc, b, c, tile_m, tile_n, b_first_row, row_args, column_ar
 
 SPLIT_K_ARGUMENTS_NOT_SPECIALIZED = [
     "channels", "b_rows_b", "b_rows_c", "splits", "split_steps", "b_sums_stride", "b_scale_stride",
-    "b_zero_stride", "b_zero_mask", "b_shift", "a_sums_stride", "a_scale_stride", "out_scale_stride", "a_zero_stride", "out_zero_stride", "a_zero_mask",
-    "out_zero_mask", "a_shift", "low", "high"]
+    "b_zero_stride", "b_zero_mask", "b_shift", "a_sums_stride", "a_scale_stride", "out_scale_stride", "a_zero_stride",
+    "out_zero_stride", "a_zero_mask", "out_zero_mask", "a_shift", "low", "high"]
 
 
+# The split-K kernel: out[b, c] = requantize(Σ_k (A − za)(B − zb)) for few rows (M ≤ 16), where reading B is the
+# work. K is split among programs as well as the tiles: program p adds the products of the K range
+# split_steps·BLOCK_K·[s, s + 1), s = p mod splits, to tile p div splits, exactly in int32 with the −zb'·Σ_k A'
+# correction folded in, and the programs of a tile add their partial sums into a workspace with integer atomics,
+# whose order does not matter. The last of them (a ticket counter says which) requantizes the tile as the tile kernel
+# does, with the column terms computed in place, and leaves the workspace zero for the next call.
 @triton.jit(do_not_specialize=SPLIT_K_ARGUMENTS_NOT_SPECIALIZED)
 def _split_k_kernel(a_ptr, stride_ab, stride_ac, stride_am, stride_ak, b_ptr, stride_b, M, N, K, channels, b_rows_b,
-                    b_rows_c, splits, split_steps, tickets_ptr, partials_ptr, b_sums_ptr, b_sums_stride, b_scale_ptr, b_scale_stride,
-                    b_zero_ptr, b_zero_stride, b_zero_mask, b_shift, a_sums_ptr, a_sums_stride,
-                    a_scale_ptr, a_scale_stride, out_scale_ptr, out_scale_stride, a_zero_ptr, a_zero_stride, a_zero_mask, a_shift,
-                    out_zero_ptr, out_zero_stride, out_zero_mask, low, high, out_ptr, stride_ob, stride_oc, stride_om, stride_on,
-                    errors_ptr,
+                    b_rows_c, splits, split_steps, tickets_ptr, partials_ptr, b_sums_ptr, b_sums_stride, b_scale_ptr,
+                    b_scale_stride, b_zero_ptr, b_zero_stride, b_zero_mask, b_shift, a_sums_ptr, a_sums_stride,
+                    a_scale_ptr, a_scale_stride, out_scale_ptr, out_scale_stride, a_zero_ptr, a_zero_stride,
+                    a_zero_mask, a_shift, out_zero_ptr, out_zero_stride, out_zero_mask, low, high,
+                    out_ptr, stride_ob, stride_oc, stride_om, stride_on, errors_ptr,
                     A_FLIP: tl.constexpr, B_ZERO: tl.constexpr, ROW_SCALES: tl.constexpr, SPLIT: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """out[b, c] = requantize(Σ_k (A − za)(B − zb)) for few rows: program p adds the products of the K range
-    split_steps·BLOCK_K·[s, s + 1), s = p mod splits, to tile p div splits (BLOCK_M rows × BLOCK_N columns of one
-    batch and channel).
-
-    A {batch, channel, M, K} is read where it lies (int8 bits, flipped if A_FLIP); B's K-major rows (those of
+    """A {batch, channel, M, K} is read where it lies (int8 bits, flipped if A_FLIP); B's K-major rows (those of
     ``_qmatmul_kernel``, row stride stride_b) by plain pointer loads, which the compiler pipelines: a tensor-memory
     descriptor would cost its encoding on the host at every call.
     B_ZERO: zb' may be non-zero, so each program subtracts zb'[n]·Σ_k A'[m, k] of its range from its partial.
@@ -320,7 +333,8 @@ def _split_k_kernel(a_ptr, stride_ab, stride_ac, stride_am, stride_ak, b_ptr, st
     offs_m = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
     if split == 0:
         offs_n = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        bad = (_bad_scales(a_scale_ptr, a_scale_stride, offs_m, M) + 2 * _bad_scales(b_scale_ptr, b_scale_stride, offs_n, N)
+        bad = (_bad_scales(a_scale_ptr, a_scale_stride, offs_m, M)
+               + 2 * _bad_scales(b_scale_ptr, b_scale_stride, offs_n, N)
                + 4 * _bad_scales(out_scale_ptr, out_scale_stride, offs_m, M))
         if bad != 0:
             tl.atomic_or(errors_ptr, bad)
@@ -347,9 +361,9 @@ def _split_k_kernel(a_ptr, stride_ab, stride_ac, stride_am, stride_ak, b_ptr, st
         zb = _b_zero_points(offs_n, offs_n < N, b_zero_ptr, b_zero_stride, b_zero_mask, b_shift)
         acc -= a_sums[:, None] * zb[None, :]
 
-    row_args = (M, a_sums_ptr, a_sums_stride, a_scale_ptr, a_scale_stride, out_scale_ptr, out_scale_stride, a_zero_ptr,
-                a_zero_stride, a_zero_mask, a_shift, out_zero_ptr, out_zero_stride, out_zero_mask, low, high, out_ptr, stride_ob,
-                stride_oc, stride_om)
+    row_args = (M, a_sums_ptr, a_sums_stride, a_scale_ptr, a_scale_stride, out_scale_ptr, out_scale_stride,
+                a_zero_ptr, a_zero_stride, a_zero_mask, a_shift, out_zero_ptr, out_zero_stride, out_zero_mask, low,
+                high, out_ptr, stride_ob, stride_oc, stride_om)
     column_args = (N, K, b_sums_stride, None, stride_on)
     if SPLIT:
         partials = (partials_ptr + tile.to(tl.int64) * (BLOCK_M * BLOCK_N)
@@ -362,7 +376,8 @@ def _split_k_kernel(a_ptr, stride_ab, stride_ac, stride_am, stride_ak, b_ptr, st
             tl.store(partials, tl.zeros_like(acc))
             tl.store(tickets_ptr + tile, 0)
             _requantize_tile(acc, b, c, tile_m, tile_n, b_first_row, row_args, column_args, b_sums_ptr, b_scale_ptr,
-                             b_scale_stride, b_zero_ptr, b_zero_stride, b_zero_mask, b_shift, ROW_SCALES, BLOCK_M, BLOCK_N)
+                             b_scale_stride, b_zero_ptr, b_zero_stride, b_zero_mask, b_shift, ROW_SCALES, BLOCK_M,
+                             BLOCK_N)
     else:
         _requantize_tile(acc, b, c, tile_m, tile_n, b_first_row, row_args, column_args, b_sums_ptr, b_scale_ptr,
                          b_scale_stride, b_zero_ptr, b_zero_stride, b_zero_mask, b_shift, ROW_SCALES, BLOCK_M, BLOCK_N)

@@ -7,10 +7,14 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+# Both kernels take their arguments by name from one set of values (``qmatmul._arguments``), each in its own order,
+# as flat parameters rather than tuples: Triton 3.6 specializes every integer inside a tuple argument (a value of 1
+# becomes a constant, a multiple of 16 is marked so) whatever ``do_not_specialize`` says, which would compile a
+# kernel per shape class. These are the integers left unspecialized, so that one compiled kernel serves every size.
 KERNEL_ARGUMENTS_NOT_SPECIALIZED = [
     "M", "K", "channels", "num_tiles", "a_rows_b", "a_rows_c", "b_rows_b", "b_rows_c", "a_sums_stride",
-    "b_sums_stride", "a_scale_stride", "out_scale_stride", "a_zero_stride", "out_zero_stride", "a_zero_mask", "out_zero_mask", "a_shift", "low",
-    "high"]
+    "b_sums_stride", "a_scale_stride", "out_scale_stride", "a_zero_stride", "out_zero_stride", "a_zero_mask",
+    "out_zero_mask", "a_shift", "low", "high"]
 
 
 @triton.jit
@@ -33,8 +37,9 @@ def _tile_place(tile, tiles, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP
 def _row_terms(in_tile, tile_m, a_row, b, c, row_args, ROW_SCALES: tl.constexpr, BLOCK_M: tl.constexpr):
     """The per-row terms of the tile's rows tile_m·BLOCK_M + in_tile (``in_tile``: 0 … BLOCK_M − 1, in the layout
     the epilogue wants), whose A rows start at a_row, for ``_requantize_columns``."""
-    (M, a_sums_ptr, a_sums_stride, a_scale_ptr, a_scale_stride, out_scale_ptr, out_scale_stride, a_zero_ptr, a_zero_stride, a_zero_mask,
-     a_shift, out_zero_ptr, out_zero_stride, out_zero_mask, low, high, out_ptr, stride_ob, stride_oc, stride_om) = row_args
+    (M, a_sums_ptr, a_sums_stride, a_scale_ptr, a_scale_stride, out_scale_ptr, out_scale_stride, a_zero_ptr,
+     a_zero_stride, a_zero_mask, a_shift, out_zero_ptr, out_zero_stride, out_zero_mask, low, high, out_ptr, stride_ob,
+     stride_oc, stride_om) = row_args
     offs_m = (tile_m * BLOCK_M + in_tile).to(tl.int64)  # 64-bit: strides may be large
     mask_m = offs_m < M
     za = (tl.load(a_zero_ptr + offs_m * a_zero_stride, mask=mask_m, other=0).to(tl.int32) & a_zero_mask) - a_shift
