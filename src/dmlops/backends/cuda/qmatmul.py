@@ -35,6 +35,7 @@ from __future__ import annotations
 import functools
 import inspect
 import math
+import operator
 from dataclasses import dataclass
 
 import torch
@@ -581,18 +582,24 @@ def _zero_point(name: str, vector, device) -> dict:
             f"{name}_mask": 0xFF if vector.dtype == torch.uint8 else -1}
 
 
-@functools.cache
 def _parameter_names(function) -> tuple:
-    """The names of a kernel's parameters that are not constants, in order (of its Python function, which hashes
-    faster than the kernel)."""
+    """The names of a kernel's parameters that are not constants, in order (``function``: the kernel's Python
+    function)."""
     return tuple(name for name, parameter in inspect.signature(function).parameters.items()
                  if "constexpr" not in str(parameter.annotation))
 
 
+@functools.cache
+def _argument_getter(function):
+    """What takes a kernel's arguments, in its order, out of values named as its parameters (cached by the Python
+    function, which hashes faster than the kernel)."""
+    return operator.itemgetter(*_parameter_names(function))
+
+
 def _arguments(kernel, named: dict) -> tuple:
-    """The kernel's arguments, in its order, from values named as its parameters: each kernel takes those it names,
-    so that kernels which share parameters cannot disagree on their order."""
-    return tuple(map(named.__getitem__, _parameter_names(kernel.fn)))
+    """The kernel's arguments from values named as its parameters: each kernel takes those it names, in its order,
+    so that kernels which share parameters cannot disagree on it."""
+    return _argument_getter(kernel.fn)(named)
 
 
 # Per device and stream: the zeroed int32 tickets and partial sums of _split_k_kernel (its calls on one stream run one
@@ -610,7 +617,8 @@ def _split_k_workspace(device, size: int):
 
 def _split_k(a, b_operand: Operand, named: dict, b_zero: bool, row_scales: bool, config: Config, kept):
     """Launches _split_k_kernel: K split into as many ranges (of whole BLOCK_K steps) as bring the programs to
-    ``config.split_k`` per SM; ``named``: the arguments it shares with the other kernels."""
+    ``config.split_k`` per SM; ``named``: the arguments it shares with the other kernels (to which its own are
+    added)."""
     device = a.device
     batches, channels, m, k = a.shape
     tiles = batches * channels * cdiv(m, config.block_m) * cdiv(named["N"], config.block_n)
@@ -624,10 +632,10 @@ def _split_k(a, b_operand: Operand, named: dict, b_zero: bool, row_scales: bool,
     else:
         tickets = partials = _zeros(device).view(torch.int32)
     stride_ab, stride_ac, stride_am, stride_ak = a.stride()
-    named = named | dict(
-        a_ptr=a.view(torch.int8), stride_ab=stride_ab, stride_ac=stride_ac, stride_am=stride_am, stride_ak=stride_ak,
-        b_ptr=b_operand.rows, stride_b=b_operand.rows.stride(0), splits=splits, split_steps=split_steps,
-        tickets_ptr=tickets, partials_ptr=partials, **_vector("a_sums", None, device))  # A's sums: folded in
+    named.update(a_ptr=a.view(torch.int8), stride_ab=stride_ab, stride_ac=stride_ac, stride_am=stride_am,
+                 stride_ak=stride_ak, b_ptr=b_operand.rows, stride_b=b_operand.rows.stride(0), splits=splits,
+                 split_steps=split_steps, tickets_ptr=tickets, partials_ptr=partials,
+                 **_vector("a_sums", None, device))  # A's row sums: folded into the partial sums
     launch(kept, "split k", _split_k_kernel, (_grid_size(tiles * splits),), _arguments(_split_k_kernel, named),
            dict(A_FLIP=a.dtype == torch.uint8, B_ZERO=b_zero, ROW_SCALES=row_scales, SPLIT=splits > 1,
                 BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, num_warps=config.num_warps,
@@ -660,15 +668,15 @@ def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, 
     low, high = OUTPUT_RANGE[data_type(out)]
     stride_ob, stride_oc, stride_om, stride_on = out.stride()
     # What the kernels share, by parameter name: each takes those it names (``_arguments``).
-    named = dict(
-        M=m, N=n, K=k, channels=channels, b_rows_b=b_operand.rows_b, b_rows_c=b_operand.rows_c,
+    named = {
+        "M": m, "N": n, "K": k, "channels": channels, "b_rows_b": b_operand.rows_b, "b_rows_c": b_operand.rows_c,
         **_vector("b_sums", b_operand.sums, device), **_vector("b_scale", b_scale, device),
-        **_zero_point("b_zero", b_zero_point, device), b_shift=128 if b_unsigned else 0,
+        **_zero_point("b_zero", b_zero_point, device), "b_shift": 128 if b_unsigned else 0,
         **_vector("a_scale", a_scale, device), **_vector("out_scale", output_scale, device),
-        **_zero_point("a_zero", a_zero_point, device), a_shift=128 if a_unsigned else 0,
-        **_zero_point("out_zero", output_zero_point, device), low=low, high=high, out_ptr=out.view(torch.int8),
-        stride_ob=stride_ob, stride_oc=stride_oc, stride_om=stride_om, stride_on=stride_on,
-        errors_ptr=error_word(device))
+        **_zero_point("a_zero", a_zero_point, device), "a_shift": 128 if a_unsigned else 0,
+        **_zero_point("out_zero", output_zero_point, device), "low": low, "high": high,
+        "out_ptr": out.view(torch.int8), "stride_ob": stride_ob, "stride_oc": stride_oc, "stride_om": stride_om,
+        "stride_on": stride_on, "errors_ptr": error_word(device)}
     if config.split_k:
         _split_k(a, b_operand, named, b_zero, row_scales, config, kept)
         return
