@@ -75,7 +75,7 @@ class Problem:
         # outputs spread over the uint8 range: |acc| is about 5500·sqrt(K)
         self.out_scale = torch.full((1,), 0.02 * 0.02 * 5500 * k**0.5 / 100, device="cuda")
         self.out = torch.empty((m, n), dtype=torch.uint8, device="cuda")
-        self.b_persisted = qmatmul.persist_b(self.b)  # weights prepared once, outside timing
+        self.b_persisted = qmatmul.persist_b(self.b[None, None])  # weights prepared once, outside timing
 
     # the peers' weights, prepared once, outside timing
 
@@ -108,7 +108,7 @@ class Problem:
 
     def dmlops(self, b, config=None):
         """The CUDA backend's entry, with the tensors as the operator passes them: 4-D, scales and zero points as
-        vectors (stride 0: per tensor)."""
+        vectors (stride 0: per tensor); ``b`` a tensor {K, N} or a ``qmatmul.PersistedB`` {1, 1, K, N}."""
         def per_tensor(x):
             return x.as_strided((self.m,), (0,))
 
@@ -116,7 +116,8 @@ class Problem:
             return x.as_strided((1, 1) + x.shape, (0, 0) + x.stride())
 
         qmatmul.quantized_linear_matmul(
-            four_d(self.a), per_tensor(self.a_scale), per_tensor(self.a_zero), four_d(b), self.b_scale, None,
+            four_d(self.a), per_tensor(self.a_scale), per_tensor(self.a_zero),
+            b if type(b) is qmatmul.PersistedB else four_d(b), self.b_scale, None,
             per_tensor(self.out_scale), per_tensor(self.out_zero), four_d(self.out), config=config)
         return self.out
 

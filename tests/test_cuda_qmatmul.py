@@ -8,6 +8,7 @@ the GPU with the real compiler, plus the large shapes at the end of this file. T
 """
 
 import gc
+import weakref
 
 import numpy as np
 import pytest
@@ -240,7 +241,7 @@ def test_owned_by_dml_b_is_packed_once(torch_device):
     b_buffers = {name: on[name](buffer(b)) for name in ops}
     for name in ops:
         ops[name].initialize([b_buffers[name] if i == 3 else None for i in range(8)])
-    packed = len(qmatmul._PERSISTED_B)
+    packing = weakref.ref(ops["cuda"]._persistent["b_tensor"].operand.rows)
     b_buffers["cuda"].fill_(0)
     for _ in range(2):
         a = buffer(random_data(rng, np.uint8, (m, k)))
@@ -250,10 +251,9 @@ def test_owned_by_dml_b_is_packed_once(torch_device):
         for name in ops:
             ops[name].execute([on[name](x) for x in bindings(a, None)], [outs[name]])
         np.testing.assert_array_equal(outs["cuda"].cpu().numpy()[:m * n], outs["cpu"][:m * n])
-    assert packed >= 1
     del ops
     gc.collect()
-    assert len(qmatmul._PERSISTED_B) == packed - 1
+    assert packing() is None
 
 
 def test_k_major_b_is_read_in_place(torch_device, monkeypatch):
@@ -389,6 +389,7 @@ def test_split_k_is_one_launch_with_b_persisted(torch_device, monkeypatch):
     class Counted:
         def __init__(self, name):
             self.name, self.kernel = name, getattr(qmatmul, name)
+            self.fn = self.kernel.fn  # whose parameters name the kernel's arguments
 
         def __getitem__(self, grid):
             launches.append(self.name)
@@ -404,12 +405,78 @@ def test_split_k_is_one_launch_with_b_persisted(torch_device, monkeypatch):
     args = (a, a_scale, random_data(rng, np.uint8, m), b, b_scale, random_data(rng, np.uint8, n), out_scale, None)
     tensors = [None if x is None else torch.from_numpy(x).to(torch_device) for x in args]
     tensors[0] = tensors[0][None, None]  # as the operator passes them: {1, 1, M, K}
-    tensors[3] = qmatmul.persist_b(tensors[3])[None, None]  # packed here, found again by the call
+    tensors[3] = qmatmul.persist_b(tensors[3][None, None])  # packed here, read by the call from the handle
     out, _ = poisoned_out(rng, (1, 1, m, n), np.int8, torch_device)
     launches.clear()
     qmatmul.quantized_linear_matmul(*tensors, out)
     assert launches == ["_split_k_kernel"]
     np.testing.assert_array_equal(out.cpu().numpy()[0, 0], exact(args, np.int8))
+
+
+@pytest.mark.parametrize("m", [3, 33])  # the split-K kernel, the tile kernel
+def test_persisted_bs_of_one_layout_each_give_their_own_result(m, torch_device, monkeypatch):
+    """Two persisted Bs of one layout alternating through one prepared run (``prepare_quantized_linear_matmul``):
+    after the first call, every call replays its launches (the launcher is not called again), each on the packing
+    of the B it is given."""
+    monkeypatch.setattr(qmatmul, "FEW_ROWS", SPLIT_SMALL)
+    launcher, launcher_calls = qmatmul.quantized_linear_matmul, []
+
+    def counted(*args, **kwargs):
+        launcher_calls.append(1)
+        launcher(*args, **kwargs)
+
+    monkeypatch.setattr(qmatmul, "quantized_linear_matmul", counted)
+    rng = np.random.default_rng(12)
+    n, k = 24, 70
+    bs = [random_data(rng, np.int8, (k, n)) for _ in range(2)]
+    persisted = [qmatmul.persist_b(torch.from_numpy(b).to(torch_device)[None, None]) for b in bs]
+    fields = QuantizedLinearMatrixMultiplyOperatorDesc.input_fields + ("output_tensor",)
+
+    def call(run, which):
+        """run on fresh A, scales and zero points with B number ``which``; checks the output."""
+        a_scale, b_scale, out_scale = random_scales(rng, k, m, n, m)
+        args = (random_data(rng, np.uint8, (m, k)), a_scale, random_data(rng, np.uint8, m), bs[which], b_scale,
+                None, out_scale, random_data(rng, np.int8, m))
+        views = dict(zip(fields, [None if x is None else torch.from_numpy(x).to(torch_device) for x in args]))
+        views["a_tensor"] = views["a_tensor"][None, None]
+        views["b_tensor"] = persisted[which]
+        views["output_tensor"], _ = poisoned_out(rng, (1, 1, m, n), np.int8, torch_device)
+        result = run(views)
+        np.testing.assert_array_equal(views["output_tensor"].cpu().numpy()[0, 0], exact(args, np.int8))
+        return result
+
+    run = call(lambda views: qmatmul.prepare_quantized_linear_matmul(views, dict), 0)
+    for which in (1, 0, 1, 1):
+        call(run, which)
+    assert len(launcher_calls) == 1
+
+
+def test_a_freed_persisted_b_frees_its_packing(torch_device):
+    """Nothing but the ``PersistedB`` holds its packing: it goes when the handle goes."""
+    rng = np.random.default_rng(13)
+    m, n, k = 5, 24, 70
+    a, b = random_data(rng, np.int8, (m, k)), random_data(rng, np.uint8, (k, n))
+    a_scale, b_scale, out_scale = random_scales(rng, k, m, n, m)
+    args = (a, a_scale, None, b, b_scale, random_data(rng, np.uint8, n), out_scale, None)
+    tensors = [None if x is None else torch.from_numpy(x).to(torch_device) for x in args]
+    tensors[0] = tensors[0][None, None]
+    tensors[3] = qmatmul.persist_b(tensors[3][None, None])
+    packing = [weakref.ref(tensors[3].operand.rows), weakref.ref(tensors[3].operand.sums)]
+    out, _ = poisoned_out(rng, (1, 1, m, n), np.int8, torch_device)
+    qmatmul.quantized_linear_matmul(*tensors, out)
+    np.testing.assert_array_equal(out.cpu().numpy()[0, 0], exact(args, np.int8))
+    del tensors
+    gc.collect()
+    assert [ref() for ref in packing] == [None, None]
+
+
+def test_both_tile_kernels_take_the_same_parameters():
+    """qmatmul's kernel and the Gluon one of qmatmul_hopper take their arguments from one set of values named as
+    their parameters: the names must agree (the Gluon kernel runs on Hopper only)."""
+    from dmlops.backends.cuda import qmatmul_hopper
+
+    assert sorted(qmatmul._parameter_names(qmatmul_hopper._qmatmul_kernel.fn)) == \
+        sorted(qmatmul._parameter_names(qmatmul._qmatmul_kernel.fn))
 
 
 # -- on the GPU only: large shapes, long K, determinism, devices --------------------------------------------------

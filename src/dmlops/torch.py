@@ -97,6 +97,8 @@ def quantized_linear_matmul_operator(a, a_scale, a_zero_point, b, b_scale, b_zer
 
     if output_dtype is not None and not isinstance(output_dtype, torch.dtype):
         output_dtype = getattr(torch, str(getattr(output_dtype, "__name__", output_dtype)))
+    if not isinstance(b, torch.Tensor):  # a B the CUDA backend prepared (a PersistedB): the tensor it reads as
+        b = b.array
     return quantized_linear_matmul(a, tensor(a_scale, torch.float32), tensor(a_zero_point, a.dtype), b,
                                    tensor(b_scale, torch.float32), tensor(b_zero_point, b.dtype),
                                    tensor(output_scale, torch.float32),

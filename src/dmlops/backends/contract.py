@@ -37,7 +37,9 @@ class BufferBackend(Protocol):
         """Whether a and b are the same elements in the same order: an output that is its input (in place)."""
 
     def persist(self, operator_type: OperatorType, field: str, array: Array) -> Array:
-        """The copy kept for an OWNED_BY_DML tensor, in whatever layout the backend's kernel wants."""
+        """What the backend keeps for an OWNED_BY_DML tensor: a copy, in whatever layout its kernel wants, or an
+        object of its own (the CUDA backend's quantized-matmul B, which carries its packing) that reads as that copy
+        and that the backend's functions take wherever the array goes."""
 
 
 class ArrayBackend(Protocol):

@@ -49,7 +49,9 @@ def view(flat, byte_offset: int, data_type: DataType, sizes, strides):
 
 
 def restride(array, sizes, strides):
-    """A view with other sizes and element strides from the same first element."""
+    """A view with other sizes and element strides from the same first element (of a persisted B: the same B)."""
+    if type(array) is qmatmul.PersistedB:
+        return array.restrided(sizes, strides)
     return array.as_strided(tuple(sizes), tuple(strides), array.storage_offset())
 
 
@@ -70,7 +72,8 @@ def same_layout(a, b) -> bool:
 
 
 def persist(operator_type, field: str, array):
-    """The copy kept for an OWNED_BY_DML tensor; the quantized matmul's B is also repacked for its kernel, once."""
+    """The copy kept for an OWNED_BY_DML tensor; for the quantized matmul's B a ``qmatmul.PersistedB``, which holds
+    B repacked for its kernel, once."""
     if operator_type == OperatorType.QUANTIZED_LINEAR_MATRIX_MULTIPLY and field == "b_tensor":
         return qmatmul.persist_b(array)
     return array.clone()
@@ -88,6 +91,8 @@ def adopt(obj):
         if not runs_here(obj):
             return None
         return obj.detach(), _same
+    if type(obj) is qmatmul.PersistedB:  # a prepared B (``persist``), taken as it is
+        return obj, _same
     if hasattr(obj, "__dlpack_device__") and obj.__dlpack_device__()[0] == 2:  # kDLCUDA
         library = type(obj).__module__.split(".")[0]
         if library in ("jax", "jaxlib"):

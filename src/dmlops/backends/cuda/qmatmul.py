@@ -33,8 +33,9 @@ The kernel computes what ``dmlops.ops.quantized_matmul.reference`` means, in the
 from __future__ import annotations
 
 import functools
+import inspect
 import math
-import weakref
+import operator
 from dataclasses import dataclass
 
 import torch
@@ -113,13 +114,16 @@ def choose_config(batches: int, m: int, n: int, k: int, sm_count: int, wgmma_in_
 # -- kernels ---------------------------------------------------------------------------------------------------
 
 
+# Preparing an operand: each program takes a BLOCK_K × BLOCK_R tile of x {batch, channel, K, R} (A with R its rows,
+# or B with R its columns), turns uint8 bits into int8 ones by flipping their top bit, and stores them K-major, one
+# row of K per r, where the tensor memory accelerator can read them (PACK); it also adds each row's Σ_k into a
+# float64 vector (SUM) with atomic additions, exact in any order since every partial sum is an integer below 2^53.
 @triton.jit(do_not_specialize=["flip", "channels", "rows_b", "rows_c"])
 def _prepare_kernel(x_ptr, packed_ptr, sums_ptr, flip, K, R, channels, rows_b, rows_c,
                     stride_xb, stride_xc, stride_xk, stride_xr, stride_p,
                     PACK: tl.constexpr, SUM: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_R: tl.constexpr):
-    """A tile BLOCK_K × BLOCK_R of x {batch, channel, K, R} (int8 bits; ``flip`` = −128 turns uint8 into int8):
-    writes x' to packed[row, k] (K-major) and adds Σ_k x' to sums[row], row = b·rows_b + c·rows_c + r, in float64:
-    exact (integers below 2^53), so the order of the atomic additions does not matter."""
+    """x holds int8 bits (``flip`` = −128 turns uint8 into int8); x' goes to packed[row, k] and Σ_k x' is added to
+    sums[row], row = b·rows_b + c·rows_c + r."""
     tiles_k = tl.cdiv(K, BLOCK_K)
     tiles_r = tl.cdiv(R, BLOCK_R)
     tile = tl.program_id(0)
@@ -141,19 +145,20 @@ def _prepare_kernel(x_ptr, packed_ptr, sums_ptr, flip, K, R, channels, rows_b, r
 
 
 @triton.jit
-def _column_multipliers(offs_n, mask_n, b_scale_ptr, stride_sb, a_scale_ptr, out_scale_ptr, ROW_SCALES: tl.constexpr):
+def _column_multipliers(offs_n, mask_n, b_scale_ptr, b_scale_stride, a_scale_ptr, out_scale_ptr,
+                        ROW_SCALES: tl.constexpr):
     """(sa·sb[n])/so of the columns offs_n (int64) when the A and output scales are per tensor, sb[n] otherwise
     (the rows' scales join it in ``_requantize_columns``), in float64."""
-    b_scale = tl.load(b_scale_ptr + offs_n * stride_sb, mask=mask_n, other=1.0).to(tl.float64)
+    b_scale = tl.load(b_scale_ptr + offs_n * b_scale_stride, mask=mask_n, other=1.0).to(tl.float64)
     if not ROW_SCALES:
         b_scale = (tl.load(a_scale_ptr).to(tl.float64) * b_scale) / tl.load(out_scale_ptr).to(tl.float64)
     return b_scale
 
 
 @triton.jit
-def _b_zero_points(offs_n, mask_n, b_zero_ptr, stride_zb, zb_mask, b_shift):
-    """zb'[n] of the columns offs_n (int64), in int32: the zero point's int8 bits ``& zb_mask``, less B's shift."""
-    return (tl.load(b_zero_ptr + offs_n * stride_zb, mask=mask_n, other=0).to(tl.int32) & zb_mask) - b_shift
+def _b_zero_points(offs_n, mask_n, b_zero_ptr, b_zero_stride, b_zero_mask, b_shift):
+    """zb'[n] of the columns offs_n (int64), in int32: the zero point's int8 bits ``& b_zero_mask``, less B's shift."""
+    return (tl.load(b_zero_ptr + offs_n * b_zero_stride, mask=mask_n, other=0).to(tl.int32) & b_zero_mask) - b_shift
 
 
 @triton.jit
@@ -163,23 +168,26 @@ def _bad_scales(scale_ptr, stride, offs, count):
     return tl.max(((scale == 0) | (scale != scale) | (tl.abs(scale) == float("inf"))).to(tl.int32), axis=0)
 
 
-@triton.jit(do_not_specialize=["M", "N", "stride_sa", "stride_so", "stride_sb", "stride_zb", "zb_mask", "b_shift"])
-def _column_terms_kernel(b_scale_ptr, stride_sb, b_zero_ptr, stride_zb, zb_mask, b_shift, a_scale_ptr, stride_sa,
-                         out_scale_ptr, stride_so, terms_ptr, errors_ptr, M, N, ROW_SCALES: tl.constexpr,
-                         BLOCK: tl.constexpr):
-    """Per column n, once per call rather than in every tile: terms[0, n] = (sa·sb[n])/so when the A and output
-    scales are per tensor (sb[n] otherwise), terms[1, n] = zb'[n], both in float64. Programs cover max(M, N)
-    positions: each also checks its A, B and output scales, and marks a zero, NaN or infinite one in the device's
-    error word (bit 1: A's, 2: B's, 4: the output's), which ``check_errors`` reads: no host round trip."""
+# The column terms: what the tile kernels' epilogues need of each column, computed once per call rather than in every
+# tile. Each program takes BLOCK positions of max(M, N): it checks the A, B and output scales there, marking a zero,
+# NaN or infinite one in the device's error word (read by ``check_errors``, so that no call waits for the host), and
+# writes the multiplier and zb' of its columns.
+@triton.jit(do_not_specialize=["M", "N", "a_scale_stride", "out_scale_stride", "b_scale_stride", "b_zero_stride",
+                               "b_zero_mask", "b_shift"])
+def _column_terms_kernel(b_scale_ptr, b_scale_stride, b_zero_ptr, b_zero_stride, b_zero_mask, b_shift, a_scale_ptr,
+                         a_scale_stride, out_scale_ptr, out_scale_stride, terms_ptr, errors_ptr, M, N,
+                         ROW_SCALES: tl.constexpr, BLOCK: tl.constexpr):
+    """terms[0, n] = (sa·sb[n])/so when the A and output scales are per tensor (sb[n] otherwise), terms[1, n] =
+    zb'[n], both in float64; error bits 1: A's scales, 2: B's, 4: the output's."""
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    bad = (_bad_scales(a_scale_ptr, stride_sa, offs, M) + 2 * _bad_scales(b_scale_ptr, stride_sb, offs, N)
-           + 4 * _bad_scales(out_scale_ptr, stride_so, offs, M))
+    bad = (_bad_scales(a_scale_ptr, a_scale_stride, offs, M) + 2 * _bad_scales(b_scale_ptr, b_scale_stride, offs, N)
+           + 4 * _bad_scales(out_scale_ptr, out_scale_stride, offs, M))
     if bad != 0:
         tl.atomic_or(errors_ptr, bad)
     mask = offs < N
-    b_scale = _column_multipliers(offs.to(tl.int64), mask, b_scale_ptr, stride_sb, a_scale_ptr, out_scale_ptr,
+    b_scale = _column_multipliers(offs.to(tl.int64), mask, b_scale_ptr, b_scale_stride, a_scale_ptr, out_scale_ptr,
                                   ROW_SCALES)
-    zb = _b_zero_points(offs.to(tl.int64), mask, b_zero_ptr, stride_zb, zb_mask, b_shift)
+    zb = _b_zero_points(offs.to(tl.int64), mask, b_zero_ptr, b_zero_stride, b_zero_mask, b_shift)
     tl.store(terms_ptr + offs, b_scale, mask=mask)
     tl.store(terms_ptr + N + offs, zb.to(tl.float64), mask=mask)
 
@@ -216,7 +224,7 @@ def _requantize_store(acc, n_start, rows, b_sums_ptr, column_args, ROW_SCALES: t
 
 
 @triton.jit
-def _qmatmul_tile(tile, a_desc, b_desc, tiles, row_args, b_sums_ptr, stride_b_sums, column_args,
+def _qmatmul_tile(tile, a_desc, b_desc, tiles, row_args, b_sums_ptr, b_sums_stride, column_args,
                   A_FLIP: tl.constexpr, ROW_SCALES: tl.constexpr, LONG_K: tl.constexpr, K_SLICE: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
                   EPILOGUE_N: tl.constexpr):
@@ -232,79 +240,85 @@ def _qmatmul_tile(tile, a_desc, b_desc, tiles, row_args, b_sums_ptr, stride_b_su
     else:
         acc = _dot_slice(a_desc, b_desc, a_row, b_row, 0, K, A_FLIP, BLOCK_M, BLOCK_N, BLOCK_K)
     rows = _row_terms(tl.arange(0, BLOCK_M), tile_m, a_row, b, c, row_args, ROW_SCALES, BLOCK_M)
-    _requantize_store(acc, tile_n * BLOCK_N, rows, b_sums_ptr + b_first_row * stride_b_sums, column_args, ROW_SCALES,
+    _requantize_store(acc, tile_n * BLOCK_N, rows, b_sums_ptr + b_first_row * b_sums_stride, column_args, ROW_SCALES,
                       BLOCK_N, EPILOGUE_N)
 
 
+# The tile kernel: out[b, c] = requantize(Σ_k (A − za)(B − zb)), one BLOCK_M × BLOCK_N tile at a time. A program
+# finds its tile (groups of GROUP_M row tiles walk the columns together, so that B's tiles stay in L2), loads A's and
+# B's K-major tiles through TMA descriptors and multiplies them on the int8 tensor cores into an exact int32
+# accumulator (for K beyond K_SLICE, slice by slice into float64), then requantizes the accumulator in float64 with
+# the zero-point corrections, the multiplier of each column and row, clamping and rounding half to even. A program
+# takes one tile, or (PERSISTENT) tiles program_id, program_id + programs, …, so that two programs resident on an SM
+# take their next tiles without waiting for a block to be scheduled.
 @triton.jit(do_not_specialize=KERNEL_ARGUMENTS_NOT_SPECIALIZED)
 def _qmatmul_kernel(a_desc, b_desc, M, N, K, channels, num_tiles, a_rows_b, a_rows_c, b_rows_b, b_rows_c,
-                    a_sums_ptr, stride_a_sums, b_sums_ptr, stride_b_sums, terms_ptr,
-                    a_scale_ptr, stride_sa, out_scale_ptr, stride_so, a_zero_ptr, stride_za, za_mask, a_shift,
-                    out_zero_ptr, stride_zo, zo_mask, low, high, out_ptr, stride_ob, stride_oc, stride_om, stride_on,
+                    a_sums_ptr, a_sums_stride, b_sums_ptr, b_sums_stride, terms_ptr,
+                    a_scale_ptr, a_scale_stride, out_scale_ptr, out_scale_stride, a_zero_ptr, a_zero_stride,
+                    a_zero_mask, a_shift, out_zero_ptr, out_zero_stride, out_zero_mask, low, high,
+                    out_ptr, stride_ob, stride_oc, stride_om, stride_on,
                     A_FLIP: tl.constexpr, ROW_SCALES: tl.constexpr, LONG_K: tl.constexpr, K_SLICE: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
                     EPILOGUE_N: tl.constexpr, PERSISTENT: tl.constexpr):
-    """The tiles of out[b, c] = requantize(Σ_k (A − za)(B − zb)): one per program, or (PERSISTENT) tiles
-    program_id, program_id + programs, … per program, so that two programs resident on an SM take their next
-    tiles without waiting for a block to be scheduled.
-
-    A is a 2-D descriptor of rows of K (int8 bits), B of K-major rows of N (int8); batch b, channel c start at row
+    """A is a 2-D descriptor of rows of K (int8 bits), B of K-major rows of N (int8); batch b, channel c start at row
     b·rows_b + c·rows_c of each, and the row sums of A' and B' (float64) are indexed by the same rows. Zero points
     are int8 bits: ``& mask`` (0xFF for uint8, −1 for int8, 0 when absent) gives their value, from which the
     operand's shift (128 for uint8) is taken. The float64 epilogue runs on EPILOGUE_N columns at a time, which
     bounds its registers.
     """
     tiles = (M, N, channels, a_rows_b, a_rows_c, b_rows_b, b_rows_c)
-    row_args = (M, a_sums_ptr, stride_a_sums, a_scale_ptr, stride_sa, out_scale_ptr, stride_so, a_zero_ptr,
-                stride_za, za_mask, a_shift, out_zero_ptr, stride_zo, zo_mask, low, high, out_ptr, stride_ob,
-                stride_oc, stride_om)
-    column_args = (N, K, stride_b_sums, terms_ptr, stride_on)
+    row_args = (M, a_sums_ptr, a_sums_stride, a_scale_ptr, a_scale_stride, out_scale_ptr, out_scale_stride,
+                a_zero_ptr, a_zero_stride, a_zero_mask, a_shift, out_zero_ptr, out_zero_stride, out_zero_mask, low,
+                high, out_ptr, stride_ob, stride_oc, stride_om)
+    column_args = (N, K, b_sums_stride, terms_ptr, stride_on)
     if PERSISTENT:
         for tile in range(tl.program_id(0), num_tiles, tl.num_programs(0)):
-            _qmatmul_tile(tile, a_desc, b_desc, tiles, row_args, b_sums_ptr, stride_b_sums, column_args, A_FLIP,
+            _qmatmul_tile(tile, a_desc, b_desc, tiles, row_args, b_sums_ptr, b_sums_stride, column_args, A_FLIP,
                           ROW_SCALES, LONG_K, K_SLICE, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, EPILOGUE_N)
     else:  # one tile, with no loop around it: the loop costs registers that a second resident block needs
-        _qmatmul_tile(tl.program_id(0), a_desc, b_desc, tiles, row_args, b_sums_ptr, stride_b_sums, column_args,
+        _qmatmul_tile(tl.program_id(0), a_desc, b_desc, tiles, row_args, b_sums_ptr, b_sums_stride, column_args,
                       A_FLIP, ROW_SCALES, LONG_K, K_SLICE, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, EPILOGUE_N)
 
 
 @triton.jit
 def _requantize_tile(acc, b, c, tile_m, tile_n, b_first_row, row_args, column_args, b_sums_ptr, b_scale_ptr,
-                     stride_sb, b_zero_ptr, stride_zb, zb_mask, b_shift, ROW_SCALES: tl.constexpr,
+                     b_scale_stride, b_zero_ptr, b_zero_stride, b_zero_mask, b_shift, ROW_SCALES: tl.constexpr,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """Requantize and store a tile of ``_split_k_kernel``, acc = Σ A'(B' − zb') (the row sums of A' are folded in:
     ``row_args`` reads zeros for them), with the column terms computed here rather than by a launch of their own."""
-    N, K, stride_b_sums, _, stride_on = column_args
+    N, K, b_sums_stride, _, stride_on = column_args
     a_scale_ptr, out_scale_ptr = row_args[3], row_args[5]
     offs_n = (tile_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)
     mask_n = offs_n < N
-    columns = (_column_multipliers(offs_n, mask_n, b_scale_ptr, stride_sb, a_scale_ptr, out_scale_ptr, ROW_SCALES),
-               _b_zero_points(offs_n, mask_n, b_zero_ptr, stride_zb, zb_mask, b_shift).to(tl.float64),
-               tl.load(b_sums_ptr + (b_first_row + offs_n) * stride_b_sums, mask=mask_n, other=0.0))
+    columns = (_column_multipliers(offs_n, mask_n, b_scale_ptr, b_scale_stride, a_scale_ptr, out_scale_ptr, ROW_SCALES),
+               _b_zero_points(offs_n, mask_n, b_zero_ptr, b_zero_stride, b_zero_mask, b_shift).to(tl.float64),
+               tl.load(b_sums_ptr + (b_first_row + offs_n) * b_sums_stride, mask=mask_n, other=0.0))
     rows = _row_terms(tl.arange(0, BLOCK_M), tile_m, tile_m * BLOCK_M, b, c, row_args, ROW_SCALES, BLOCK_M)
     _requantize_columns(acc, offs_n, rows, columns, column_args, ROW_SCALES)
 
 
 SPLIT_K_ARGUMENTS_NOT_SPECIALIZED = [
-    "channels", "b_rows_b", "b_rows_c", "splits", "split_steps", "stride_b_sums", "stride_sb",
-    "stride_zb", "zb_mask", "b_shift", "stride_a_sums", "stride_sa", "stride_so", "stride_za", "stride_zo", "za_mask",
-    "zo_mask", "a_shift", "low", "high"]
+    "channels", "b_rows_b", "b_rows_c", "splits", "split_steps", "b_sums_stride", "b_scale_stride",
+    "b_zero_stride", "b_zero_mask", "b_shift", "a_sums_stride", "a_scale_stride", "out_scale_stride", "a_zero_stride",
+    "out_zero_stride", "a_zero_mask", "out_zero_mask", "a_shift", "low", "high"]
 
 
+# The split-K kernel: out[b, c] = requantize(Σ_k (A − za)(B − zb)) for few rows (M ≤ 16), where reading B is the
+# work. K is split among programs as well as the tiles: program p adds the products of the K range
+# split_steps·BLOCK_K·[s, s + 1), s = p mod splits, to tile p div splits, exactly in int32 with the −zb'·Σ_k A'
+# correction folded in, and the programs of a tile add their partial sums into a workspace with integer atomics,
+# whose order does not matter. The last of them (a ticket counter says which) requantizes the tile as the tile kernel
+# does, with the column terms computed in place, and leaves the workspace zero for the next call.
 @triton.jit(do_not_specialize=SPLIT_K_ARGUMENTS_NOT_SPECIALIZED)
 def _split_k_kernel(a_ptr, stride_ab, stride_ac, stride_am, stride_ak, b_ptr, stride_b, M, N, K, channels, b_rows_b,
-                    b_rows_c, splits, split_steps, tickets_ptr, partials_ptr, b_sums_ptr, stride_b_sums, b_scale_ptr, stride_sb,
-                    b_zero_ptr, stride_zb, zb_mask, b_shift, a_sums_ptr, stride_a_sums,
-                    a_scale_ptr, stride_sa, out_scale_ptr, stride_so, a_zero_ptr, stride_za, za_mask, a_shift,
-                    out_zero_ptr, stride_zo, zo_mask, low, high, out_ptr, stride_ob, stride_oc, stride_om, stride_on,
-                    errors_ptr,
+                    b_rows_c, splits, split_steps, tickets_ptr, partials_ptr, b_sums_ptr, b_sums_stride, b_scale_ptr,
+                    b_scale_stride, b_zero_ptr, b_zero_stride, b_zero_mask, b_shift, a_sums_ptr, a_sums_stride,
+                    a_scale_ptr, a_scale_stride, out_scale_ptr, out_scale_stride, a_zero_ptr, a_zero_stride,
+                    a_zero_mask, a_shift, out_zero_ptr, out_zero_stride, out_zero_mask, low, high,
+                    out_ptr, stride_ob, stride_oc, stride_om, stride_on, errors_ptr,
                     A_FLIP: tl.constexpr, B_ZERO: tl.constexpr, ROW_SCALES: tl.constexpr, SPLIT: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """out[b, c] = requantize(Σ_k (A − za)(B − zb)) for few rows: program p adds the products of the K range
-    split_steps·BLOCK_K·[s, s + 1), s = p mod splits, to tile p div splits (BLOCK_M rows × BLOCK_N columns of one
-    batch and channel).
-
-    A {batch, channel, M, K} is read where it lies (int8 bits, flipped if A_FLIP); B's K-major rows (those of
+    """A {batch, channel, M, K} is read where it lies (int8 bits, flipped if A_FLIP); B's K-major rows (those of
     ``_qmatmul_kernel``, row stride stride_b) by plain pointer loads, which the compiler pipelines: a tensor-memory
     descriptor would cost its encoding on the host at every call.
     B_ZERO: zb' may be non-zero, so each program subtracts zb'[n]·Σ_k A'[m, k] of its range from its partial.
@@ -320,8 +334,9 @@ def _split_k_kernel(a_ptr, stride_ab, stride_ac, stride_am, stride_ak, b_ptr, st
     offs_m = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
     if split == 0:
         offs_n = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        bad = (_bad_scales(a_scale_ptr, stride_sa, offs_m, M) + 2 * _bad_scales(b_scale_ptr, stride_sb, offs_n, N)
-               + 4 * _bad_scales(out_scale_ptr, stride_so, offs_m, M))
+        bad = (_bad_scales(a_scale_ptr, a_scale_stride, offs_m, M)
+               + 2 * _bad_scales(b_scale_ptr, b_scale_stride, offs_n, N)
+               + 4 * _bad_scales(out_scale_ptr, out_scale_stride, offs_m, M))
         if bad != 0:
             tl.atomic_or(errors_ptr, bad)
     a_rows = a_ptr + b.to(tl.int64) * stride_ab + c.to(tl.int64) * stride_ac + offs_m.to(tl.int64)[:, None] * stride_am
@@ -344,13 +359,13 @@ def _split_k_kernel(a_ptr, stride_ab, stride_ac, stride_am, stride_ak, b_ptr, st
             a_sums += tl.sum(a.to(tl.int32), axis=1)
     if B_ZERO:
         offs_n = (tile_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)
-        zb = _b_zero_points(offs_n, offs_n < N, b_zero_ptr, stride_zb, zb_mask, b_shift)
+        zb = _b_zero_points(offs_n, offs_n < N, b_zero_ptr, b_zero_stride, b_zero_mask, b_shift)
         acc -= a_sums[:, None] * zb[None, :]
 
-    row_args = (M, a_sums_ptr, stride_a_sums, a_scale_ptr, stride_sa, out_scale_ptr, stride_so, a_zero_ptr,
-                stride_za, za_mask, a_shift, out_zero_ptr, stride_zo, zo_mask, low, high, out_ptr, stride_ob,
-                stride_oc, stride_om)
-    column_args = (N, K, stride_b_sums, None, stride_on)
+    row_args = (M, a_sums_ptr, a_sums_stride, a_scale_ptr, a_scale_stride, out_scale_ptr, out_scale_stride,
+                a_zero_ptr, a_zero_stride, a_zero_mask, a_shift, out_zero_ptr, out_zero_stride, out_zero_mask, low,
+                high, out_ptr, stride_ob, stride_oc, stride_om)
+    column_args = (N, K, b_sums_stride, None, stride_on)
     if SPLIT:
         partials = (partials_ptr + tile.to(tl.int64) * (BLOCK_M * BLOCK_N)
                     + tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :])
@@ -362,10 +377,11 @@ def _split_k_kernel(a_ptr, stride_ab, stride_ac, stride_am, stride_ak, b_ptr, st
             tl.store(partials, tl.zeros_like(acc))
             tl.store(tickets_ptr + tile, 0)
             _requantize_tile(acc, b, c, tile_m, tile_n, b_first_row, row_args, column_args, b_sums_ptr, b_scale_ptr,
-                             stride_sb, b_zero_ptr, stride_zb, zb_mask, b_shift, ROW_SCALES, BLOCK_M, BLOCK_N)
+                             b_scale_stride, b_zero_ptr, b_zero_stride, b_zero_mask, b_shift, ROW_SCALES, BLOCK_M,
+                             BLOCK_N)
     else:
         _requantize_tile(acc, b, c, tile_m, tile_n, b_first_row, row_args, column_args, b_sums_ptr, b_scale_ptr,
-                         stride_sb, b_zero_ptr, stride_zb, zb_mask, b_shift, ROW_SCALES, BLOCK_M, BLOCK_N)
+                         b_scale_stride, b_zero_ptr, b_zero_stride, b_zero_mask, b_shift, ROW_SCALES, BLOCK_M, BLOCK_N)
 
 
 # -- operands --------------------------------------------------------------------------------------------------
@@ -445,20 +461,46 @@ def _padded_to_4d(x):
     return x.as_strided((1,) * pad + tuple(x.shape), (0,) * pad + tuple(x.stride()), x.storage_offset())
 
 
-def _b_operand_key(b4):
-    """B's memory and layout (the stride of a dimension of size 1 does not matter)."""
-    return b4.data_ptr(), tuple(b4.shape), tuple(0 if size == 1 else stride for size, stride in
-                                                 zip(b4.shape, b4.stride())), b4.dtype
+@dataclass(frozen=True, eq=False)
+class PersistedB:
+    """An OWNED_BY_DML B as the backend keeps it (``persist_b``): ``array``, B {…, K, N} in the sizes and strides
+    the desc says, and ``operand``, its K-major packing with its column sums, which the matmul reads instead of B.
+    It goes where B's array goes (the compiled operator's bindings, the array API's ``PreparedB``) and reads as that
+    array for its sizes, strides, type and place; its packing lives as long as it does."""
+
+    array: torch.Tensor
+    operand: Operand
+
+    @property
+    def shape(self):
+        return self.array.shape
+
+    @property
+    def dtype(self):
+        return self.array.dtype
+
+    @property
+    def device(self):
+        return self.array.device
+
+    def stride(self):
+        return self.array.stride()
+
+    def data_ptr(self) -> int:
+        return self.array.data_ptr()
+
+    def element_size(self) -> int:
+        return self.array.element_size()
+
+    def restrided(self, sizes, strides) -> PersistedB:
+        """The same B in other sizes and element strides from the same first element (the operator's layouts)."""
+        return PersistedB(self.array.as_strided(tuple(sizes), tuple(strides), self.array.storage_offset()),
+                          self.operand)
 
 
-# OWNED_BY_DML B tensors packed at initialization, by the key of their persisted copy; an entry leaves with the copy.
-_PERSISTED_B: dict = {}
-
-
-def persist_b(array):
-    """The copy kept for an OWNED_BY_DML B, packed K-major (with its column sums) once here and found again by
-    ``quantized_linear_matmul``. For int8 the copy is the packing itself, viewed as B {…, K, N}; a uint8 B keeps
-    its own copy beside the flipped packing."""
+def persist_b(array) -> PersistedB:
+    """An OWNED_BY_DML B, packed K-major (with its column sums) once here. For int8 the array kept is the packing
+    itself, viewed as B {…, K, N}; a uint8 B keeps its own copy beside the flipped packing."""
     b4 = _padded_to_4d(array)
     operand = _prepare(b4.transpose(-1, -2), can_flip=False, pack=True, sum_rows=True)
     if array.dtype == torch.int8:
@@ -468,10 +510,7 @@ def persist_b(array):
         kept = rows.as_strided(array.shape, strides, rows.storage_offset())
     else:
         kept = array.clone()
-    key = _b_operand_key(_padded_to_4d(kept))
-    _PERSISTED_B[key] = operand
-    weakref.finalize(kept, _PERSISTED_B.pop, key, None)
-    return kept
+    return PersistedB(kept, operand)
 
 
 # -- launcher --------------------------------------------------------------------------------------------------
@@ -480,19 +519,27 @@ def persist_b(array):
 def prepare_quantized_linear_matmul(views: dict, kernel_tensors):
     """Run on views (by field, in binding order) of the layouts the desc says, and return run(views) for views of the
     same layouts and alignment: the kept launches replayed on their addresses (``launch.replay``), else the launcher
-    on ``kernel_tensors(views)`` through the launches kept here. A B kept at initialization (``persist_b``) is read
-    from its packing, which is not in the field's memory: its launches are replayed on that same B only."""
+    on ``kernel_tensors(views)`` through the launches kept here. A persisted B is read from its packing: a replay
+    takes the packed rows and column sums of the ``PersistedB`` each call is given."""
     kept = {}
 
     def run_again(views):
         quantized_linear_matmul(*kernel_tensors(views).values(), kept=kept)
 
     run_again(views)
-    replayed = replay(kept, views, run_again)
-    b = kernel_tensors(views)["b_tensor"]
-    if replayed is None or _b_operand_key(b) not in _PERSISTED_B:
-        return replayed or run_again
-    return lambda views: (replayed if views["b_tensor"].data_ptr() == b.data_ptr() else run_again)(views)
+    if "gluon" in kept:  # launch.replay finds tensors in Triton's descriptors only, not in Gluon's
+        return run_again
+    if type(views["b_tensor"]) is not PersistedB:
+        return replay(kept, views, run_again) or run_again
+    replayed = replay(kept, _with_packing(views) | {"b_tensor": None}, run_again)
+    return run_again if replayed is None else lambda views: replayed(_with_packing(views))
+
+
+def _with_packing(views: dict) -> dict:
+    """The views with their persisted B's packed rows and column sums beside it, as fields of their own: what a
+    replay substitutes where the first call's packing was passed."""
+    operand = views["b_tensor"].operand
+    return views | {"b_rows": operand.rows, "b_sums": operand.sums}
 
 
 @functools.cache
@@ -518,16 +565,41 @@ def _wgmma_in_flight(device) -> bool:
     return not INTERPRETED and torch.cuda.get_device_capability(device) == (9, 0)
 
 
-def _vector(vector, device):
-    """(vector, stride); a zero read with stride 0 when absent."""
-    return (_zeros(device), 0) if vector is None else (vector, vector.stride(0))
-
-
-def _zero_point(vector, device):
-    """(int8 bits, stride, mask that gives the value) of a zero-point vector; 0 when absent."""
+def _vector(name: str, vector, device) -> dict:
+    """A vector's kernel arguments by parameter name, ``{name}_ptr`` and ``{name}_stride``; a zero read with stride 0
+    when absent."""
     if vector is None:
-        return _zeros(device).view(torch.int8), 0, 0
-    return vector.view(torch.int8), vector.stride(0), 0xFF if vector.dtype == torch.uint8 else -1
+        return {f"{name}_ptr": _zeros(device), f"{name}_stride": 0}
+    return {f"{name}_ptr": vector, f"{name}_stride": vector.stride(0)}
+
+
+def _zero_point(name: str, vector, device) -> dict:
+    """A zero-point vector's kernel arguments by parameter name: its int8 bits ``{name}_ptr``, ``{name}_stride`` and
+    ``{name}_mask``, which gives the value from the bits; 0 when absent."""
+    if vector is None:
+        return {f"{name}_ptr": _zeros(device).view(torch.int8), f"{name}_stride": 0, f"{name}_mask": 0}
+    return {f"{name}_ptr": vector.view(torch.int8), f"{name}_stride": vector.stride(0),
+            f"{name}_mask": 0xFF if vector.dtype == torch.uint8 else -1}
+
+
+def _parameter_names(function) -> tuple:
+    """The names of a kernel's parameters that are not constants, in order (``function``: the kernel's Python
+    function)."""
+    return tuple(name for name, parameter in inspect.signature(function).parameters.items()
+                 if "constexpr" not in str(parameter.annotation))
+
+
+@functools.cache
+def _argument_getter(function):
+    """What takes a kernel's arguments, in its order, out of values named as its parameters (cached by the Python
+    function, which hashes faster than the kernel)."""
+    return operator.itemgetter(*_parameter_names(function))
+
+
+def _arguments(kernel, named: dict) -> tuple:
+    """The kernel's arguments from values named as its parameters: each kernel takes those it names, in its order,
+    so that kernels which share parameters cannot disagree on it."""
+    return _argument_getter(kernel.fn)(named)
 
 
 # Per device and stream: the zeroed int32 tickets and partial sums of _split_k_kernel (its calls on one stream run one
@@ -543,12 +615,13 @@ def _split_k_workspace(device, size: int):
     return kept[-1]
 
 
-def _split_k(a, b_operand, b_scale, b_zero_point, b_unsigned, row_parameters, row_scales, n, config, kept):
+def _split_k(a, b_operand: Operand, named: dict, b_zero: bool, row_scales: bool, config: Config, kept):
     """Launches _split_k_kernel: K split into as many ranges (of whole BLOCK_K steps) as bring the programs to
-    ``config.split_k`` per SM."""
+    ``config.split_k`` per SM; ``named``: the arguments it shares with the other kernels (to which its own are
+    added)."""
     device = a.device
     batches, channels, m, k = a.shape
-    tiles = batches * channels * cdiv(m, config.block_m) * cdiv(n, config.block_n)
+    tiles = batches * channels * cdiv(m, config.block_m) * cdiv(named["N"], config.block_n)
     steps = cdiv(k, config.block_k)
     split_steps = cdiv(steps, min(steps, cdiv(config.split_k * _sm_count(device), tiles)))
     splits = cdiv(steps, split_steps)
@@ -558,22 +631,26 @@ def _split_k(a, b_operand, b_scale, b_zero_point, b_unsigned, row_parameters, ro
         tickets, partials = workspace, workspace[ticket_space:]
     else:
         tickets = partials = _zeros(device).view(torch.int32)
-    launch(kept, "split k", _split_k_kernel, (_grid_size(tiles * splits),),
-           (a.view(torch.int8), *a.stride(),
-            b_operand.rows, b_operand.rows.stride(0),
-            m, n, k, channels, b_operand.rows_b, b_operand.rows_c, splits, split_steps, tickets, partials,
-            *_vector(b_operand.sums, device), *_vector(b_scale, device), *_zero_point(b_zero_point, device),
-            128 if b_unsigned else 0, *_vector(None, device), *row_parameters, error_word(device)),
-           dict(A_FLIP=a.dtype == torch.uint8, B_ZERO=b_zero_point is not None or b_unsigned, ROW_SCALES=row_scales,
-                SPLIT=splits > 1, BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k,
-                num_warps=config.num_warps, num_stages=config.num_stages))
+    stride_ab, stride_ac, stride_am, stride_ak = a.stride()
+    named.update(a_ptr=a.view(torch.int8), stride_ab=stride_ab, stride_ac=stride_ac, stride_am=stride_am,
+                 stride_ak=stride_ak, b_ptr=b_operand.rows, stride_b=b_operand.rows.stride(0), splits=splits,
+                 split_steps=split_steps, tickets_ptr=tickets, partials_ptr=partials,
+                 **_vector("a_sums", None, device))  # A's row sums: folded into the partial sums
+    launch(kept, "split k", _split_k_kernel, (_grid_size(tiles * splits),), _arguments(_split_k_kernel, named),
+           dict(A_FLIP=a.dtype == torch.uint8, B_ZERO=b_zero, ROW_SCALES=row_scales, SPLIT=splits > 1,
+                BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, num_warps=config.num_warps,
+                num_stages=config.num_stages))
 
 
 def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point,
                             out, config: Config | None = None, kept: dict | None = None) -> None:
-    """a {B, C, M, K}, b {B, C, K, N}, out {B, C, M, N} (int8 or uint8 each, any strides); scales float32 vectors
-    of M (A, output) or N (B), zero points vectors like them or None, stride 0 when per tensor. A zero, NaN or
-    infinite scale is marked on the device (``check_errors``). ``kept``: a plan's launches, for calls of one layout."""
+    """a {B, C, M, K}, b {B, C, K, N} (a tensor or a ``PersistedB``), out {B, C, M, N} (int8 or uint8 each, any
+    strides); scales float32 vectors of M (A, output) or N (B), zero points vectors like them or None, stride 0 when
+    per tensor. A zero, NaN or infinite scale is marked on the device (``check_errors``). ``kept``: a plan's
+    launches, for calls of one layout."""
+    b_operand = None
+    if type(b) is PersistedB:
+        b_operand, b = b.operand, b.array
     given = dict(a_tensor=a, a_scale_tensor=a_scale, a_zero_point_tensor=a_zero_point, b_tensor=b,
                  b_scale_tensor=b_scale, b_zero_point_tensor=b_zero_point, output_scale_tensor=output_scale,
                  output_zero_point_tensor=output_zero_point, output_tensor=out)
@@ -582,48 +659,52 @@ def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, 
     batches, channels, m, k = a.shape
     n = b.shape[-1]
     a_unsigned, b_unsigned = a.dtype == torch.uint8, b.dtype == torch.uint8
+    a_zero, b_zero = a_zero_point is not None or a_unsigned, b_zero_point is not None or b_unsigned  # za', zb' ≠ 0?
     config = config or choose_config(batches * channels, m, n, k, _sm_count(device), _wgmma_in_flight(device))
     # Column sums of B' are needed when za' can be non-zero, row sums of A' when zb' can be.
-    b_operand = _PERSISTED_B.get(_b_operand_key(b)) or \
-        _prepare(b.transpose(-1, -2), can_flip=False, pack=False, sum_rows=a_zero_point is not None or a_unsigned,
-                 kept=kept, site="b")
+    b_operand = b_operand or _prepare(b.transpose(-1, -2), can_flip=False, pack=False, sum_rows=a_zero, kept=kept,
+                                      site="b")
     row_scales = m > 1 and (a_scale.stride(0) != 0 or output_scale.stride(0) != 0)
     low, high = OUTPUT_RANGE[data_type(out)]
-    row_parameters = (
-        *_vector(a_scale, device), *_vector(output_scale, device), *_zero_point(a_zero_point, device),
-        128 if a_unsigned else 0, *_zero_point(output_zero_point, device), low, high,
-        out.view(torch.int8), *out.stride())
+    stride_ob, stride_oc, stride_om, stride_on = out.stride()
+    # What the kernels share, by parameter name: each takes those it names (``_arguments``).
+    named = {
+        "M": m, "N": n, "K": k, "channels": channels, "b_rows_b": b_operand.rows_b, "b_rows_c": b_operand.rows_c,
+        **_vector("b_sums", b_operand.sums, device), **_vector("b_scale", b_scale, device),
+        **_zero_point("b_zero", b_zero_point, device), "b_shift": 128 if b_unsigned else 0,
+        **_vector("a_scale", a_scale, device), **_vector("out_scale", output_scale, device),
+        **_zero_point("a_zero", a_zero_point, device), "a_shift": 128 if a_unsigned else 0,
+        **_zero_point("out_zero", output_zero_point, device), "low": low, "high": high,
+        "out_ptr": out.view(torch.int8), "stride_ob": stride_ob, "stride_oc": stride_oc, "stride_om": stride_om,
+        "stride_on": stride_on, "errors_ptr": error_word(device)}
     if config.split_k:
-        _split_k(a, b_operand, b_scale, b_zero_point, b_unsigned, row_parameters, row_scales, n, config, kept)
+        _split_k(a, b_operand, named, b_zero, row_scales, config, kept)
         return
 
     # The Gluon kernel reads A from shared memory straight into the tensor cores: a uint8 A is flipped in a copy.
-    a_operand = _prepare(a, can_flip=not config.gluon, pack=False, sum_rows=b_zero_point is not None or b_unsigned,
-                         kept=kept, site="a")
-    terms = torch.empty((2, n), dtype=torch.float64, device=device)
+    a_operand = _prepare(a, can_flip=not config.gluon, pack=False, sum_rows=b_zero, kept=kept, site="a")
+    named["terms_ptr"] = torch.empty((2, n), dtype=torch.float64, device=device)
     block = 256
     launch(kept, "column terms", _column_terms_kernel, (cdiv(max(m, n), block),),
-           (*_vector(b_scale, device), *_zero_point(b_zero_point, device), 128 if b_unsigned else 0,
-            *_vector(a_scale, device), *_vector(output_scale, device), terms, error_word(device), m, n),
-           dict(ROW_SCALES=row_scales, BLOCK=block))
+           _arguments(_column_terms_kernel, named), dict(ROW_SCALES=row_scales, BLOCK=block))
 
     num_tiles = _grid_size(batches * channels * cdiv(m, config.block_m) * cdiv(n, config.block_n))
     programs = min(num_tiles, config.programs_per_sm * _sm_count(device)) if config.programs_per_sm else num_tiles
-    arguments = (
-        m, n, k, channels, num_tiles, a_operand.rows_b, a_operand.rows_c, b_operand.rows_b, b_operand.rows_c,
-        *_vector(a_operand.sums, device), *_vector(b_operand.sums, device), terms, *row_parameters)
+    named.update(num_tiles=num_tiles, a_rows_b=a_operand.rows_b, a_rows_c=a_operand.rows_c,
+                 **_vector("a_sums", a_operand.sums, device))
     if config.gluon:
         from . import qmatmul_hopper
 
-        launch(kept, "gluon", qmatmul_hopper._qmatmul_kernel, (num_tiles,),
-               (qmatmul_hopper.operand_descriptor(a_operand.rows, config.block_m, config.block_k),
-                qmatmul_hopper.operand_descriptor(b_operand.rows, config.block_n, config.block_k), *arguments),
+        kernel = qmatmul_hopper._qmatmul_kernel
+        named.update(a_desc=qmatmul_hopper.operand_descriptor(a_operand.rows, config.block_m, config.block_k),
+                     b_desc=qmatmul_hopper.operand_descriptor(b_operand.rows, config.block_n, config.block_k))
+        launch(kept, "gluon", kernel, (num_tiles,), _arguments(kernel, named),
                dict(ROW_SCALES=row_scales, GROUP_M=config.group_m, EPILOGUE_N=config.epilogue_n,
                     INSTR_N=math.gcd(config.block_n, 128), STAGES=config.num_stages, num_warps=config.num_warps))
         return
-    launch(kept, "tiles", _qmatmul_kernel, (programs,),
-           (TensorDescriptor.from_tensor(a_operand.rows, [config.block_m, config.block_k]),
-            TensorDescriptor.from_tensor(b_operand.rows, [config.block_n, config.block_k]), *arguments),
+    named.update(a_desc=TensorDescriptor.from_tensor(a_operand.rows, [config.block_m, config.block_k]),
+                 b_desc=TensorDescriptor.from_tensor(b_operand.rows, [config.block_n, config.block_k]))
+    launch(kept, "tiles", _qmatmul_kernel, (programs,), _arguments(_qmatmul_kernel, named),
            dict(A_FLIP=a_operand.flip, ROW_SCALES=row_scales, LONG_K=k > K_SLICE, K_SLICE=K_SLICE,
                 BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, GROUP_M=config.group_m,
                 EPILOGUE_N=config.epilogue_n, PERSISTENT=programs < num_tiles, num_warps=config.num_warps,

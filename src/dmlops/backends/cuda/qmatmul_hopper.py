@@ -116,25 +116,30 @@ def _requantize_store(acc, n_start, rows, staged, column_args, ROW_SCALES: gl.co
                             column_args, ROW_SCALES)
 
 
+# The kernel: one BLOCK_M × BLOCK_N tile of out[b, c] = requantize(Σ_k (A − za)(B − zb)) per program, what
+# qmatmul's kernel computes for a tile, with its arguments (taken by name from the same values) but for A, whose
+# rows must hold int8 bits, and K, at most K_SLICE. The program finds its tile (``_tile_place``), stages the column
+# terms of its columns and reads the per-row terms of its rows, which the main loop's time hides; then the main loop
+# (``_dot``) keeps a wgmma in flight while TMA fills the ring of slots, and the epilogue requantizes the int32
+# accumulator in float64 a block of EPILOGUE_N columns at a time, with the helpers both kernels share.
 @gluon.jit(do_not_specialize=KERNEL_ARGUMENTS_NOT_SPECIALIZED)
 def _qmatmul_kernel(a_desc, b_desc, M, N, K, channels, num_tiles, a_rows_b, a_rows_c, b_rows_b, b_rows_c,
-                    a_sums_ptr, stride_a_sums, b_sums_ptr, stride_b_sums, terms_ptr,
-                    a_scale_ptr, stride_sa, out_scale_ptr, stride_so, a_zero_ptr, stride_za, za_mask, a_shift,
-                    out_zero_ptr, stride_zo, zo_mask, low, high, out_ptr, stride_ob, stride_oc, stride_om, stride_on,
+                    a_sums_ptr, a_sums_stride, b_sums_ptr, b_sums_stride, terms_ptr,
+                    a_scale_ptr, a_scale_stride, out_scale_ptr, out_scale_stride, a_zero_ptr, a_zero_stride,
+                    a_zero_mask, a_shift, out_zero_ptr, out_zero_stride, out_zero_mask, low, high,
+                    out_ptr, stride_ob, stride_oc, stride_om, stride_on,
                     ROW_SCALES: gl.constexpr, GROUP_M: gl.constexpr, EPILOGUE_N: gl.constexpr, INSTR_N: gl.constexpr,
                     STAGES: gl.constexpr, num_warps: gl.constexpr):
-    """qmatmul._qmatmul_kernel's tile, one per program, with the arguments of that kernel (A int8 bits, K at most
-    K_SLICE)."""
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
     tiles = (M, N, channels, a_rows_b, a_rows_c, b_rows_b, b_rows_c)
-    row_args = (M, a_sums_ptr, stride_a_sums, a_scale_ptr, stride_sa, out_scale_ptr, stride_so, a_zero_ptr,
-                stride_za, za_mask, a_shift, out_zero_ptr, stride_zo, zo_mask, low, high, out_ptr, stride_ob,
-                stride_oc, stride_om)
-    column_args = (N, K, stride_b_sums, terms_ptr, stride_on)
+    row_args = (M, a_sums_ptr, a_sums_stride, a_scale_ptr, a_scale_stride, out_scale_ptr, out_scale_stride,
+                a_zero_ptr, a_zero_stride, a_zero_mask, a_shift, out_zero_ptr, out_zero_stride, out_zero_mask, low,
+                high, out_ptr, stride_ob, stride_oc, stride_om)
+    column_args = (N, K, b_sums_stride, terms_ptr, stride_on)
     b, c, tile_m, tile_n, a_row, b_first_row = _tile_place(gl.program_id(0), tiles, BLOCK_M, BLOCK_N, GROUP_M)
     # The epilogue's terms are read before the main loop, whose time hides their latency.
-    staged = _stage_column_terms(tile_n * BLOCK_N, b_sums_ptr + b_first_row * stride_b_sums, column_args, BLOCK_N,
+    staged = _stage_column_terms(tile_n * BLOCK_N, b_sums_ptr + b_first_row * b_sums_stride, column_args, BLOCK_N,
                                  num_warps)
     leaf: gl.constexpr = accumulator_layout(num_warps, EPILOGUE_N)
     rows = _row_terms(gl.arange(0, BLOCK_M, gl.SliceLayout(1, leaf)), tile_m, a_row, b, c, row_args, ROW_SCALES,

@@ -7,10 +7,14 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+# Both kernels take their arguments by name from one set of values (``qmatmul._arguments``), each in its own order,
+# as flat parameters rather than tuples: Triton 3.6 specializes every integer inside a tuple argument (a value of 1
+# becomes a constant, a multiple of 16 is marked so) whatever ``do_not_specialize`` says, which would compile a
+# kernel per shape class. These are the integers left unspecialized, so that one compiled kernel serves every size.
 KERNEL_ARGUMENTS_NOT_SPECIALIZED = [
-    "M", "K", "channels", "num_tiles", "a_rows_b", "a_rows_c", "b_rows_b", "b_rows_c", "stride_a_sums",
-    "stride_b_sums", "stride_sa", "stride_so", "stride_za", "stride_zo", "za_mask", "zo_mask", "a_shift", "low",
-    "high"]
+    "M", "K", "channels", "num_tiles", "a_rows_b", "a_rows_c", "b_rows_b", "b_rows_c", "a_sums_stride",
+    "b_sums_stride", "a_scale_stride", "out_scale_stride", "a_zero_stride", "out_zero_stride", "a_zero_mask",
+    "out_zero_mask", "a_shift", "low", "high"]
 
 
 @triton.jit
@@ -33,16 +37,17 @@ def _tile_place(tile, tiles, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP
 def _row_terms(in_tile, tile_m, a_row, b, c, row_args, ROW_SCALES: tl.constexpr, BLOCK_M: tl.constexpr):
     """The per-row terms of the tile's rows tile_m·BLOCK_M + in_tile (``in_tile``: 0 … BLOCK_M − 1, in the layout
     the epilogue wants), whose A rows start at a_row, for ``_requantize_columns``."""
-    (M, a_sums_ptr, stride_a_sums, a_scale_ptr, stride_sa, out_scale_ptr, stride_so, a_zero_ptr, stride_za, za_mask,
-     a_shift, out_zero_ptr, stride_zo, zo_mask, low, high, out_ptr, stride_ob, stride_oc, stride_om) = row_args
+    (M, a_sums_ptr, a_sums_stride, a_scale_ptr, a_scale_stride, out_scale_ptr, out_scale_stride, a_zero_ptr,
+     a_zero_stride, a_zero_mask, a_shift, out_zero_ptr, out_zero_stride, out_zero_mask, low, high, out_ptr, stride_ob,
+     stride_oc, stride_om) = row_args
     offs_m = (tile_m * BLOCK_M + in_tile).to(tl.int64)  # 64-bit: strides may be large
     mask_m = offs_m < M
-    za = (tl.load(a_zero_ptr + offs_m * stride_za, mask=mask_m, other=0).to(tl.int32) & za_mask) - a_shift
-    zo = tl.load(out_zero_ptr + offs_m * stride_zo, mask=mask_m, other=0).to(tl.int32) & zo_mask
-    a_sums = tl.load(a_sums_ptr + (a_row + in_tile) * stride_a_sums, mask=mask_m, other=0.0)
+    za = (tl.load(a_zero_ptr + offs_m * a_zero_stride, mask=mask_m, other=0).to(tl.int32) & a_zero_mask) - a_shift
+    zo = tl.load(out_zero_ptr + offs_m * out_zero_stride, mask=mask_m, other=0).to(tl.int32) & out_zero_mask
+    a_sums = tl.load(a_sums_ptr + (a_row + in_tile) * a_sums_stride, mask=mask_m, other=0.0)
     if ROW_SCALES:
-        a_scale = tl.load(a_scale_ptr + offs_m * stride_sa, mask=mask_m, other=1.0).to(tl.float64)
-        out_scale = tl.load(out_scale_ptr + offs_m * stride_so, mask=mask_m, other=1.0).to(tl.float64)
+        a_scale = tl.load(a_scale_ptr + offs_m * a_scale_stride, mask=mask_m, other=1.0).to(tl.float64)
+        out_scale = tl.load(out_scale_ptr + offs_m * out_scale_stride, mask=mask_m, other=1.0).to(tl.float64)
     else:  # the column terms hold the whole multiplier
         a_scale = 1.0
         out_scale = 1.0
@@ -55,10 +60,10 @@ def _row_terms(in_tile, tile_m, a_row, b, c, row_args, ROW_SCALES: tl.constexpr,
 def _column_terms(offs_n, b_sums_ptr, column_args):
     """The per-column terms of the columns offs_n (int64), for ``_requantize_columns``: the multiplier (or B's
     scale), zb' and B's column sums (of the batch and channel at ``b_sums_ptr``), in float64."""
-    N, K, stride_b_sums, terms_ptr, stride_on = column_args
+    N, K, b_sums_stride, terms_ptr, stride_on = column_args
     mask_n = offs_n < N
     return (tl.load(terms_ptr + offs_n, mask=mask_n, other=1.0), tl.load(terms_ptr + N + offs_n, mask=mask_n, other=0.0),
-            tl.load(b_sums_ptr + offs_n * stride_b_sums, mask=mask_n, other=0.0))
+            tl.load(b_sums_ptr + offs_n * b_sums_stride, mask=mask_n, other=0.0))
 
 
 @triton.jit
@@ -66,7 +71,7 @@ def _requantize_columns(acc, offs_n, rows, columns, column_args, ROW_SCALES: tl.
     """Requantize and store acc, the tile's columns offs_n (int64); ``rows`` holds the tile's per-row terms,
     ``columns`` those of the columns (``_column_terms``). Elementwise operations only: the Gluon kernel calls it
     too, with offs_n, rows and columns in its accumulator's layout."""
-    N, K, stride_b_sums, terms_ptr, stride_on = column_args
+    N, K, b_sums_stride, terms_ptr, stride_on = column_args
     za, a_sums, a_scale, out_scale, zo, low, high, out_rows, mask_m = rows
     multiplier, zb, b_sums = columns
     mask_n = offs_n < N
