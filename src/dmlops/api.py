@@ -128,7 +128,7 @@ _tensor_type = None  # torch.Tensor, once torch is imported
 def _layout(value):
     """What a plan depends on in one argument; _UNPLANNED where no plan can hold it."""
     kind = type(value)
-    if kind is _tensor_type:
+    if kind is _tensor_type or getattr(kind, "planned_as_tensor", False):
         return kind, value.dtype, value.shape, value.stride(), value.device, value.data_ptr() % 16
     if kind is np.ndarray:
         return kind, value.dtype, value.shape, value.strides, value.flags.writeable

@@ -11,12 +11,12 @@ the call's addresses from Python.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import pathlib
 import struct
 
 import torch
-from triton.tools.tensor_descriptor import TensorDescriptor
 
 from .common import INTERPRETED
 
@@ -178,6 +178,11 @@ def launch(kept: dict | None, site: str, kernel, grid, args: tuple, kwargs: dict
         kept[site] = KeptLaunch(kernel, grid, args, kwargs, zeroed)
 
 
+def _is_descriptor(arg) -> bool:
+    """Whether a kernel argument is a tensor descriptor (Triton's or Gluon's: dataclasses over a ``base`` tensor)."""
+    return dataclasses.is_dataclass(arg) and isinstance(getattr(arg, "base", None), torch.Tensor)
+
+
 def replay(kept: dict, sample: dict, run_again):
     """``run(tensors)``: the launches of one call, kept in ``kept`` (in launch order), run again with the tensors of
     another call (by field) wherever the first call's tensors (``sample``) were passed, and every other argument as it
@@ -196,7 +201,7 @@ def replay(kept: dict, sample: dict, run_again):
     for kept_launch in kept.values():
         positions, replaced = [], []
         for position, arg in enumerate(kept_launch.args):
-            base = arg.base if isinstance(arg, TensorDescriptor) else arg
+            base = arg.base if _is_descriptor(arg) else arg
             if isinstance(base, torch.Tensor) and base.data_ptr() in fields:
                 positions.append(position)
                 replaced.append((fields[base.data_ptr()], base.dtype, arg if base is not arg else None))
@@ -215,8 +220,7 @@ def replay(kept: dict, sample: dict, run_again):
             for field, dtype, descriptor in replaced:
                 tensor = tensors[field]
                 if descriptor is not None:
-                    values.append(TensorDescriptor(tensor.view(dtype), descriptor.shape, descriptor.strides,
-                                                   descriptor.block_shape))
+                    values.append(dataclasses.replace(descriptor, base=tensor.view(dtype)))
                 else:  # a compiled kernel takes the address alone; the interpreter, the tensor of its dtype
                     values.append(tensor.data_ptr() if on_gpu else tensor.view(dtype))
             launch_again(stream, *values)

@@ -470,6 +470,7 @@ class PersistedB:
 
     array: torch.Tensor
     operand: Operand
+    planned_as_tensor = True  # the array API's plans hold it as they hold its array (dmlops.api._layout)
 
     @property
     def shape(self):
@@ -527,8 +528,6 @@ def prepare_quantized_linear_matmul(views: dict, kernel_tensors):
         quantized_linear_matmul(*kernel_tensors(views).values(), kept=kept)
 
     run_again(views)
-    if "gluon" in kept:  # launch.replay finds tensors in Triton's descriptors only, not in Gluon's
-        return run_again
     if type(views["b_tensor"]) is not PersistedB:
         return replay(kept, views, run_again) or run_again
     replayed = replay(kept, _with_packing(views) | {"b_tensor": None}, run_again)
