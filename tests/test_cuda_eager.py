@@ -222,3 +222,27 @@ def test_repeated_scans_launch_through_dmlops_launcher(monkeypatch):
         result = dmlops.cumulative_sum(x, 1)
         assert_cumulative_matches(result.cpu().numpy(), "sum", values, 1, False, False)
     assert len(launched) == 2  # the calls after the first
+
+
+@gpu_only
+def test_replays_through_the_gluon_kernel_read_each_call_s_a():
+    """A layout that takes the Gluon kernel (long K, many tiles, int8 A read in place) replays with each call's own
+    A: a replayed call equals the same values run afresh (another layout of A, planned anew)."""
+    from dmlops.backends.cuda import qmatmul
+
+    if not qmatmul._wgmma_in_flight(torch.device("cuda")):
+        pytest.skip("the Gluon kernel needs sm_90")
+    m, k, n = 4096, 4160, 4096
+    assert qmatmul.choose_config(1, m, n, k, torch.cuda.get_device_properties(0).multi_processor_count, True).gluon
+    generator = torch.Generator(device="cuda").manual_seed(4)
+    b = dmlops.prepare_b(torch.randint(-128, 128, (k, n), dtype=torch.int8, device="cuda", generator=generator),
+                         torch.rand(n, device="cuda", generator=generator) * 0.01 + 0.001, None)
+
+    def product(a):
+        return dmlops.quantized_linear_matmul(a, 0.02, 3, b, None, None, 40.0, 128, output_dtype=torch.uint8)
+
+    for _ in range(3):
+        a = torch.randint(-128, 128, (m, k), dtype=torch.int8, device="cuda", generator=generator)
+        padded = torch.empty((m, k + 64), dtype=torch.int8, device="cuda")[:, :k]
+        padded.copy_(a)
+        assert torch.equal(product(a), product(padded))
