@@ -12,7 +12,9 @@ short or strided lines one element at a time, in the walk's order); it converts 
 instructions, a vector at a time. On x86-64 a large output is
 written past the cache along an outer axis (streaming stores: a store to a line not in cache otherwise reads the
 line first, half as much traffic again as the scan's own). Without numba, NumPy does it:
-whole rows at a time along an outer or short axis, ``ufunc.accumulate`` along long inner lines. FLOAT16
+whole rows at a time along an outer or short axis, ``ufunc.accumulate`` along long inner lines, and contiguous lines
+of VECTOR_LINE or more a vector at a time as the compiled loop walks them (the same operations in the same order:
+the two engines give the same bits, every type and layout). FLOAT16
 (accumulated in float32) and exclusive scans in place, whose outputs overwrite inputs still to be added, go
 through float32 / scratch blocks there, so that the whole tensor is never converted or copied at once.
 
@@ -132,7 +134,8 @@ def stages(operation, x, out, axis, reverse, exclusive, compiled=None, pieces=No
                                            exclusive, stream and streams(x.dtype)))
             else:
                 stage.append((x3[first:last], out3[first:last], functools.partial(
-                    scan_numpy, operation, accumulation=accumulation, reverse=reverse, exclusive=exclusive)))
+                    scan_numpy, operation, accumulation=accumulation, reverse=reverse, exclusive=exclusive,
+                    lanes=vector_lanes(x3, out3, accumulation))))
         found.append(stage)
     return found
 
@@ -180,9 +183,16 @@ def merge(arrays, dims):
 # -- the NumPy engine ---------------------------------------------------------------------------------------------
 
 
-def scan_numpy(operation, x3, out3, accumulation, reverse, exclusive) -> None:
+def scan_numpy(operation, x3, out3, accumulation, reverse, exclusive, lanes=0) -> None:
     """Scan (P, L, Q) views with NumPy calls, through scratch blocks where the input must be converted (FLOAT16)
-    or kept (exclusive in place): blocks of lines, each walked along the axis in segments with a carry."""
+    or kept (exclusive in place): blocks of lines, each walked along the axis in segments with a carry. Lines of
+    ``vector_lanes`` (lanes > 0) walk vectors, as the compiled engine does, to its bits."""
+    if lanes:
+        x2, out2 = x3[:, :, 0], out3[:, :, 0]
+        if reverse:
+            x2, out2 = x2[:, ::-1], out2[:, ::-1]
+        scan_vectors_numpy(operation, x2, out2, accumulation, exclusive, lanes)
+        return
     p_size, length, q_size = x3.shape
     if accumulation == x3.dtype and not (exclusive and np.shares_memory(x3, out3)):
         scan_stretch(operation, x3, out3, np.empty((p_size, q_size), accumulation), True, reverse, exclusive)
@@ -249,6 +259,62 @@ def scan_lines_numpy(ufunc, identity, x, out, carry, fresh, exclusive) -> None:
         ufunc(out[:, -1], x[:, -1], out=carry)
     else:
         carry[...] = out[:, -1]
+
+
+def scan_vectors_numpy(operation, x, out, accumulation, exclusive, lanes) -> None:
+    """The compiled engine's walk of contiguous lines (scan_span, VECTOR_LINE) in NumPy calls, the same operations
+    in the same order, so that its bits do not depend on the engine: x, out {P, L} walked forwards (a reverse walk
+    comes as flipped views); out may be x. Blocks of lines and vectors are copied lanes first ({lines, lanes,
+    vectors}: each lane a contiguous row), so that the tree within each vector is log2(lanes) calls on rows, and the
+    running value before each vector one ``accumulate`` over the vectors' totals."""
+    ufunc = UFUNCS[operation]
+    identity, neutral = accumulation.type(IDENTITIES[operation]), neutral_of(operation, accumulation)
+    count, length = x.shape
+    vectors = length // lanes
+    head = x[:, 0].copy()  # the first output of an inclusive line: the input as it is
+    rows = max(1, BLOCK_ELEMENTS // length)
+    per_block = max(1, BLOCK_ELEMENTS // (rows * lanes))  # vectors of a block
+    with np.errstate(over="ignore", invalid="ignore"):
+        for p0 in range(0, count, rows):
+            lines = slice(p0, min(p0 + rows, count))
+            size = lines.stop - lines.start
+            tally = np.full(size, neutral, accumulation)
+            for v0 in range(0, vectors, per_block):
+                block = min(per_block, vectors - v0)
+                span = slice(v0 * lanes, (v0 + block) * lanes)
+                values = np.empty((size, lanes, block), accumulation)
+                values[...] = x[lines, span].reshape(size, block, lanes).transpose(0, 2, 1)
+                by = 1
+                while by < lanes:  # lane j ⊕= lane j - by (NumPy reads the overlapping rows before writing them)
+                    ufunc(values[:, by:], values[:, :-by], out=values[:, by:])
+                    by *= 2
+                # the running value before each vector, then the one after the block: tally ⊕ total, in order
+                chain = np.empty((size, block + 1), accumulation)
+                chain[:, 0], chain[:, 1:] = tally, values[:, -1]
+                ufunc.accumulate(chain, axis=1, out=chain)
+                before = chain[:, None, :-1]
+                if exclusive:  # lane j gets the tally ⊕ lane j - 1; lane 0, the tally (⊕ the neutral element)
+                    ufunc(before, values[:, :-1], out=values[:, 1:])
+                    values[:, 0] = before[:, 0]
+                else:
+                    ufunc(before, values, out=values)
+                out[lines, span].reshape(size, block, lanes)[...] = values.transpose(0, 2, 1)
+                tally = chain[:, -1]
+            rest = slice(vectors * lanes, length)  # elements after the last vector, one after another
+            if rest.stop > rest.start:
+                chain = np.empty((size, rest.stop - rest.start + 1), accumulation)
+                chain[:, 0], chain[:, 1:] = tally, x[lines, rest]
+                ufunc.accumulate(chain, axis=1, out=chain)
+                out[lines, rest] = chain[:, :-1] if exclusive else chain[:, 1:]
+    out[:, 0] = identity if exclusive else head
+
+
+def vector_lanes(x3, out3, accumulation: np.dtype) -> int:
+    """The elements of a vector for (P, L, Q) views whose lines walk a vector at a time (Q = 1, contiguous lines of
+    VECTOR_LINE or more: see there), in both engines; else 0 (one element after another)."""
+    if x3.shape[2] == 1 and x3.shape[1] >= VECTOR_LINE and contiguous_lines(x3[:, :, 0], out3[:, :, 0]):
+        return VECTOR_BYTES // accumulation.itemsize
+    return 0
 
 
 # -- the compiled engine ------------------------------------------------------------------------------------------
@@ -687,10 +753,10 @@ def compiled_scan(operation, x3, out3, accumulation, reverse, exclusive, stream=
     if x3.dtype == np.float16:  # numba has no float16: the loops read and write its bits
         x3, out3, element = x3.view(np.uint16), out3.view(np.uint16), "half"
     x2, out2 = x3[:, :, 0], out3[:, :, 0]  # 2-D where Q = 1, so that contiguous lines compile as such
-    if width == 1 and contiguous_lines(x2, out2) and x3.shape[1] >= VECTOR_LINE:
+    lanes = vector_lanes(x3, out3, accumulation)
+    if lanes:
         return x2, out2, kept_call(scan_lines_vectors, x2, out2, operation, element, identity,
-                                   neutral_of(operation, accumulation), reverse, exclusive,
-                                   VECTOR_BYTES // accumulation.itemsize)
+                                   neutral_of(operation, accumulation), reverse, exclusive, lanes)
     if width == 1 and element == "half" and x2.flags.c_contiguous and out2.flags.c_contiguous:
         lines = max(1, HALF_BLOCK // x3.shape[1])
         return x2, out2, kept_call(scan_half_lines, x2, out2, operation, identity, reverse, exclusive, scratch=lambda: (
