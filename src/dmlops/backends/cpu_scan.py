@@ -204,7 +204,13 @@ def merge(arrays, dims):
 def scan_numpy(operation, x3, out3, accumulation, reverse, exclusive, lanes=0) -> None:
     """Scan (P, L, Q) views with NumPy calls, through scratch blocks where the input must be converted (FLOAT16)
     or kept (exclusive in place): blocks of lines, each walked along the axis in segments with a carry. Lines of
-    ``vector_lanes`` (lanes > 0) walk vectors, as the compiled engine does, to its bits."""
+    ``vector_lanes`` (lanes > 0) walk vectors, as the compiled engine does, to its bits. As quiet as the compiled
+    loops: no warnings of overflows or NaNs."""
+    with np.errstate(all="ignore"):
+        scan_views_numpy(operation, x3, out3, accumulation, reverse, exclusive, lanes)
+
+
+def scan_views_numpy(operation, x3, out3, accumulation, reverse, exclusive, lanes) -> None:
     if lanes:
         x2, out2 = x3[:, :, 0], out3[:, :, 0]
         if reverse:
@@ -292,38 +298,37 @@ def scan_vectors_numpy(operation, x, out, accumulation, exclusive, lanes) -> Non
     head = x[:, 0].copy()  # the first output of an inclusive line: the input as it is
     rows = max(1, BLOCK_ELEMENTS // length)
     per_block = max(1, BLOCK_ELEMENTS // (rows * lanes))  # vectors of a block
-    with np.errstate(over="ignore", invalid="ignore"):
-        for p0 in range(0, count, rows):
-            lines = slice(p0, min(p0 + rows, count))
-            size = lines.stop - lines.start
-            tally = np.full(size, neutral, accumulation)
-            for v0 in range(0, vectors, per_block):
-                block = min(per_block, vectors - v0)
-                span = slice(v0 * lanes, (v0 + block) * lanes)
-                values = np.empty((size, lanes, block), accumulation)
-                values[...] = x[lines, span].reshape(size, block, lanes).transpose(0, 2, 1)
-                by = 1
-                while by < lanes:  # lane j ⊕= lane j - by (NumPy reads the overlapping rows before writing them)
-                    ufunc(values[:, by:], values[:, :-by], out=values[:, by:])
-                    by *= 2
-                # the running value before each vector, then the one after the block: tally ⊕ total, in order
-                chain = np.empty((size, block + 1), accumulation)
-                chain[:, 0], chain[:, 1:] = tally, values[:, -1]
-                ufunc.accumulate(chain, axis=1, out=chain)
-                before = chain[:, None, :-1]
-                if exclusive:  # lane j gets the tally ⊕ lane j - 1; lane 0, the tally (⊕ the neutral element)
-                    ufunc(before, values[:, :-1], out=values[:, 1:])
-                    values[:, 0] = before[:, 0]
-                else:
-                    ufunc(before, values, out=values)
-                out[lines, span].reshape(size, block, lanes)[...] = values.transpose(0, 2, 1)
-                tally = chain[:, -1]
-            rest = slice(vectors * lanes, length)  # elements after the last vector, one after another
-            if rest.stop > rest.start:
-                chain = np.empty((size, rest.stop - rest.start + 1), accumulation)
-                chain[:, 0], chain[:, 1:] = tally, x[lines, rest]
-                ufunc.accumulate(chain, axis=1, out=chain)
-                out[lines, rest] = chain[:, :-1] if exclusive else chain[:, 1:]
+    for p0 in range(0, count, rows):
+        lines = slice(p0, min(p0 + rows, count))
+        size = lines.stop - lines.start
+        tally = np.full(size, neutral, accumulation)
+        for v0 in range(0, vectors, per_block):
+            block = min(per_block, vectors - v0)
+            span = slice(v0 * lanes, (v0 + block) * lanes)
+            values = np.empty((size, lanes, block), accumulation)
+            values[...] = x[lines, span].reshape(size, block, lanes).transpose(0, 2, 1)
+            by = 1
+            while by < lanes:  # lane j ⊕= lane j - by (NumPy reads the overlapping rows before writing them)
+                ufunc(values[:, by:], values[:, :-by], out=values[:, by:])
+                by *= 2
+            # the running value before each vector, then the one after the block: tally ⊕ total, in order
+            chain = np.empty((size, block + 1), accumulation)
+            chain[:, 0], chain[:, 1:] = tally, values[:, -1]
+            ufunc.accumulate(chain, axis=1, out=chain)
+            before = chain[:, None, :-1]
+            if exclusive:  # lane j gets the tally ⊕ lane j - 1; lane 0, the tally (⊕ the neutral element)
+                ufunc(before, values[:, :-1], out=values[:, 1:])
+                values[:, 0] = before[:, 0]
+            else:
+                ufunc(before, values, out=values)
+            out[lines, span].reshape(size, block, lanes)[...] = values.transpose(0, 2, 1)
+            tally = chain[:, -1]
+        rest = slice(vectors * lanes, length)  # elements after the last vector, one after another
+        if rest.stop > rest.start:
+            chain = np.empty((size, rest.stop - rest.start + 1), accumulation)
+            chain[:, 0], chain[:, 1:] = tally, x[lines, rest]
+            ufunc.accumulate(chain, axis=1, out=chain)
+            out[lines, rest] = chain[:, :-1] if exclusive else chain[:, 1:]
     out[:, 0] = identity if exclusive else head
 
 
