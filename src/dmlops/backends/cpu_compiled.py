@@ -26,6 +26,8 @@ class Loader:
         self.done = threading.Event()
         self.lock = threading.Lock()
         self.started = False
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=self.stop_in_child)
 
     def get(self):
         """The module if it is loaded, else None (its loading started: in the background, or now with "wait")."""
@@ -51,6 +53,13 @@ class Loader:
             self.done.set()
         else:  # a daemon: interpreter exit does not wait for it
             threading.Thread(target=self.load, name=f"dmlops loader of {self.name}", daemon=True).start()
+
+    def stop_in_child(self) -> None:
+        """In a child forked while the loading thread ran: that thread is not in the child, and numba may be half
+        imported there (its import lock held by the thread gone), so the child stays on NumPy's engine."""
+        self.lock = threading.Lock()
+        if self.started and not self.done.is_set():
+            self.done.set()
 
     def load(self) -> None:
         try:
