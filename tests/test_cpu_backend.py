@@ -308,7 +308,8 @@ for axis, operation, dtype in [(2, "sum", np.float32), (0, "product", np.float16
 line = np.ones(cpu_scan.VECTOR_LINE, np.float32)
 cpu_scan.cumulative("sum", line, np.empty_like(line), 0, False, False, compiled=True, pieces=1)
 kernels = (cpu_scan_loops.scan_lines_compiled, cpu_scan_loops.scan_rows_compiled, cpu_scan_loops.scan_lines_vectors)
-print(sum(kernel.stats.cache_hits.total() for kernel in kernels), sum(kernel.stats.cache_misses.total() for kernel in kernels))
+print(sum(kernel.stats.cache_hits.total() for kernel in kernels),
+      sum(kernel.stats.cache_misses.total() for kernel in kernels))
 """
 
 

@@ -18,6 +18,10 @@ the two engines give the same bits, every type and layout). FLOAT16
 (accumulated in float32) and exclusive scans in place, whose outputs overwrite inputs still to be added, go
 through float32 / scratch blocks there, so that the whole tensor is never converted or copied at once.
 
+The compiled loops (cpu_scan_loops) are loaded by the first call that could run them, in a background thread
+(``LOOPS``, DMLOPS_NUMBA): numba's import and its first load of compiled code take about half a second, and calls
+run NumPy's engine until they are loaded.
+
 A large view is cut into independent pieces (lines before the axis, else lines after it) that threads scan at
 once: both engines release the GIL. A long line, alone or one of fewer lines than cores, is cut into segments of a
 fixed length: their totals, then the segments scanned from them, on all cores.
@@ -67,7 +71,8 @@ def cumulative(operation: str, x: np.ndarray, out: np.ndarray, axis: int, revers
     ``pieces``, into how many independent scans (of lines before the axis) each view is cut for the cores (None:
     by the view's size); ``stream``, whether the compiled engine may write rows with streaming stores (None: where
     out has STREAM_BYTES or more); ``segments``, whether the compiled engine scans a long line alone (or one of
-    fewer lines than cores) in segments on all cores (None: SEGMENTED_LINES).
+    fewer lines than cores) in segments on all cores (None: SEGMENTED_LINES; the segments' totals make float bits
+    of their own, which NumPy's engine does not give).
     """
     loops = compiled_loops(x.dtype, compiled)
     for stage in stages(operation, x, out, axis, reverse, exclusive, loops, pieces, stream, segments):
@@ -340,6 +345,8 @@ def vector_lanes(x3, out3, accumulation: np.dtype) -> int:
     return 0
 
 
+# -- the compiled engine: which of its loops (cpu_scan_loops) scans which views ------------------------------------
+
 # Contiguous lines (Q = 1) walk a vector of VECTOR_BYTES at a time: its elements' running values within the
 # vector come from log2(lanes) shifted copies combined (a tree, not a chain), then the running value before the
 # vector is combined with each lane. The chain from one vector to the next is one operation, not one an element: the
@@ -347,7 +354,8 @@ def vector_lanes(x3, out3, accumulation: np.dtype) -> int:
 # a time. The float results are deterministic but not the walk's own bits: element i of a vector is c ⊕ (x0 ⊕ ... ⊕
 # xi) in a tree's order, within the accumulation bound of a running tally. The running values start at a neutral
 # element (−0.0 for float sums: −0.0 + x is x for every x, +0.0 included), and a line's first output is written as
-# the walk writes it (the input's own bits, or the identity where exclusive).
+# the walk writes it (the input's own bits, or the identity where exclusive). NumPy's engine walks them the same way
+# (scan_vectors_numpy), so that the bits do not depend on the engine.
 # Lines this long or longer walk vectors; shorter ones one element after another, which the processor overlaps from
 # line to line (lines of 8: 16 GB/s that way, 2 by vectors; of 1024: 6 against 31).
 VECTOR_LINE = 128
@@ -391,8 +399,8 @@ def scan_segmented(loops, operation, x_line, out_line, accumulation, reverse, ex
         for index in range(pieces[0]):
             tally = combine_scalar(operation, accumulation, tally, totals[index])
         for index in range(*pieces):  # (the running value comes back as a Python number: its type again)
-            tally = accumulation.type(call(loops.scan_span, x_line, out_line, operation, element, tally, neutral, reverse,
-                                           exclusive, *bounds[index], lanes))
+            tally = accumulation.type(call(loops.scan_span, x_line, out_line, operation, element, tally, neutral,
+                                           reverse, exclusive, *bounds[index], lanes))
 
     groups = cut(len(bounds), PIECES_PER_CORE * CORES, 1)
     run_in_pieces([functools.partial(total, index) for index in range(len(bounds) - 1)], True,
@@ -440,11 +448,13 @@ def compiled_scan(loops, operation, x3, out3, accumulation, reverse, exclusive, 
                                    neutral_of(operation, accumulation), reverse, exclusive, lanes)
     if width == 1 and element == "half" and x2.flags.c_contiguous and out2.flags.c_contiguous:
         lines = max(1, HALF_BLOCK // x3.shape[1])
-        return x2, out2, kept_call(loops.scan_half_lines, x2, out2, operation, identity, reverse, exclusive, scratch=lambda: (
-            np.empty((lines, x3.shape[1]), np.float32), np.empty((lines, x3.shape[1]), np.float32),
-            np.empty(lines, np.uint16)))
+        return x2, out2, kept_call(loops.scan_half_lines, x2, out2, operation, identity, reverse, exclusive,
+                                   scratch=lambda: (np.empty((lines, x3.shape[1]), np.float32),
+                                                    np.empty((lines, x3.shape[1]), np.float32),
+                                                    np.empty(lines, np.uint16)))
     if width == 1:
-        return x2, out2, kept_call(loops.scan_lines_compiled, x2, out2, operation, element, identity, reverse, exclusive)
+        return x2, out2, kept_call(loops.scan_lines_compiled, x2, out2, operation, element, identity, reverse,
+                                   exclusive)
     return x3, out3, kept_call(loops.scan_rows_compiled, x3, out3, operation, element, identity, reverse, exclusive,
                                scratch=lambda: (np.empty(width, accumulation),))
 
