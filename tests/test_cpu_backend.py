@@ -49,6 +49,7 @@ AXIS_CLASSES = {
     "inner axis at SHORT_AXIS": ((5, cpu_scan.SHORT_AXIS), 1),
     "inner axis past SHORT_AXIS": ((5, cpu_scan.SHORT_AXIS + 1), 1),
     "short inner axis": ((203, 8), 1),
+    "many short inner lines": ((401, 3), 1),  # more than LINES_PER_STEP a step: NumPy's engine walks rows
     "outer axis": ((211, 6), 0),
     "middle axis": ((3, 67, 5), 1),
     "axis of one": ((4, 1, 3), 1),
