@@ -17,8 +17,9 @@ NUMBA = os.environ.get("DMLOPS_NUMBA", "background")
 
 
 class Loader:
-    """A module of compiled loops (it imports numba), loaded once a process, as DMLOPS_NUMBA says, and ``warm_up``
-    run with it (the first load of compiled code from numba's cache initialises its compiler: most of the time)."""
+    """A module of compiled loops (it imports numba), loaded once a process as DMLOPS_NUMBA says, then
+    ``warm_up(module)`` run (numba's first load of compiled code from its cache initialises its compiler, most of
+    that load's time: better in the loading thread than in a call)."""
 
     def __init__(self, name: str, warm_up):
         self.name, self.warm_up = name, warm_up
