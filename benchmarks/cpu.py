@@ -23,8 +23,10 @@ the kernels.
 Small calls, repeated as in a model's loop: a 64-element float32 scan and a 16 × 256 × 64 quantized matmul (B uint8
 with a zero point, per-tensor NumPy-scalar scales) through the array API, against np.cumsum and ONNX Runtime's
 session.run (ONNX Runtime has no QLinearMatMul of int8 A and uint8 B: its row takes uint8 A), in µs a call (the
-median of rounds of CALLS calls each); and the first call in a fresh process, which loads the compiled code (numba's
-import, then its cache), in ms: the median of FIRST_CALL_RUNS processes.
+median of rounds of CALLS calls each); and the first calls in a fresh process, in ms (the median of FIRST_CALL_RUNS
+processes): the first scan runs NumPy's engine while it starts loading the compiled scans in the background (numba's
+import, then its cache), which the script then waits for; with DMLOPS_NUMBA=wait the first scan loads them itself.
+The compiled engine's rows are timed once its loops are loaded.
 
     python benchmarks/cpu.py --rows matmul     # only the quantized matmul (or: scans, small)
 """
@@ -208,8 +210,11 @@ def matmul_rows(repeats: int):
 
 CALLS = 2000  # calls a round of a small call
 FIRST_CALL_RUNS = 5
-# Run in a fresh process: milliseconds to import dmlops, then to its first scan and first quantized matmul.
+# Run in a fresh process: milliseconds to import dmlops, to its first scan, to a second scan of 1000 elements (a
+# vector walk), to the compiled scans' loading after that (waited for), then to the first quantized matmul; and
+# whether numba was imported when the first scan returned (1 or 0).
 FIRST_CALL = """
+import sys
 import time
 start = time.perf_counter()
 import numpy as np
@@ -217,10 +222,17 @@ import dmlops
 imported = time.perf_counter()
 dmlops.cumulative_sum(np.arange(64, dtype=np.float32), 0)
 scanned = time.perf_counter()
+numba_imported = "numba" in sys.modules
+dmlops.cumulative_sum(np.arange(1000, dtype=np.float32), 0)
+scanned_again = time.perf_counter()
+from dmlops.backends import cpu_scan  # imported by the first call
+cpu_scan.LOOPS.wait()
+loaded = time.perf_counter()
 dmlops.quantized_linear_matmul(np.ones((16, 256), np.int8), np.float32(0.02), np.int8(-3), np.ones((256, 64), np.uint8),
                                np.float32(0.01), np.uint8(128), np.float32(3.0), np.int8(1))
 done = time.perf_counter()
-print(1e3 * (imported - start), 1e3 * (scanned - imported), 1e3 * (done - scanned))
+print(*(1e3 * (b - a) for a, b in [(start, imported), (imported, scanned), (scanned, scanned_again),
+                                   (scanned_again, loaded), (loaded, done)]), int(numba_imported))
 """
 
 
@@ -272,13 +284,17 @@ def small_rows(repeats: int):
           f"{micros['matmul dmlops uint8 A']:.2f} | | {micros['matmul dmlops int8 A']:.2f} | "
           f"{micros['matmul ONNX Runtime']:.2f} | "
           f"{micros['matmul dmlops uint8 A'] / micros['matmul ONNX Runtime']:.2f} |")
-    first = [[float(value) for value in subprocess.run([sys.executable, "-c", FIRST_CALL], capture_output=True,
-                                                       text=True, check=True).stdout.split()]
-             for _ in range(FIRST_CALL_RUNS)]
-    import_ms, scan_ms, matmul_ms = np.median(first, axis=0)
-    print(f"\nFirst calls in a fresh process (median of {FIRST_CALL_RUNS}): import dmlops {import_ms:.0f} ms, then "
-          f"the first cumulative_sum {scan_ms:.0f} ms (numba's import and its cache's first load), then the first "
-          f"quantized_linear_matmul {matmul_ms:.0f} ms")
+    print(f"\nFirst calls in a fresh process (ms, median of {FIRST_CALL_RUNS} processes):\n")
+    print("| DMLOPS_NUMBA | import dmlops | first cumulative_sum | numba imported after it | second (1000 elements) | "
+          "compiled scans loaded after that | first quantized_linear_matmul |")
+    print("|---|---|---|---|---|---|---|")
+    for mode in ("background", "wait"):
+        first = [[float(value) for value in subprocess.run(
+            [sys.executable, "-c", FIRST_CALL], env={**os.environ, "DMLOPS_NUMBA": mode}, capture_output=True,
+            text=True, check=True).stdout.split()] for _ in range(FIRST_CALL_RUNS)]
+        *times, imported = np.median(first, axis=0)
+        print(f"| {mode} | " + " | ".join(f"{ms:.1f}" for ms in times[:2]) +
+              f" | {'yes' if imported else 'no'} | " + " | ".join(f"{ms:.1f}" for ms in times[2:]) + " |")
 
 
 def processor() -> str:
@@ -301,9 +317,10 @@ def main():
     arguments = parser.parse_args()
     repeats = arguments.repeats
     kernel = cpu_integer_gemm.KERNEL
+    loops = cpu_scan.LOOPS.wait()  # the compiled scans loaded before any timing
     print(f"{processor()}; {os.cpu_count()} cores")
     print(f"numpy {np.__version__}, onnxruntime {onnxruntime.__version__}, onnx {onnx.__version__}, "
-          f"numba {cpu_scan.numba.__version__ if cpu_scan.numba else 'absent'}; quantized matmul kernel: "
+          f"numba {loops.numba.__version__ if loops else 'absent'}; quantized matmul kernel: "
           f"{kernel.name if kernel else 'float32 BLAS'} (runnable: "
           f"{', '.join(k.name for k in cpu_integer_gemm.RUNNABLE) or 'none'}); median of {repeats} rounds")
     if arguments.rows in ("all", "small"):

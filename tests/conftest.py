@@ -9,6 +9,13 @@ if not ON_GPU:
 
 import pytest  # noqa: E402
 
+# DMLOPS_TEST_NO_NUMBA=1 runs the tests as where numba is not installed: its import fails, the CPU backend runs on
+# NumPy alone and the tests of compiled loops skip.
+if os.environ.get("DMLOPS_TEST_NO_NUMBA") == "1":
+    import sys
+
+    sys.modules["numba"] = None
+
 
 def _interpreter_loops_under_numpy_2_4():
     """Triton 3.6's interpreter turns a loop bound into an int with int(one-element array), which NumPy 2.4 refuses;

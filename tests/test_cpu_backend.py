@@ -34,8 +34,11 @@ import dmlops
 import reference
 from checks import assert_cumulative_matches
 
+# The scans' compiled loops, loaded now (None without numba, or with DMLOPS_NUMBA=off), so that calls that leave the
+# engine to dmlops take them, as they do once loaded.
+SCAN_LOOPS = cpu_scan.LOOPS.wait()
 ENGINES = [pytest.param(False, id="numpy"),
-           pytest.param(True, id="compiled", marks=pytest.mark.skipif(cpu_scan.numba is None, reason="no numba"))]
+           pytest.param(True, id="compiled", marks=pytest.mark.skipif(SCAN_LOOPS is None, reason="no numba"))]
 SCAN_TYPES = [np.float32, np.float16, np.int32, np.uint32, np.int64, np.uint64]
 VARIANTS = list(itertools.product(["sum", "product"], [False, True], [False, True]))  # operation, reverse, exclusive
 
@@ -46,6 +49,7 @@ AXIS_CLASSES = {
     "inner axis at SHORT_AXIS": ((5, cpu_scan.SHORT_AXIS), 1),
     "inner axis past SHORT_AXIS": ((5, cpu_scan.SHORT_AXIS + 1), 1),
     "short inner axis": ((203, 8), 1),
+    "many short inner lines": ((401, 3), 1),  # more than LINES_PER_STEP a step: NumPy's engine walks rows
     "outer axis": ((211, 6), 0),
     "middle axis": ((3, 67, 5), 1),
     "axis of one": ((4, 1, 3), 1),
@@ -115,7 +119,7 @@ def strided_scans(draw):
     return dict(shape=shape, steps=steps, broadcast=broadcast, pads=pads, permutation=permutation,
                 axis=draw(st.integers(0, rank - 1)), dtype=draw(st.sampled_from(SCAN_TYPES)),
                 variant=draw(st.sampled_from(VARIANTS)), compiled=draw(st.sampled_from(
-                    [False] + ([True] if cpu_scan.numba else []))), stream=draw(st.booleans()),
+                    [False] + ([True] if SCAN_LOOPS else []))), stream=draw(st.booleans()),
                 seed=draw(st.integers(0, 2**32 - 1)))
 
 
@@ -241,7 +245,7 @@ def test_pieces_cover_each_line_once(size, pieces):
     assert all(s.stop > s.start for s in slices)
 
 
-STREAMED = pytest.mark.skipif(cpu_scan.numba is None or not cpu_scan.STREAM_STORES,
+STREAMED = pytest.mark.skipif(SCAN_LOOPS is None or not cpu_scan.STREAM_STORES,
                               reason="no numba, or no streaming stores on this processor")
 # (shape, axis): rows narrower than a vector, of one vector, of vectors and elements left over, rows that start at
 # every alignment (13 × 4 bytes apart), several lines before the axis (cut into pieces), long rows.
@@ -254,7 +258,7 @@ def streamed_rows_taken(monkeypatch) -> list:
     call = cpu_scan.call
 
     def counted(kernel, *arguments):
-        if kernel is cpu_scan.scan_rows_streamed:
+        if kernel is SCAN_LOOPS.scan_rows_streamed:
             calls.append(arguments[0].shape)
         call(kernel, *arguments)
 
@@ -269,7 +273,7 @@ def streamed_rows_taken(monkeypatch) -> list:
 def test_streamed_rows(monkeypatch, dtype, shape, axis):
     """Rows written with streaming stores: the reference's bits, into outputs that start at several alignments
     inside a larger buffer whose other elements stay as they were, in place or not, on pieces of the lines."""
-    if not cpu_scan.streams(np.dtype(dtype)):
+    if not SCAN_LOOPS.streams(np.dtype(dtype)):
         pytest.skip("floats stream only where the processor has SSE4A")
     calls = streamed_rows_taken(monkeypatch)
     rng = np.random.default_rng(shape[-1])
@@ -293,19 +297,20 @@ def test_streamed_rows(monkeypatch, dtype, shape, axis):
     assert len(calls) >= len(VARIANTS) * 6
 
 
-COMPILED = pytest.mark.skipif(cpu_scan.numba is None, reason="no numba")
+COMPILED = pytest.mark.skipif(SCAN_LOOPS is None, reason="no numba")
 CACHED_SCANS = """
 import sys
 import numpy as np
-from dmlops.backends import cpu_scan
+from dmlops.backends import cpu_scan, cpu_scan_loops
 x = np.arange(1.0, 25.0, dtype=np.float32).reshape(2, 3, 4)
 for axis, operation, dtype in [(2, "sum", np.float32), (0, "product", np.float16)]:
     out = np.empty_like(x, dtype)
     cpu_scan.cumulative(operation, x.astype(dtype), out, axis, True, True, compiled=True, pieces=1)
 line = np.ones(cpu_scan.VECTOR_LINE, np.float32)
 cpu_scan.cumulative("sum", line, np.empty_like(line), 0, False, False, compiled=True, pieces=1)
-kernels = (cpu_scan.scan_lines_compiled, cpu_scan.scan_rows_compiled, cpu_scan.scan_lines_vectors)
-print(sum(kernel.stats.cache_hits.total() for kernel in kernels), sum(kernel.stats.cache_misses.total() for kernel in kernels))
+kernels = (cpu_scan_loops.scan_lines_compiled, cpu_scan_loops.scan_rows_compiled, cpu_scan_loops.scan_lines_vectors)
+print(sum(kernel.stats.cache_hits.total() for kernel in kernels),
+      sum(kernel.stats.cache_misses.total() for kernel in kernels))
 """
 
 
@@ -361,7 +366,7 @@ def test_float16_long_axes_accumulate_in_float32(compiled, shape, axis):
 ROWS_CLASSES = ["outer axis", "middle axis", "axis of one"]
 
 
-@pytest.mark.skipif(cpu_scan.numba is None, reason="no numba")
+@COMPILED
 @pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=lambda t: np.dtype(t).name)
 def test_compiled_rows_give_the_reference_bits(dtype):
     """The compiled rows loop adds in the order of the walk, as dmlops.ops' reference does, -0.0 and all."""
@@ -376,7 +381,7 @@ def test_compiled_rows_give_the_reference_bits(dtype):
         np.testing.assert_array_equal(out.view(f"u{out.itemsize}"), expected.view(f"u{out.itemsize}"))
 
 
-@pytest.mark.skipif(cpu_scan.numba is None, reason="no numba")
+@COMPILED
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64], ids=lambda t: np.dtype(t).name)
 @pytest.mark.parametrize("length", [2, 9, cpu_scan.VECTOR_LINE, cpu_scan.VECTOR_LINE + 7, 301])
 def test_compiled_lines_are_deterministic_and_keep_the_first_element(dtype, length):
@@ -401,7 +406,7 @@ def test_compiled_lines_are_deterministic_and_keep_the_first_element(dtype, leng
                                       expected[:, first].view(f"u{out.itemsize}"))
 
 
-@pytest.mark.skipif(cpu_scan.numba is None, reason="no numba")
+@COMPILED
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int32, np.uint64], ids=lambda t: np.dtype(t).name)
 @pytest.mark.parametrize("length", [128, 131, 1000])
 @pytest.mark.parametrize("in_place", [False, True])
@@ -424,7 +429,7 @@ def test_one_long_line_in_segments_on_all_cores(monkeypatch, dtype, length, in_p
         assert_cumulative_matches(out, operation, x, 0, reverse, exclusive)
 
 
-@pytest.mark.skipif(cpu_scan.numba is None, reason="no numba")
+@COMPILED
 def test_compiled_entry_points_follow_the_arguments_types():
     """Entry points are kept by the arguments' types: one kernel called in turn with arrays that differ only in
     layout, writability (a broadcast input is read-only) or type takes the entry point compiled for each."""
@@ -438,7 +443,7 @@ def test_compiled_entry_points_follow_the_arguments_types():
         np.testing.assert_array_equal(out, np.cumsum(x, axis=0, dtype=x.dtype))
 
 
-COMPILED_HALF = pytest.mark.skipif(cpu_scan.numba is None or not cpu_scan.HALF_INSTRUCTIONS,
+COMPILED_HALF = pytest.mark.skipif(SCAN_LOOPS is None or not SCAN_LOOPS.HALF_INSTRUCTIONS,
                                    reason="no numba, or no FLOAT16 instructions")
 
 
@@ -511,16 +516,16 @@ def test_compiled_float16_copies_the_first(shape):
         np.testing.assert_array_equal(out.view(np.uint16)[-1 if reverse else 0], 0x7C01)
 
 
-if cpu_scan.numba is not None:
-    @cpu_scan.numba.njit
+if SCAN_LOOPS is not None:
+    @SCAN_LOOPS.numba.njit
     def round_all(values, rounded):
         for i in range(values.size):
-            rounded[i] = cpu_scan.float_to_half(values[i])
+            rounded[i] = SCAN_LOOPS.float_to_half(values[i])
 
-    @cpu_scan.numba.njit
+    @SCAN_LOOPS.numba.njit
     def widen_all(bits, wide):
         for i in range(bits.size):
-            wide[i] = cpu_scan.half_to_float(bits[i])
+            wide[i] = SCAN_LOOPS.half_to_float(bits[i])
 
 
 # -- quantized matmul ------------------------------------------------------------------------------------------

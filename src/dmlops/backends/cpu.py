@@ -10,8 +10,11 @@ import numpy as np
 from ..ops.cumulative import CumulativeOperation
 from ..ops.quantized_matmul import SCALE_FIELDS, check_scale
 from ..types import DataType, ValidationError
-from . import cpu_qmatmul, cpu_recurrence, cpu_scan
+from . import cpu_scan
 from .cpu_compiled import viewer
+
+# cpu_qmatmul and cpu_recurrence are imported by their operators' first calls: they load numba as they are imported,
+# where the scans load it in the background (cpu_compiled.Loader), so that a first scan does not wait for it.
 
 # -- memory and views -------------------------------------------------------------------------------------------
 
@@ -86,12 +89,16 @@ def prepare_cumulative(operation: CumulativeOperation, x, out, axis: int, revers
 def linear_recurrence(a: np.ndarray, b: np.ndarray, scale: np.ndarray, out: np.ndarray, axis: int, reverse: bool,
                       exclusive: bool) -> None:
     """The cumulative product's gradient recurrence (dmlops.ops.cumulative_gradient)."""
+    from . import cpu_recurrence
+
     cpu_recurrence.linear_recurrence(a, b, scale, out, axis, reverse, exclusive)
 
 
 def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point,
                             out) -> None:
     """a {B, C, M, K}, b {B, C, K, N}, out {B, C, M, N}; scales and zero points are vectors of M or N."""
+    from . import cpu_qmatmul
+
     arrays = (a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point, out)
     check_scales(a_scale, b_scale, output_scale)
     cpu_qmatmul.prepare(*arrays)(*arrays)
@@ -109,6 +116,8 @@ def check_scales(a_scale, b_scale, output_scale) -> None:
 def prepare_quantized_linear_matmul(views: dict, kernel_tensors):
     """Run on views (by field, in binding order), and return run(views) for views of the same layouts; the kernel
     takes ``kernel_tensors(views)``, which are made the way found for these views."""
+    from . import cpu_qmatmul
+
     tensors = kernel_tensors(views)
     kernel_views = [(field, None if tensor is None else KernelView(tensor.shape, element_strides(tensor)))
                     for field, tensor in tensors.items()]

@@ -1,14 +1,76 @@
-"""What the CPU backend's compiled loops share (numba installed): the processor they are compiled for, calls that
-skip numba's dispatcher, and the views that kept runs make of each call's arrays."""
+"""What the CPU backend's compiled loops share (numba installed): their loading in the background, the processor
+they are compiled for, calls that skip numba's dispatcher, and the views that kept runs make of each call's arrays."""
 
 from __future__ import annotations
 
+import importlib
+import os
+import threading
+
 import numpy as np
 
-try:
-    import numba
-except ImportError:  # NumPy alone is enough; numba only makes it faster
-    numba = None
+# What is done with numba (DMLOPS_NUMBA): "background" (the default): the first call that could run compiled loops
+# starts loading them in a daemon thread and runs NumPy's engine, as do later calls until they are loaded (numba's
+# import and its compiler's first load take about half a second, ten times a first call's budget; both engines give
+# the same bits); "wait": that first call loads them and waits; "off": never (NumPy alone).
+NUMBA = os.environ.get("DMLOPS_NUMBA", "background")
+
+
+class Loader:
+    """A module of compiled loops (it imports numba), loaded once a process as DMLOPS_NUMBA says, then
+    ``warm_up(module)`` run (numba's first load of compiled code from its cache initialises its compiler, most of
+    that load's time: better in the loading thread than in a call)."""
+
+    def __init__(self, name: str, warm_up):
+        self.name, self.warm_up = name, warm_up
+        self.module = None  # set once loaded and warmed up
+        self.done = threading.Event()
+        self.lock = threading.Lock()
+        self.started = False
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=self.stop_in_child)
+
+    def get(self):
+        """The module if it is loaded, else None (its loading started: in the background, or now with "wait")."""
+        if self.module is None and not self.done.is_set():
+            if NUMBA == "wait":
+                return self.wait()
+            self.start()
+        return self.module
+
+    def wait(self):
+        """The module, loaded now if it is not yet (None without numba, or with DMLOPS_NUMBA=off)."""
+        if not self.done.is_set():
+            self.start()
+            self.done.wait()
+        return self.module
+
+    def start(self) -> None:
+        with self.lock:
+            if self.started:
+                return
+            self.started = True
+        if NUMBA == "off":
+            self.done.set()
+        else:  # a daemon: interpreter exit does not wait for it
+            threading.Thread(target=self.load, name=f"dmlops loader of {self.name}", daemon=True).start()
+
+    def stop_in_child(self) -> None:
+        """In a child forked while the loading thread ran: that thread is not in the child, and numba may be half
+        imported there (its import lock held by the thread gone), so the child stays on NumPy's engine."""
+        self.lock = threading.Lock()
+        if self.started and not self.done.is_set():
+            self.done.set()
+
+    def load(self) -> None:
+        try:
+            module = importlib.import_module(self.name)
+            self.warm_up(module)
+            self.module = module
+        except ImportError:  # NumPy alone is enough; numba only makes it faster
+            pass
+        finally:
+            self.done.set()
 
 
 def target_features() -> set[str]:
@@ -36,6 +98,8 @@ def entry_point(kernel, *args):
     key = (kernel, *map(argument_key, args))
     entry = ENTRY_POINTS.get(key)
     if entry is None:
+        import numba
+
         entry = ENTRY_POINTS[key] = kernel.compile(tuple(numba.types.literal(arg) if isinstance(arg, str)
                                                          else numba.typeof(arg) for arg in args))
     return entry

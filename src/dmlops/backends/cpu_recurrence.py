@@ -17,7 +17,10 @@ from ..ops.cumulative import accumulation_dtype
 from ..types import DataType
 from .cpu_compiled import call
 from .cpu_pieces import CORES, PIECES_PER_CORE, cut, run_in_pieces
-from .cpu_scan import HALF_INSTRUCTIONS, PARALLEL_ELEMENTS, numba, views_3d
+from .cpu_scan import LOOPS, PARALLEL_ELEMENTS, views_3d
+
+# The scans' compiled loops, which these build on: loaded here, at the first recurrence (None without numba).
+scan_loops = LOOPS.wait()
 
 
 def linear_recurrence(a: np.ndarray, b: np.ndarray, scale: np.ndarray, out: np.ndarray, axis: int, reverse: bool,
@@ -27,7 +30,7 @@ def linear_recurrence(a: np.ndarray, b: np.ndarray, scale: np.ndarray, out: np.n
     many independent runs (of lines before the axis) the compiled engine cuts each view for the cores (None: by the
     view's size)."""
     accumulation = accumulation_dtype(out.dtype)
-    can_compile = numba is not None and (out.dtype != np.float16 or HALF_INSTRUCTIONS)
+    can_compile = scan_loops is not None and (out.dtype != np.float16 or scan_loops.HALF_INSTRUCTIONS)
     if not (can_compile if compiled is None else compiled and can_compile):
         recurrence_numpy(a, b, scale, out, axis, reverse, exclusive, accumulation)
         return
@@ -64,8 +67,8 @@ def recurrence_numpy(a, b, scale, out, axis, reverse, exclusive, accumulation) -
         previous = k
 
 
-if numba is not None:
-    from .cpu_scan import compiled, load, store
+if scan_loops is not None:
+    from .cpu_scan_loops import compiled, load, store
 
     @compiled
     def recurrence_lines_compiled(a, b, scale, out, element, reverse, exclusive):

@@ -12,9 +12,15 @@ short or strided lines one element at a time, in the walk's order); it converts 
 instructions, a vector at a time. On x86-64 a large output is
 written past the cache along an outer axis (streaming stores: a store to a line not in cache otherwise reads the
 line first, half as much traffic again as the scan's own). Without numba, NumPy does it:
-whole rows at a time along an outer or short axis, ``ufunc.accumulate`` along long inner lines. FLOAT16
+whole rows at a time along an outer or short axis, ``ufunc.accumulate`` along long inner lines, and contiguous lines
+of VECTOR_LINE or more a vector at a time as the compiled loop walks them (the same operations in the same order:
+the two engines give the same bits, every type and layout). FLOAT16
 (accumulated in float32) and exclusive scans in place, whose outputs overwrite inputs still to be added, go
 through float32 / scratch blocks there, so that the whole tensor is never converted or copied at once.
+
+The compiled loops (cpu_scan_loops) are loaded by the first call that could run them, in a background thread
+(``LOOPS``, DMLOPS_NUMBA): numba's import and its first load of compiled code take about half a second, and calls
+run NumPy's engine until they are loaded.
 
 A large view is cut into independent pieces (lines before the axis, else lines after it) that threads scan at
 once: both engines release the GIL. A long line, alone or one of fewer lines than cores, is cut into segments of a
@@ -31,21 +37,16 @@ import numpy as np
 
 from ..ops.cumulative import ACCUMULATION_DTYPE, CumulativeOperation
 from ..types import DataType
-from .cpu_compiled import call, entry_point, target_features, viewer
+from .cpu_compiled import Loader, call, entry_point, viewer
 from .cpu_pieces import CORES, PIECES_PER_CORE, cut, run_in_pieces
-
-try:
-    import numba
-    from llvmlite import ir
-    from numba.extending import intrinsic, overload
-except ImportError:  # NumPy alone is enough; numba only makes it faster
-    numba = None
 
 # NumPy engine: elements per scratch block (float32: 256 KiB, so that a block in and a block out stay in L2).
 BLOCK_ELEMENTS = 1 << 16
-# NumPy engine: an axis up to this long is walked a whole row at a time even when it is the innermost one, because
-# ufunc.accumulate pays a fixed cost per line.
+# NumPy engine: an axis up to this long is walked a whole row at a time even when it is the innermost one, where
+# there are more than LINES_PER_STEP lines per element of the axis: ufunc.accumulate pays a fixed cost per line (about
+# 35 ns), a row one ufunc call a step (about 1.2 µs). A 64-element line: 45 µs by rows, 6 by accumulate.
 SHORT_AXIS = 64
+LINES_PER_STEP = 32
 # A view this large is scanned in pieces on all cores (both engines release the GIL); below it, threads cost more
 # than they save. There are more pieces than cores, so that a core busy with other work takes fewer of them.
 PARALLEL_ELEMENTS = 1 << 20
@@ -67,13 +68,16 @@ def cumulative(operation: str, x: np.ndarray, out: np.ndarray, axis: int, revers
                segments: bool | None = None) -> None:
     """out = the running sum or product of x along axis; out may be x itself (in place).
 
-    ``compiled`` picks the engine (None: the compiled one where numba is installed and can run x's type);
+    ``compiled`` picks the engine (None: the compiled one where its loops are loaded, ``LOOPS``, and can run x's
+    type; True waits for them to load);
     ``pieces``, into how many independent scans (of lines before the axis) each view is cut for the cores (None:
     by the view's size); ``stream``, whether the compiled engine may write rows with streaming stores (None: where
     out has STREAM_BYTES or more); ``segments``, whether the compiled engine scans a long line alone (or one of
-    fewer lines than cores) in segments on all cores (None: SEGMENTED_LINES).
+    fewer lines than cores) in segments on all cores (None: SEGMENTED_LINES; the segments' totals make float bits
+    of their own, which NumPy's engine does not give).
     """
-    for stage in stages(operation, x, out, axis, reverse, exclusive, compiled, pieces, stream, segments):
+    loops = compiled_loops(x.dtype, compiled)
+    for stage in stages(operation, x, out, axis, reverse, exclusive, loops, pieces, stream, segments):
         run_in_pieces([functools.partial(scan, x_view, out_view) for x_view, out_view, scan in stage], len(stage) > 1)
 
 
@@ -83,34 +87,57 @@ def prepare(operation: str, x: np.ndarray, out: np.ndarray, axis: int, reverse: 
     """run(x, out): ``cumulative`` with these options, for arrays laid out as x and out are (dtypes, shapes,
     strides; out may be x or not). What depends on nothing else is decided here, once: the engine, the 3-D views,
     their pieces and the compiled loops' entry points; a run makes its arrays' views and calls the loops (a
-    64-element scan: under a microsecond of Python a view, where finding all that again took about 30 µs)."""
+    64-element scan: under a microsecond of Python a view, where finding all that again took about 30 µs). A run
+    prepared for NumPy's engine while the compiled loops were loading is prepared again once they are loaded."""
+    loops = compiled_loops(x.dtype, compiled)
     kept = [[(viewer(x, x_view), viewer(out, out_view), scan) for x_view, out_view, scan in stage]
-            for stage in stages(operation, x, out, axis, reverse, exclusive, compiled, pieces, stream, segments)]
-    use_compiled = compiled_engine(x.dtype, compiled)
+            for stage in stages(operation, x, out, axis, reverse, exclusive, loops, pieces, stream, segments)]
     # the compiled loops were compiled for arrays as aligned as these (numba's types say whether they are)
     aligned = x.flags.aligned, out.flags.aligned
 
     def run(x, out):
-        if use_compiled and (x.flags.aligned, out.flags.aligned) != aligned:
+        if loops is not None and (x.flags.aligned, out.flags.aligned) != aligned:
             cumulative(operation, x, out, axis, reverse, exclusive, compiled, pieces, stream, segments)
             return
         for stage in kept:
             run_in_pieces([functools.partial(scan, x_view(x), out_view(out)) for x_view, out_view, scan in stage],
                           len(stage) > 1)
 
-    return run
+    if loops is not None or compiled is not None or LOOPS.done.is_set():
+        return run
+    kept_run = run
+
+    def run_until_loaded(x, out):
+        nonlocal kept_run
+        if kept_run is run and LOOPS.module is not None:
+            kept_run = prepare(operation, x, out, axis, reverse, exclusive, compiled, pieces, stream, segments)
+        kept_run(x, out)
+
+    return run_until_loaded
 
 
-def compiled_engine(dtype: np.dtype, compiled: bool | None) -> bool:
-    """Whether the compiled engine scans arrays of dtype, ``compiled`` asking for it or not (None: where it can)."""
-    can_compile = numba is not None and (dtype != np.float16 or HALF_INSTRUCTIONS)
-    return can_compile if compiled is None else compiled and can_compile
+def compiled_loops(dtype: np.dtype, compiled: bool | None):
+    """The compiled loops' module (cpu_scan_loops) where they scan arrays of dtype, ``compiled`` asking for them or
+    not (None: where they are loaded, their loading started if it is not), else None: NumPy's engine."""
+    loops = LOOPS.get() if compiled is None else LOOPS.wait() if compiled else None
+    return loops if loops is not None and (dtype != np.float16 or loops.HALF_INSTRUCTIONS) else None
 
 
-def stages(operation, x, out, axis, reverse, exclusive, compiled=None, pieces=None, stream=None, segments=None):
+def warm_up(loops) -> None:
+    """Load one loop (short float32 lines), so that numba's compiler is initialised before a call needs it."""
+    sample = np.zeros((1, 2), np.float32)
+    entry_point(loops.scan_lines_compiled, sample, sample, "sum", "value", np.float32(0), False, False)
+
+
+# The compiled loops, loaded by the first call that could run them (DMLOPS_NUMBA: in the background by default).
+LOOPS = Loader(f"{__package__}.cpu_scan_loops", warm_up)
+
+
+def stages(operation, x, out, axis, reverse, exclusive, loops=None, pieces=None, stream=None, segments=None):
     """``cumulative``'s scan of x into out as stages run one after another, each a list of pieces (view of x, view
-    of out, scan(x view, out view)) run at once."""
-    use_compiled = compiled_engine(x.dtype, compiled)
+    of out, scan(x view, out view)) run at once; ``loops``: the compiled loops that scan them (None: NumPy's
+    engine)."""
+    use_compiled = loops is not None
     if use_compiled and stream is None:
         stream = out.nbytes >= STREAM_BYTES
     accumulation = ACCUMULATION_DTYPE.get(DataType.from_numpy(x.dtype), x.dtype)
@@ -119,7 +146,7 @@ def stages(operation, x, out, axis, reverse, exclusive, compiled=None, pieces=No
         if use_compiled and (SEGMENTED_LINES if segments is None else segments) and x3.shape[2] == 1 and \
                 x3.shape[0] < CORES and x3.shape[1] >= 2 * SEGMENT and contiguous_lines(x3[:, :, 0], out3[:, :, 0]):
             def scan(x_line, out_line):
-                scan_segmented(operation, x_line, out_line, accumulation, reverse, exclusive)
+                scan_segmented(loops, operation, x_line, out_line, accumulation, reverse, exclusive)
             found += [[(x3[line, :, 0], out3[line, :, 0], scan)] for line in range(x3.shape[0])]
             continue
         count = pieces
@@ -128,11 +155,12 @@ def stages(operation, x, out, axis, reverse, exclusive, compiled=None, pieces=No
         stage = []
         for first, last in cut(x3.shape[0], count, 1):
             if use_compiled:
-                stage.append(compiled_scan(operation, x3[first:last], out3[first:last], accumulation, reverse,
-                                           exclusive, stream and streams(x.dtype)))
+                stage.append(compiled_scan(loops, operation, x3[first:last], out3[first:last], accumulation,
+                                           reverse, exclusive, stream and loops.streams(x.dtype)))
             else:
                 stage.append((x3[first:last], out3[first:last], functools.partial(
-                    scan_numpy, operation, accumulation=accumulation, reverse=reverse, exclusive=exclusive)))
+                    scan_numpy, operation, accumulation=accumulation, reverse=reverse, exclusive=exclusive,
+                    lanes=vector_lanes(x3, out3, accumulation))))
         found.append(stage)
     return found
 
@@ -180,9 +208,22 @@ def merge(arrays, dims):
 # -- the NumPy engine ---------------------------------------------------------------------------------------------
 
 
-def scan_numpy(operation, x3, out3, accumulation, reverse, exclusive) -> None:
+def scan_numpy(operation, x3, out3, accumulation, reverse, exclusive, lanes=0) -> None:
     """Scan (P, L, Q) views with NumPy calls, through scratch blocks where the input must be converted (FLOAT16)
-    or kept (exclusive in place): blocks of lines, each walked along the axis in segments with a carry."""
+    or kept (exclusive in place): blocks of lines, each walked along the axis in segments with a carry. Lines of
+    ``vector_lanes`` (lanes > 0) walk vectors, as the compiled engine does, to its bits. As quiet as the compiled
+    loops: no warnings of overflows or NaNs."""
+    with np.errstate(all="ignore"):
+        scan_views_numpy(operation, x3, out3, accumulation, reverse, exclusive, lanes)
+
+
+def scan_views_numpy(operation, x3, out3, accumulation, reverse, exclusive, lanes) -> None:
+    if lanes:
+        x2, out2 = x3[:, :, 0], out3[:, :, 0]
+        if reverse:
+            x2, out2 = x2[:, ::-1], out2[:, ::-1]
+        scan_vectors_numpy(operation, x2, out2, accumulation, exclusive, lanes)
+        return
     p_size, length, q_size = x3.shape
     if accumulation == x3.dtype and not (exclusive and np.shares_memory(x3, out3)):
         scan_stretch(operation, x3, out3, np.empty((p_size, q_size), accumulation), True, reverse, exclusive)
@@ -211,7 +252,7 @@ def scan_stretch(operation, x, out, carry, fresh, reverse, exclusive) -> None:
     ufunc, identity = UFUNCS[operation], IDENTITIES[operation]
     if reverse:
         x, out = x[:, ::-1], out[:, ::-1]
-    if x.shape[2] == 1 and x.shape[1] > SHORT_AXIS:
+    if x.shape[2] == 1 and (x.shape[1] > SHORT_AXIS or x.shape[0] <= LINES_PER_STEP * x.shape[1]):
         scan_lines_numpy(ufunc, identity, x[:, :, 0], out[:, :, 0], carry[:, 0], fresh, exclusive)
     else:
         scan_rows_numpy(ufunc, identity, x, out, carry, fresh, exclusive)
@@ -235,7 +276,7 @@ def scan_rows_numpy(ufunc, identity, x, out, carry, fresh, exclusive) -> None:
 
 
 def scan_lines_numpy(ufunc, identity, x, out, carry, fresh, exclusive) -> None:
-    """Lines longer than SHORT_AXIS along the axis (x, out {P, L}): ufunc.accumulate walks each line, and the carry
+    """Lines along the axis (x, out {P, L}), long or few (scan_stretch): ufunc.accumulate walks each line, and the carry
     of the previous stretch is added afterwards."""
     if exclusive:  # out[:, i] is the tally of x[:, :i]
         out[:, 0] = identity if fresh else carry
@@ -251,167 +292,62 @@ def scan_lines_numpy(ufunc, identity, x, out, carry, fresh, exclusive) -> None:
         carry[...] = out[:, -1]
 
 
-# -- the compiled engine ------------------------------------------------------------------------------------------
-#
-# One loop per layout: the running value of each line lives in a register (Q = 1), or in a row that stays in L1 and
-# is updated a vector at a time (Q > 1). The loops take the operation ("sum", "product") and the way elements are
-# read and written ("value", "half") as string literals, so that ``combine``, ``load`` and
-# ``store`` are compiled in: names rather than compiled functions, whose numba types the on-disk cache cannot keep
-# from one process to the next (it failed to save its index, and grew by an entry a process).
-# FLOAT16 is read and written as its bits, converted by the processor's own instructions (F16C on x86), which round
-# half to even as NumPy does; the first element is copied as it is, so that even a signalling NaN keeps its bits.
-# Each element is read before its output is written, so out may be x itself, exclusive or not.
-
-if numba is not None:
-    compiled = numba.njit(nogil=True, cache=True)
-
-    @intrinsic
-    def half_to_float(typing_context, bits):
-        def codegen(context, builder, signature, arguments):
-            return builder.fpext(builder.bitcast(arguments[0], ir.HalfType()), ir.FloatType())
-        return numba.float32(numba.uint16), codegen
-
-    @intrinsic
-    def float_to_half(typing_context, value):
-        def codegen(context, builder, signature, arguments):
-            return builder.bitcast(builder.fptrunc(arguments[0], ir.HalfType()), ir.IntType(16))
-        return numba.uint16(numba.float32), codegen
-
-    @compiled
-    def add(a, b):
-        return a + b
-
-    @compiled
-    def multiply(a, b):
-        return a * b
-
-    @compiled
-    def load_value(line, i):
-        return line[i]
-
-    @compiled
-    def load_half(line, i):
-        return half_to_float(line[i])
-
-    @compiled
-    def store_value(line, i, value):
-        line[i] = value  # integers wrap to the output type here
-
-    @compiled
-    def store_half(line, i, value):
-        line[i] = float_to_half(value)
-
-    def chosen_by_name(functions: dict):
-        """A compiled function f(name, *args) = functions[name](*args), for a name known when compiling."""
-        def chosen(name, *args):
-            raise NotImplementedError("compiled code only")
-
-        @overload(chosen)
-        def choose(name, *args):
-            if isinstance(name, numba.types.StringLiteral):
-                function = functions[name.literal_value]
-                return lambda name, *args: function(*args)
-
-        return chosen
-
-    combine = chosen_by_name({"sum": add, "product": multiply})
-    load = chosen_by_name({"value": load_value, "half": load_half})
-    store = chosen_by_name({"value": store_value, "half": store_half})
-
-    @compiled
-    def scan_lines_compiled(x, out, operation, element, identity, reverse, exclusive):
-        """Q = 1 (x, out {P, L}): each line walks the axis with its running value in a register."""
-        length = x.shape[1]
-        step = -1 if reverse else 1
-        for p in range(x.shape[0]):
-            source, target = x[p], out[p]
-            i = length - 1 if reverse else 0
-            tally = load(element, source, i)  # the first element as it is: identity ⊕ x turns -0.0 into +0.0
-            if exclusive:
-                store(element, target, i, identity)
+def scan_vectors_numpy(operation, x, out, accumulation, exclusive, lanes) -> None:
+    """The compiled engine's walk of contiguous lines (scan_span, VECTOR_LINE) in NumPy calls, the same operations
+    in the same order, so that its bits do not depend on the engine: x, out {P, L} walked forwards (a reverse walk
+    comes as flipped views); out may be x. Blocks of lines and vectors are copied lanes first ({lines, lanes,
+    vectors}: each lane a contiguous row), so that the tree within each vector is log2(lanes) calls on rows, and the
+    running value before each vector one ``accumulate`` over the vectors' totals."""
+    ufunc = UFUNCS[operation]
+    identity, neutral = accumulation.type(IDENTITIES[operation]), neutral_of(operation, accumulation)
+    count, length = x.shape
+    vectors = length // lanes
+    head = x[:, 0].copy()  # the first output of an inclusive line: the input as it is
+    rows = max(1, BLOCK_ELEMENTS // length)
+    per_block = max(1, BLOCK_ELEMENTS // (rows * lanes))  # vectors of a block
+    for p0 in range(0, count, rows):
+        lines = slice(p0, min(p0 + rows, count))
+        size = lines.stop - lines.start
+        tally = np.full(size, neutral, accumulation)
+        for v0 in range(0, vectors, per_block):
+            block = min(per_block, vectors - v0)
+            span = slice(v0 * lanes, (v0 + block) * lanes)
+            values = np.empty((size, lanes, block), accumulation)
+            values[...] = x[lines, span].reshape(size, block, lanes).transpose(0, 2, 1)
+            by = 1
+            while by < lanes:  # lane j ⊕= lane j - by (NumPy reads the overlapping rows before writing them)
+                ufunc(values[:, by:], values[:, :-by], out=values[:, by:])
+                by *= 2
+            # the running value before each vector, then the one after the block: tally ⊕ total, in order
+            chain = np.empty((size, block + 1), accumulation)
+            chain[:, 0], chain[:, 1:] = tally, values[:, -1]
+            ufunc.accumulate(chain, axis=1, out=chain)
+            before = chain[:, None, :-1]
+            if exclusive:  # lane j gets the tally ⊕ lane j - 1; lane 0, the tally (⊕ the neutral element)
+                ufunc(before, values[:, :-1], out=values[:, 1:])
+                values[:, 0] = before[:, 0]
             else:
-                target[i] = source[i]
-            for _ in range(length - 1):
-                i += step
-                at = np.uint64(i)  # unsigned: no check for i < 0
-                value = load(element, source, at)
-                if exclusive:
-                    store(element, target, at, tally)
-                    tally = combine(operation, tally, value)
-                else:
-                    tally = combine(operation, tally, value)
-                    store(element, target, at, tally)
+                ufunc(before, values, out=values)
+            out[lines, span].reshape(size, block, lanes)[...] = values.transpose(0, 2, 1)
+            tally = chain[:, -1]
+        rest = slice(vectors * lanes, length)  # elements after the last vector, one after another
+        if rest.stop > rest.start:
+            chain = np.empty((size, rest.stop - rest.start + 1), accumulation)
+            chain[:, 0], chain[:, 1:] = tally, x[lines, rest]
+            ufunc.accumulate(chain, axis=1, out=chain)
+            out[lines, rest] = chain[:, :-1] if exclusive else chain[:, 1:]
+    out[:, 0] = identity if exclusive else head
 
-    @compiled
-    def scan_half_lines(x, out, operation, identity, reverse, exclusive, widened, scanned, heads):
-        """Q = 1, FLOAT16 bits (x, out {P, L}, C-contiguous), lines shorter than VECTOR_LINE: blocks of lines widened
-        to float32 a vector at a time (widened: {lines of a block, L}), scanned there by scan_lines_compiled into
-        scanned, and narrowed back the same way; the first element of an inclusive scan keeps its bits (a
-        signalling NaN too: heads holds them while out overwrites x)."""
-        length = x.shape[1]
-        head = length - 1 if reverse else 0
-        flat_x, flat_out = x.ravel(), out.ravel()
-        flat_widened, flat_scanned = widened.ravel(), scanned.ravel()
-        for first in range(0, x.shape[0], widened.shape[0]):
-            count = min(widened.shape[0], x.shape[0] - first)
-            start, size = first * length, count * length
-            widen(flat_x[start:start + size], flat_widened)
-            for p in range(count):
-                heads[p] = x[first + p, head]
-            scan_lines_compiled(widened[:count], scanned[:count], operation, "value", identity, reverse, exclusive)
-            narrow(flat_scanned[:size], flat_out[start:start + size])
-            if not exclusive:
-                for p in range(count):
-                    out[first + p, head] = heads[p]
 
-    @compiled
-    def widen(bits, values):
-        """values[:bits.size] = the FLOAT16 bits as float32, a vector at a time."""
-        size = bits.shape[0]
-        for i in range(0, size - size % HALF_LANES, HALF_LANES):
-            convert_vector(bits, values, i)
-        for i in range(size - size % HALF_LANES, size):
-            values[i] = half_to_float(bits[i])
+def vector_lanes(x3, out3, accumulation: np.dtype) -> int:
+    """The elements of a vector for (P, L, Q) views whose lines walk a vector at a time (Q = 1, contiguous lines of
+    VECTOR_LINE or more: see there), in both engines; else 0 (one element after another)."""
+    if x3.shape[2] == 1 and x3.shape[1] >= VECTOR_LINE and contiguous_lines(x3[:, :, 0], out3[:, :, 0]):
+        return VECTOR_BYTES // accumulation.itemsize
+    return 0
 
-    @compiled
-    def narrow(values, bits):
-        """bits[:values.size] = the float32 values rounded to FLOAT16 bits, a vector at a time."""
-        size = values.shape[0]
-        for i in range(0, size - size % HALF_LANES, HALF_LANES):
-            convert_vector(values, bits, i)
-        for i in range(size - size % HALF_LANES, size):
-            bits[i] = float_to_half(values[i])
 
-    @compiled
-    def scan_rows_compiled(x, out, operation, element, identity, reverse, exclusive, tally):
-        """Q > 1: the axis walks rows of Q lines, carrying a row of running values ({Q}). The loops over a row are
-        vectorised where it is contiguous; reverse walks it from its end, so that memory is read and written in one
-        direction (a walk that goes back by rows but forwards within them is a third slower)."""
-        length, width = x.shape[1], x.shape[2]
-        step = -1 if reverse else 1
-        for p in range(x.shape[0]):
-            i = length - 1 if reverse else 0
-            source, target = x[p, i], out[p, i]
-            for q in range(width):
-                tally[q] = load(element, source, q)
-                if exclusive:
-                    store(element, target, q, identity)
-                else:
-                    target[q] = source[q]
-            for _ in range(length - 1):
-                i += step
-                source, target = x[p, i], out[p, i]
-                for j in range(width):
-                    q = np.uint64(width - 1 - j) if reverse else np.uint64(j)  # unsigned: no check for q < 0
-                    if exclusive:
-                        value, before = load(element, source, q), tally[q]
-                        store(element, target, q, before)
-                        tally[q] = combine(operation, before, value)
-                    else:
-                        after = combine(operation, tally[q], load(element, source, q))
-                        tally[q] = after
-                        store(element, target, q, after)
-
+# -- the compiled engine: which of its loops (cpu_scan_loops) scans which views ------------------------------------
 
 # Contiguous lines (Q = 1) walk a vector of VECTOR_BYTES at a time: its elements' running values within the
 # vector come from log2(lanes) shifted copies combined (a tree, not a chain), then the running value before the
@@ -420,7 +356,8 @@ if numba is not None:
 # a time. The float results are deterministic but not the walk's own bits: element i of a vector is c ⊕ (x0 ⊕ ... ⊕
 # xi) in a tree's order, within the accumulation bound of a running tally. The running values start at a neutral
 # element (−0.0 for float sums: −0.0 + x is x for every x, +0.0 included), and a line's first output is written as
-# the walk writes it (the input's own bits, or the identity where exclusive).
+# the walk writes it (the input's own bits, or the identity where exclusive). NumPy's engine walks them the same way
+# (scan_vectors_numpy), so that the bits do not depend on the engine.
 # Lines this long or longer walk vectors; shorter ones one element after another, which the processor overlaps from
 # line to line (lines of 8: 16 GB/s that way, 2 by vectors; of 1024: 6 against 31).
 VECTOR_LINE = 128
@@ -438,187 +375,7 @@ SEGMENT = 1 << 20
 # memory being the limit. It pays where a core walks a line slower than memory does.
 SEGMENTED_LINES = False
 
-if numba is not None:
-    def vector_access(context, builder, tally, half, lanes, at):
-        """(load(array type, array), store(array type, array, vector)) of the lanes elements from index at, in
-        tally's type (FLOAT16 arrays hold bits, converted on the way)."""
-        vector = ir.VectorType(context.get_value_type(tally), lanes)
-        memory = ir.VectorType(ir.IntType(16), lanes) if half else vector
-        halves = ir.VectorType(ir.HalfType(), lanes)
-
-        def pointer(array_type, array):
-            data = context.make_array(array_type)(context, builder, array).data
-            return builder.bitcast(builder.gep(data, [at]), memory.as_pointer())
-
-        def load(array_type, array):
-            loaded = builder.load(pointer(array_type, array), align=1)
-            return builder.fpext(builder.bitcast(loaded, halves), vector) if half else loaded
-
-        def store(array_type, array, value):
-            if half:
-                value = builder.bitcast(builder.fptrunc(value, halves), memory)
-            builder.store(value, pointer(array_type, array), align=1)
-
-        return load, store
-
-    @intrinsic
-    def convert_vector(typing_context, source, target, at):
-        """target[at:at + 8] = source[at:at + 8] converted: FLOAT16 bits to float32, or float32 to FLOAT16 bits
-        (one vcvtph2ps / vcvtps2ph: LLVM leaves the conversion loops element by element)."""
-        widen = source.dtype == numba.types.uint16
-
-        def codegen(context, builder, signature, arguments):
-            lanes = HALF_LANES
-            if widen:
-                load, _ = vector_access(context, builder, numba.types.float32, True, lanes, arguments[2])
-                _, store = vector_access(context, builder, numba.types.float32, False, lanes, arguments[2])
-            else:
-                load, _ = vector_access(context, builder, numba.types.float32, False, lanes, arguments[2])
-                _, store = vector_access(context, builder, numba.types.float32, True, lanes, arguments[2])
-            store(signature.args[1], arguments[1], load(signature.args[0], arguments[0]))
-            return context.get_dummy_value()
-
-        return numba.types.none(source, target, at), codegen
-
-    @intrinsic
-    def add_vector(typing_context, operation, element, source, at, totals):
-        """totals ⊕= source[at:at + lanes] lane by lane (totals: lanes elements of the accumulation type)."""
-        if not (isinstance(operation, numba.types.StringLiteral) and isinstance(element, numba.types.StringLiteral)):
-            return None
-        tally = totals.dtype
-        lanes = VECTOR_BYTES // (tally.bitwidth // 8)
-        instruction = {"sum": ("fadd", "add"), "product": ("fmul", "mul")}[operation.literal_value]
-
-        def codegen(context, builder, signature, arguments):
-            load, _ = vector_access(context, builder, tally, element.literal_value == "half", lanes, arguments[3])
-            _, store_totals = vector_access(context, builder, tally, False, lanes, ir.Constant(ir.IntType(64), 0))
-            load_totals, _ = vector_access(context, builder, tally, False, lanes, ir.Constant(ir.IntType(64), 0))
-            combined = getattr(builder, instruction[0 if isinstance(tally, numba.types.Float) else 1])(
-                load_totals(signature.args[4], arguments[4]), load(signature.args[2], arguments[2]))
-            store_totals(signature.args[4], arguments[4], combined)
-            return context.get_dummy_value()
-
-        return numba.types.none(operation, element, source, at, totals), codegen
-
-    @intrinsic
-    def scan_vector(typing_context, operation, element, source, target, at, tally, neutral, reverse, exclusive):
-        """target[at:at + lanes] = the scan of source[at:at + lanes] from tally (reverse: walked from its end;
-        exclusive: each lane gets the running value before it), in tally's type (FLOAT16 read and written as its
-        bits); returns the running value after the vector. lanes = VECTOR_BYTES // tally's size."""
-        if not (isinstance(operation, numba.types.StringLiteral) and isinstance(element, numba.types.StringLiteral)):
-            return None
-        floating = isinstance(tally, numba.types.Float)
-        half = element.literal_value == "half"
-        lanes = VECTOR_BYTES // (tally.bitwidth // 8)
-        instruction = {"sum": ("fadd", "add"), "product": ("fmul", "mul")}[operation.literal_value]
-
-        def codegen(context, builder, signature, arguments):
-            vector = ir.VectorType(context.get_value_type(tally), lanes)
-            int32 = ir.IntType(32)
-            mask = ir.VectorType(int32, lanes)
-            load, store = vector_access(context, builder, tally, half, lanes, arguments[4])
-
-            def combine(a, b):
-                return getattr(builder, instruction[0 if floating else 1])(a, b)
-
-            def splat(value):
-                one = builder.insert_element(ir.Constant(vector, None), value, int32(0))
-                return builder.shuffle_vector(one, ir.Constant(vector, None), ir.Constant(mask, [0] * lanes))
-
-            def shifted(value, by):
-                """The lanes moved by ``by`` away from the walk's start, the neutral element coming in."""
-                indices = [[lanes + i if i < by else i - by for i in range(lanes)],
-                           [i + by if i + by < lanes else lanes + i for i in range(lanes)]]
-                forward, backward = (builder.shuffle_vector(value, neutrals, ir.Constant(mask, index))
-                                     for index in indices)
-                return builder.select(arguments[7], backward, forward)
-
-            neutrals = splat(context.cast(builder, arguments[6], signature.args[6], tally))
-            value = load(signature.args[2], arguments[2])
-            by = 1
-            while by < lanes:
-                value = combine(value, shifted(value, by))
-                by *= 2
-            total = builder.select(arguments[7], builder.extract_element(value, int32(0)),
-                                   builder.extract_element(value, int32(lanes - 1)))
-            store(signature.args[3], arguments[3],
-                  combine(splat(arguments[5]), builder.select(arguments[8], shifted(value, 1), value)))
-            return combine(arguments[5], total)
-
-        return tally(operation, element, source, target, at, tally, neutral, reverse, exclusive), codegen
-
-    @intrinsic
-    def as_type_of(typing_context, value, like):
-        """value in like's type (numba widens int32 ⊕ int32 to int64: the running value must keep its own type,
-        and wrap in it)."""
-        def codegen(context, builder, signature, arguments):
-            return context.cast(builder, arguments[0], value, like)
-        return like(value, like), codegen
-
-    @compiled
-    def scan_span(source, target, operation, element, tally, neutral, reverse, exclusive, first, last, lanes):
-        """Scan source[first:last] (1-D, contiguous) into target from the running value tally, vectors of lanes
-        elements then single ones, in the walk's direction; returns the running value after."""
-        if reverse:
-            i = last
-            while i - lanes >= first:
-                i -= lanes
-                tally = scan_vector(operation, element, source, target, i, tally, neutral, True, exclusive)
-            for j in range(i - 1, first - 1, -1):
-                tally = scan_element(operation, element, source, target, j, tally, exclusive)
-        else:
-            i = first
-            while i + lanes <= last:
-                tally = scan_vector(operation, element, source, target, i, tally, neutral, False, exclusive)
-                i += lanes
-            for j in range(i, last):
-                tally = scan_element(operation, element, source, target, j, tally, exclusive)
-        return tally
-
-    @compiled
-    def scan_element(operation, element, source, target, i, tally, exclusive):
-        value = load(element, source, i)
-        after = as_type_of(combine(operation, tally, value), tally)
-        store(element, target, i, tally if exclusive else after)
-        return after
-
-    @compiled
-    def scan_lines_vectors(x, out, operation, element, identity, neutral, reverse, exclusive, lanes):
-        """Q = 1, lines contiguous (x, out {P, L}): each line by scan_span from the neutral element; its first output
-        then as the walk writes it."""
-        length = x.shape[1]
-        first = length - 1 if reverse else 0
-        for p in range(x.shape[0]):
-            source, target = x[p], out[p]
-            head = source[first]
-            scan_span(source, target, operation, element, neutral, neutral, reverse, exclusive, 0, length, lanes)
-            if exclusive:
-                store(element, target, first, identity)
-            else:
-                target[first] = head
-
-    @compiled
-    def segment_total(source, operation, element, neutral, first, last, totals):
-        """source[first:last] combined: vector by vector into the rows of totals ({4, lanes}: four independent
-        chains, so that one vector's operation need not wait for the last one's), then the lanes and the elements
-        left, in order."""
-        lanes = totals.shape[1]
-        totals[:] = neutral
-        width = 4 * lanes
-        end = first + (last - first) // width * width
-        for i in range(first, end, width):
-            for chain in range(4):
-                add_vector(operation, element, source, i + chain * lanes, totals[chain])
-        total = neutral
-        for chain in range(4):
-            for j in range(lanes):
-                total = as_type_of(combine(operation, total, totals[chain, j]), neutral)
-        for i in range(end, last):
-            total = as_type_of(combine(operation, total, load(element, source, i)), neutral)
-        return total
-
-
-def scan_segmented(operation, x_line, out_line, accumulation, reverse, exclusive) -> None:
+def scan_segmented(loops, operation, x_line, out_line, accumulation, reverse, exclusive) -> None:
     """One long contiguous line on all cores: the totals of its SEGMENT-long pieces, then each piece scanned from the
     combined totals of those before it in the walk (combined in the walk's order, so the bits do not depend on which
     thread took what)."""
@@ -636,7 +393,7 @@ def scan_segmented(operation, x_line, out_line, accumulation, reverse, exclusive
     head = x_line[first]
 
     def total(index):
-        totals[index] = accumulation.type(call(segment_total, x_line, operation, element, neutral, *bounds[index],
+        totals[index] = accumulation.type(call(loops.segment_total, x_line, operation, element, neutral, *bounds[index],
                                                np.empty((4, lanes), accumulation)))
 
     def scan(pieces):
@@ -644,8 +401,8 @@ def scan_segmented(operation, x_line, out_line, accumulation, reverse, exclusive
         for index in range(pieces[0]):
             tally = combine_scalar(operation, accumulation, tally, totals[index])
         for index in range(*pieces):  # (the running value comes back as a Python number: its type again)
-            tally = accumulation.type(call(scan_span, x_line, out_line, operation, element, tally, neutral, reverse,
-                                           exclusive, *bounds[index], lanes))
+            tally = accumulation.type(call(loops.scan_span, x_line, out_line, operation, element, tally, neutral,
+                                           reverse, exclusive, *bounds[index], lanes))
 
     groups = cut(len(bounds), PIECES_PER_CORE * CORES, 1)
     run_in_pieces([functools.partial(total, index) for index in range(len(bounds) - 1)], True,
@@ -672,7 +429,7 @@ def contiguous_lines(x2, out2) -> bool:
     return x2.strides[1] == x2.itemsize and out2.strides[1] == out2.itemsize
 
 
-def compiled_scan(operation, x3, out3, accumulation, reverse, exclusive, stream=False):
+def compiled_scan(loops, operation, x3, out3, accumulation, reverse, exclusive, stream=False):
     """(view of x3, view of out3, scan(x view, out view)): the compiled loop that scans (P, L, Q) views such as x3
     and out3 in one pass, and the views of them it takes; x3 may be out3 (in place). ``stream``: streaming stores
     pay and can write x3's type (``streams``); the rows take them where both x3's and out3's are contiguous."""
@@ -680,25 +437,27 @@ def compiled_scan(operation, x3, out3, accumulation, reverse, exclusive, stream=
     width = x3.shape[2]
     if stream and width > 1 and out3.flags.aligned and x3.strides[2] == out3.strides[2] == x3.itemsize:
         def scan_streamed(x3, out3):  # its running row as aligned as each call's out
-            call(scan_rows_streamed, x3, out3, operation, identity, reverse, exclusive,
+            call(loops.scan_rows_streamed, x3, out3, operation, identity, reverse, exclusive,
                  vector_aligned(width, accumulation, out3.ctypes.data))
         return x3, out3, scan_streamed
     element = "value"
     if x3.dtype == np.float16:  # numba has no float16: the loops read and write its bits
         x3, out3, element = x3.view(np.uint16), out3.view(np.uint16), "half"
     x2, out2 = x3[:, :, 0], out3[:, :, 0]  # 2-D where Q = 1, so that contiguous lines compile as such
-    if width == 1 and contiguous_lines(x2, out2) and x3.shape[1] >= VECTOR_LINE:
-        return x2, out2, kept_call(scan_lines_vectors, x2, out2, operation, element, identity,
-                                   neutral_of(operation, accumulation), reverse, exclusive,
-                                   VECTOR_BYTES // accumulation.itemsize)
+    lanes = vector_lanes(x3, out3, accumulation)
+    if lanes:
+        return x2, out2, kept_call(loops.scan_lines_vectors, x2, out2, operation, element, identity,
+                                   neutral_of(operation, accumulation), reverse, exclusive, lanes)
     if width == 1 and element == "half" and x2.flags.c_contiguous and out2.flags.c_contiguous:
         lines = max(1, HALF_BLOCK // x3.shape[1])
-        return x2, out2, kept_call(scan_half_lines, x2, out2, operation, identity, reverse, exclusive, scratch=lambda: (
-            np.empty((lines, x3.shape[1]), np.float32), np.empty((lines, x3.shape[1]), np.float32),
-            np.empty(lines, np.uint16)))
+        return x2, out2, kept_call(loops.scan_half_lines, x2, out2, operation, identity, reverse, exclusive,
+                                   scratch=lambda: (np.empty((lines, x3.shape[1]), np.float32),
+                                                    np.empty((lines, x3.shape[1]), np.float32),
+                                                    np.empty(lines, np.uint16)))
     if width == 1:
-        return x2, out2, kept_call(scan_lines_compiled, x2, out2, operation, element, identity, reverse, exclusive)
-    return x3, out3, kept_call(scan_rows_compiled, x3, out3, operation, element, identity, reverse, exclusive,
+        return x2, out2, kept_call(loops.scan_lines_compiled, x2, out2, operation, element, identity, reverse,
+                                   exclusive)
+    return x3, out3, kept_call(loops.scan_rows_compiled, x3, out3, operation, element, identity, reverse, exclusive,
                                scratch=lambda: (np.empty(width, accumulation),))
 
 
@@ -718,117 +477,3 @@ def vector_aligned(size: int, dtype: np.dtype, address: int) -> np.ndarray:
     block = np.empty(size + lanes, dtype)
     start = (address - block.ctypes.data) % VECTOR_BYTES // dtype.itemsize
     return block[start:start + size]
-
-
-if numba is not None and STREAM_STORES:
-    # Rows of the outer axis written past the cache. Each step of a row is one intrinsic, so that its vectors are
-    # the code's own and need no vectoriser (numba's will not emit streaming stores, and a streaming store of
-    # values computed lane by lane stops the loop around it vectorising).
-
-    def streamed_step(vector: bool):
-        """An intrinsic step(operation, source, tally, target, q, exclusive): for the VECTOR_BYTES // itemsize
-        elements from q on (one if not ``vector``), tally ⊕= source, and target = the tally after (before, if
-        exclusive) through a streaming store, which needs target[q] on a boundary of its size. operation is "sum"
-        or "product", a literal."""
-        @intrinsic
-        def step(typing_context, operation, source, tally, target, q, exclusive):
-            if not isinstance(operation, numba.types.StringLiteral):
-                return None
-            dtype = source.dtype
-            lanes = VECTOR_BYTES // (dtype.bitwidth // 8) if vector else 1
-            floating = isinstance(dtype, numba.types.Float)
-            instruction = {"sum": ("fadd", "add"), "product": ("fmul", "mul")}[operation.literal_value]
-
-            def codegen(context, builder, signature, arguments):
-                def pointer(array_type, array, value_type):
-                    data = context.make_array(array_type)(context, builder, array).data
-                    return builder.bitcast(builder.gep(data, [arguments[4]]), value_type.as_pointer())
-
-                element = context.get_data_type(dtype)
-                value_type = ir.VectorType(element, lanes) if vector else element
-                source_at, tally_at, target_at = (pointer(signature.args[k], arguments[k], value_type)
-                                                  for k in (1, 2, 3))
-                value = builder.load(source_at, align=1)  # x may sit anywhere
-                before = builder.load(tally_at, align=dtype.bitwidth // 8)
-                after = getattr(builder, instruction[0 if floating else 1])(before, value)
-                builder.store(after, tally_at, align=dtype.bitwidth // 8)
-                # one float alone: movntss / movntsd, SSE4A's (elsewhere an ordinary store: see streams)
-                stored = builder.store(builder.select(arguments[5], before, after), target_at,
-                                       align=lanes * dtype.bitwidth // 8)
-                stored.set_metadata("nontemporal", builder.module.add_metadata([ir.IntType(32)(1)]))
-                return context.get_dummy_value()
-
-            return numba.types.none(operation, source, tally, target, q, exclusive), codegen
-
-        return step
-
-    stream_vector, stream_element = streamed_step(True), streamed_step(False)
-
-    @intrinsic
-    def store_fence(typing_context):
-        """sfence: streaming stores are weakly ordered; it makes them visible before any later store (the
-        thread pool's signal that a piece is done)."""
-        def codegen(context, builder, signature, arguments):
-            fence = builder.module.declare_intrinsic("llvm.x86.sse.sfence", fnty=ir.FunctionType(ir.VoidType(), []))
-            builder.call(fence, [])
-            return context.get_dummy_value()
-
-        return numba.types.none(), codegen
-
-    @compiled
-    def scan_rows_streamed(x, out, operation, identity, reverse, exclusive, tally):
-        """scan_rows_compiled for rows contiguous in x and out (not FLOAT16), rows after the first written with
-        streaming stores: elements one at a time up to a VECTOR_BYTES boundary of out, vectors, and the elements
-        left, in the direction of the walk. tally ({Q}) is as aligned as out's rows."""
-        length, width = x.shape[1], x.shape[2]
-        lanes = VECTOR_BYTES // x.itemsize
-        step = -1 if reverse else 1
-        for p in range(x.shape[0]):
-            i = length - 1 if reverse else 0
-            source, target = x[p, i], out[p, i]
-            for q in range(width):
-                tally[q] = source[q]  # the first row as it is (identity ⊕ x would turn -0.0 into +0.0)
-                target[q] = identity if exclusive else source[q]
-            for _ in range(length - 1):
-                i += step
-                source, target = x[p, i], out[p, i]
-                head = min(width, (VECTOR_BYTES - target.ctypes.data % VECTOR_BYTES) % VECTOR_BYTES // x.itemsize)
-                tail = head + (width - head) // lanes * lanes
-                # the vectors in while loops: a range of step ``lanes`` made the loop slower (28 against 32 GB/s)
-                if reverse:
-                    for q in range(width - 1, tail - 1, -1):
-                        stream_element(operation, source, tally, target, q, exclusive)
-                    q = tail - lanes
-                    while q >= head:
-                        stream_vector(operation, source, tally, target, q, exclusive)
-                        q -= lanes
-                    for q in range(head - 1, -1, -1):
-                        stream_element(operation, source, tally, target, q, exclusive)
-                else:
-                    for q in range(head):
-                        stream_element(operation, source, tally, target, q, exclusive)
-                    q = head
-                    while q < tail:
-                        stream_vector(operation, source, tally, target, q, exclusive)
-                        q += lanes
-                    for q in range(tail, width):
-                        stream_element(operation, source, tally, target, q, exclusive)
-        store_fence()
-
-
-def streams(dtype: np.dtype) -> bool:
-    """Whether the compiled engine writes rows of dtype with streaming stores, which it does only where every
-    element of a row can go past the cache (a row whose few ordinary stores share lines with streaming ones ran
-    slower than one of ordinary stores: FLOAT16, 8-15 against 18-19 GB/s). Single elements stream through movnti
-    (integers) or, where the processor has SSE4A (AMD), movntss / movntsd (floats); never FLOAT16."""
-    return STREAM_STORES and numba is not None and (dtype.kind in "iu" or dtype != np.float16 and SINGLE_FLOATS)
-
-
-def half_instructions() -> bool:
-    """Whether the processor numba compiles for converts FLOAT16 in instructions: F16C on x86, always on ARM64.
-    Elsewhere LLVM would call conversion routines that numba does not link, so FLOAT16 takes the NumPy engine."""
-    return "f16c" in target_features() or platform.machine().lower() in ("aarch64", "arm64")
-
-
-HALF_INSTRUCTIONS = numba is not None and half_instructions()
-SINGLE_FLOATS = numba is not None and "sse4a" in target_features()  # a float alone streams (movntss / movntsd)

@@ -1,0 +1,185 @@
+"""The CPU scans' two engines give the same bits, and a first call in a process does not wait for numba.
+
+NumPy's engine walks contiguous lines of VECTOR_LINE or more a vector at a time as the compiled loop does, so that
+a result never depends on whether numba is installed or loaded yet: every data type, axis, direction and exclusive
+setting, lines around the vector's width and VECTOR_LINE, strided and in place, compared bit for bit. The compiled
+loops load in a background thread started by the first call (DMLOPS_NUMBA), checked in fresh processes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dmlops.backends import cpu_scan
+
+from checks import assert_cumulative_matches
+
+SCAN_LOOPS = cpu_scan.LOOPS.wait()  # loaded now: None without numba
+COMPILED = pytest.mark.skipif(SCAN_LOOPS is None, reason="no numba")
+
+# Every type the scans take (FLOAT64 at feature levels before 5_0).
+TYPES = [np.float32, np.float16, np.float64, np.int32, np.uint32, np.int64, np.uint64]
+# Lengths along the axis: short lines, around a vector's width (4 or 8 lanes) and VECTOR_LINE, none of them
+# multiples of anything but by chance.
+LENGTHS = [1, 2, 3, 4, 5, 7, 8, 9, 17, 63, 65, cpu_scan.VECTOR_LINE - 1, cpu_scan.VECTOR_LINE,
+           cpu_scan.VECTOR_LINE + 1, cpu_scan.VECTOR_LINE + 3, cpu_scan.VECTOR_LINE + 7, 251, 1001]
+
+
+def fresh_values(rng, shape, dtype, operation, specials: bool) -> np.ndarray:
+    """Full-range integers; floats near 1 in magnitude for products (long ones stay finite), normal ones for sums;
+    with ``specials``, some signed zeros, infinities and NaNs among them."""
+    dtype = np.dtype(dtype)
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return rng.integers(info.min, info.max, shape, dtype=dtype, endpoint=True)
+    if operation == "product":
+        values = rng.uniform(0.97, 1.03, shape) * rng.choice([-1.0, 1.0], shape)
+    else:
+        values = rng.standard_normal(shape) * 4
+    values = values.astype(dtype)
+    if specials:
+        where = rng.random(shape)
+        values[where < 0.1] = -0.0
+        values[(where >= 0.1) & (where < 0.12)] = 0.0
+        values[(where >= 0.12) & (where < 0.125)] = rng.choice([np.inf, -np.inf, np.nan])
+    return values
+
+
+@st.composite
+def scan_cases(draw):
+    """A scan of x (contiguous, strided, or transposed; in place or not) along one axis of a 1-D to 3-D shape."""
+    rank = draw(st.integers(1, 3))
+    axis = draw(st.integers(0, rank - 1))
+    shape = [draw(st.integers(1, 4)) for _ in range(rank)]
+    shape[axis] = draw(st.sampled_from(LENGTHS) | st.integers(1, 300))
+    return dict(shape=tuple(shape), axis=axis, dtype=np.dtype(draw(st.sampled_from(TYPES))),
+                operation=draw(st.sampled_from(["sum", "product"])), reverse=draw(st.booleans()),
+                exclusive=draw(st.booleans()), layout=draw(st.sampled_from(["contiguous", "strided", "transposed"])),
+                in_place=draw(st.booleans()), specials=draw(st.booleans()), pieces=draw(st.sampled_from([None, 3])),
+                seed=draw(st.integers(0, 2**32 - 1)))
+
+
+def laid_out(values: np.ndarray, layout: str) -> np.ndarray:
+    """values in a new array of that layout: contiguous, every other element of a larger one, or transposed."""
+    if layout == "strided":
+        wide = np.empty(tuple(2 * size for size in values.shape), values.dtype)
+        array = wide[tuple(slice(None, None, 2) for _ in values.shape)]
+    elif layout == "transposed":
+        array = np.empty(values.shape[::-1], values.dtype).T
+    else:
+        array = np.empty_like(values)
+    array[...] = values
+    return array
+
+
+def run_engine(case, x: np.ndarray, compiled: bool) -> np.ndarray:
+    source = laid_out(x, case["layout"])
+    out = source if case["in_place"] else laid_out(np.full(x.shape, 7, x.dtype), case["layout"])
+    cpu_scan.cumulative(case["operation"], source, out, case["axis"], case["reverse"], case["exclusive"],
+                        compiled=compiled, pieces=case["pieces"])
+    return out
+
+
+def bits(array: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(array).view(f"u{array.itemsize}")
+
+
+@COMPILED
+@settings(max_examples=150, deadline=None)
+@given(scan_cases())
+def test_engines_give_the_same_bits(case):
+    x = fresh_values(np.random.default_rng(case["seed"]), case["shape"], case["dtype"], case["operation"],
+                     case["specials"])
+    numpy_out, compiled_out = (run_engine(case, x, compiled) for compiled in (False, True))
+    assert np.array_equal(bits(numpy_out), bits(compiled_out))
+    if not case["specials"]:
+        assert_cumulative_matches(numpy_out, case["operation"], x, case["axis"], case["reverse"],
+                                  case["exclusive"])
+
+
+# -- fresh processes ---------------------------------------------------------------------------------------------
+
+FIRST_CALL = """
+import sys
+import numpy as np
+import dmlops
+x = np.random.default_rng(0).standard_normal(64).astype(np.float32)
+y = dmlops.cumulative_sum(x, 0)
+print('numba' in sys.modules, bool(np.array_equal(y, np.cumsum(x))))
+"""
+
+
+def run_python(code: str, **environment) -> str:
+    return subprocess.run([sys.executable, "-c", code], env={**os.environ, **environment}, capture_output=True,
+                          text=True, check=True).stdout
+
+
+def test_first_call_does_not_import_numba():
+    """A first scan in a fresh process, the loading of the compiled loops turned off, returns the NumPy engine's
+    result without importing numba (import dmlops and the call's own path do not)."""
+    assert run_python(FIRST_CALL, DMLOPS_NUMBA="off").split() == ["False", "True"]
+
+
+SWITCH = """
+import json
+import numpy as np
+import dmlops
+from dmlops.backends import cpu_compiled, cpu_scan
+x = np.random.default_rng(1).standard_normal(200).astype(np.float32)
+first = dmlops.cumulative_sum(x, 0, reverse=True)
+loops = cpu_scan.LOOPS.wait()
+again = dmlops.cumulative_sum(x, 0, reverse=True)  # the array API's kept run for this layout, prepared again
+kernels = [key[0].__name__ for key in cpu_compiled.ENTRY_POINTS]
+print(json.dumps([loops is not None, first.tobytes() == again.tobytes(), "scan_lines_vectors" in kernels]))
+"""
+
+
+@COMPILED
+def test_calls_switch_to_the_compiled_loops_once_loaded():
+    """The first call runs NumPy's engine while the loops load in the background; a call of the same layout after
+    they are loaded runs them (its kept run prepared again), with the same bits; the process then exits."""
+    assert json.loads(run_python(SWITCH)) == [True, True, True]
+
+
+HIDDEN = """
+import sys
+sys.modules["numba"] = None  # import numba raises ImportError: NumPy alone
+import numpy as np
+from dmlops.backends import cpu_scan
+cases = np.load(sys.argv[1])
+results = {}
+for name in cases.files:
+    dtype, operation, reverse, exclusive = name.split("-")
+    out = np.empty_like(cases[name])
+    cpu_scan.cumulative(operation, cases[name], out, 1, reverse == "True", exclusive == "True")
+    results[name] = out
+assert cpu_scan.LOOPS.wait() is None
+np.savez(sys.argv[2], **results)
+"""
+
+
+@COMPILED
+def test_results_do_not_depend_on_numba_being_installed(tmp_path):
+    """A process where numba cannot be imported gives the bits of the compiled loops here."""
+    rng = np.random.default_rng(2)
+    cases = {f"{np.dtype(dtype).name}-{operation}-{reverse}-{exclusive}":
+             fresh_values(rng, (3, 301), dtype, operation, specials=False)
+             for dtype in TYPES for operation in ("sum", "product") for reverse in (False, True)
+             for exclusive in (False, True)}
+    np.savez(tmp_path / "cases.npz", **cases)
+    subprocess.run([sys.executable, "-c", HIDDEN, str(tmp_path / "cases.npz"), str(tmp_path / "results.npz")],
+                   check=True)
+    results = np.load(tmp_path / "results.npz")
+    for name, x in cases.items():
+        _, operation, reverse, exclusive = name.split("-")
+        expected = np.empty_like(x)
+        cpu_scan.cumulative(operation, x, expected, 1, reverse == "True", exclusive == "True", compiled=True)
+        assert np.array_equal(bits(results[name]), bits(expected)), name
