@@ -425,12 +425,11 @@ def _scan_columns_kernel(x, y, words, control,
         generation = tl.load(control, volatile=True)
         if EXCLUSIVE:  # the element that the shifted scan leaves out, for the tile's total
             final = tl.load(x_rows + (x_origin + last * x_step), mask=column_valid, other=IDENTITY)
-    inclusive = _scan(values.to(ACCUMULATOR), 0, OPERATION, REVERSE)
-    result = inclusive
+    result = _scan(values.to(ACCUMULATOR), 0, OPERATION, REVERSE)
 
     if WINDOW > 0:
-        total = _tile_total(inclusive, position, last, 0, ZERO)
-        if EXCLUSIVE:
+        total = _tile_total(result, position, last, 0, ZERO)
+        if EXCLUSIVE:  # and the element the scan left out
             total = _combine(total, tl.sum(final.to(ACCUMULATOR), 0), OPERATION)
         carry = _chained_carry(total, words, chain, walk_tile, tiles_per_line, generation, OPERATION, IDENTITY,
                                ACCUMULATOR, WIDE, BLOCK_B, WINDOW)
@@ -764,8 +763,8 @@ def prepare_cumulative(operation: CumulativeOperation, x, out, axis: int, revers
             words, control = scratch.words, scratch.control
         else:
             words = control = out  # not read
-        # Both kernels take the same arguments, those they do not read too: the compiled code's parameter layout
-        # stays that of the kernels' common signature, to which the compiler's register allocation is sensitive.
+        # Both kernels take the lines, strides and tiles in full, whichever they read: one argument list, and one
+        # parameter layout in the compiled code, which ptxas's scheduling and register allocation depend on.
         kernel, grid = (_scan_rows_kernel if layout.along_rows else _scan_columns_kernel), (tiles,)
         args = (x, out, words, control,
                 problem.outer, problem.length, problem.inner,  # the lines
