@@ -3,11 +3,9 @@
 Whatever its rank, a scan is a set of independent lines along the scan axis. The dimensions other than the axis
 coalesce, where the strides of both tensors allow, into at most two: an outer index and an inner index (other
 strides go through packed copies). A program scans a tile: when the scan axis is the innermost, a block of whole
-or partial lines (the scan runs along the block's rows); otherwise a block of positions along the axis × a run of
-inner indices (the scan runs down the block's columns, over contiguous rows). Every element is read once and
-written once whatever the direction and exclusivity: a decreasing scan takes its tiles from the last and scans
-each in reverse (or, along rows, Tuning.chunks: holds the tile as vector-sized chunks in walk order, each in address
-order, and scans it forward).
+or partial lines (_scan_rows_kernel); otherwise a block of positions along the axis × a run of inner indices
+(_scan_columns_kernel). Every element is read once and written once whatever the direction and exclusivity (each
+kernel says how): a decreasing scan takes its tiles from the last.
 
 Down columns, where long lines side by side make about as many strips of inner indices as the GPU has
 multiprocessors, a program walks a strip down the whole axis instead, block by block, the running value in
@@ -23,12 +21,6 @@ Along rows (a slot is one value) groups come in super-groups of WINDOW: the last
 slot of the group, the group's total, which needs only the group's own tiles, or, for the last group of a
 super-group, the line's prefix through it; a tile combines the earlier groups of its super-group (from the previous
 super-group's last) and the earlier tiles of its group. Only super-group prefixes (WINDOW² tiles) chain.
-
-An exclusive scan along rows scans pairs (total of a run, total of the run less its last element), whose second
-half is the exclusive scan of the elements as loaded, so that loads stay aligned vectors; or (Tuning.shift_stores)
-it scans inclusively and stores each value one element further along the walk, the tile's first element taking
-the carry: loads stay aligned vectors, stores are single elements. Down columns each element's predecessor in walk
-order lies a whole row away, as aligned as the element: it is loaded instead.
 
 The published words carry the launch's generation number in their high half and 32 bits of value in their low
 half (64-bit values take two words), so a reader sees a whole value or none without fences, and the scratch memory
@@ -237,117 +229,140 @@ def _two_level_carry(total, words, chain, chains, walk_tile, tiles_per_line, gen
 
 
 @triton.jit
-def _scan_kernel(x, y, words, control,
-                 outer, length, inner, x_outer, x_step, x_inner, y_outer, y_step, y_inner,
-                 tiles_per_line, chains, inner_blocks,
-                 OPERATION: tl.constexpr, IDENTITY: tl.constexpr, LINE_START: tl.constexpr, ZERO: tl.constexpr,
-                 ACCUMULATOR: tl.constexpr, WIDE: tl.constexpr, REVERSE: tl.constexpr, EXCLUSIVE: tl.constexpr,
-                 ALONG_ROWS: tl.constexpr, BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr, EVEN_COLUMNS: tl.constexpr,
-                 WINDOW: tl.constexpr, ALIGNMENT: tl.constexpr, SHIFT_STORES: tl.constexpr, CHUNKS: tl.constexpr):
-    # A tile waits only for earlier tiles of its line in walk order; programs take tiles walk position by walk
-    # position, all lines side by side, so that every tile a program waits for was launched before it.
+def _program_tile(length, tiles_per_line, chains, TILE: tl.constexpr, REVERSE: tl.constexpr):
+    """The tile this program scans: its place in walk order, its chain (the lines it holds), its first position on
+    the axis and its number of positions.
+
+    A tile waits only for earlier tiles of its line in walk order; programs take tiles walk position by walk
+    position, all lines side by side, so that every tile a program waits for was launched before it.
+    """
     pid = tl.program_id(0)
     walk_tile = pid // chains
     chain = pid % chains
     tile = (tiles_per_line - 1 - walk_tile) if REVERSE else walk_tile
-    a = tl.arange(0, BLOCK_A)
-    b = tl.arange(0, BLOCK_B)
-    start = tile.to(tl.int64) * (BLOCK_B if ALONG_ROWS else BLOCK_A)  # the tile's first position on the axis
-    count = tl.minimum(length - start, BLOCK_B if ALONG_ROWS else BLOCK_A).to(tl.int32)  # its positions
-    CHUNKED: tl.constexpr = CHUNKS > 1 and ALONG_ROWS and REVERSE and BLOCK_A == 1 and BLOCK_B >= CHUNKS
-    if ALONG_ROWS:  # block rows are lines (outer indices), block columns run along the scan axis
-        AXIS: tl.constexpr = 1
-        LANES: tl.constexpr = BLOCK_A
-        line = chain.to(tl.int64) * BLOCK_A + a[:, None]
-        x_lines = line * x_outer
-        y_lines = line * y_outer
-        if ALIGNMENT > 1 and BLOCK_A > 1:  # how wide the loads and stores along the block's rows may be
-            x_lines = tl.multiple_of(x_lines, [ALIGNMENT, ALIGNMENT])
-            y_lines = tl.multiple_of(y_lines, [ALIGNMENT, ALIGNMENT])
-        x_rows = x + x_lines
-        y_rows = y + y_lines
-        x_origin = start * x_step
-        y_origin = start * y_step
-        along = b[None, :]  # index along the scan axis in the block
-        if CHUNKED:  # the block holds chunks of CHUNKS elements in walk order, each in address order
-            chunk_position = ((BLOCK_B // CHUNKS - 1 - tl.arange(0, BLOCK_B // CHUNKS))[:, None] * CHUNKS
-                              + tl.arange(0, CHUNKS)[None, :])
-            position = tl.reshape(chunk_position, [1, BLOCK_B])
-        else:  # the block holds the tile in address order: a decreasing scan scans it in reverse
-            position = along
-        row_valid = line < outer
-        column_valid = position < count
-    else:  # block rows run along the scan axis, block columns are inner indices of one outer index
-        AXIS: tl.constexpr = 0
-        LANES: tl.constexpr = BLOCK_B
-        o = (chain // inner_blocks).to(tl.int64)
-        column = (chain % inner_blocks).to(tl.int64) * BLOCK_B + b[None, :]
-        x_rows = x + column * x_inner
-        y_rows = y + column * y_inner
-        x_origin = o * x_outer + start * x_step
-        y_origin = o * y_outer + start * y_step
-        along = a[:, None]
-        position = along
-        row_valid = along < count
-        column_valid = column < inner
-    if EVEN_COLUMNS:  # no mask along the rows, so that loads and stores along them can be vectors
-        valid = tl.broadcast_to(row_valid, [BLOCK_A, BLOCK_B])
-    else:
-        valid = row_valid & column_valid
-    # The positions of the tile's first and last elements in walk order.
-    first = count - 1 if REVERSE else 0
-    last = 0 if REVERSE else count - 1
-    # Down columns, the offsets of the block's rows are multiples of ALIGNMENT: loads and stores may be vectors.
-    HINT_ROWS: tl.constexpr = not ALONG_ROWS and ALIGNMENT > 1 and BLOCK_A > 1
+    start = tile.to(tl.int64) * TILE
+    count = tl.minimum(length - start, TILE).to(tl.int32)
+    return walk_tile, chain, start, count
 
-    PAIRS: tl.constexpr = EXCLUSIVE and ALONG_ROWS and not SHIFT_STORES
-    STORES_SHIFTED: tl.constexpr = EXCLUSIVE and ALONG_ROWS and SHIFT_STORES
-    SHIFTED: tl.constexpr = EXCLUSIVE and not ALONG_ROWS
-    if SHIFTED:  # scan each element's predecessor in walk order within the tile
-        source = position + 1 if REVERSE else position - 1
-        present = valid & (position != first)
+
+@triton.jit
+def _block_mask(row_valid, column_valid, EVEN_COLUMNS: tl.constexpr, BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr):
+    """Where the block holds elements of the tensor."""
+    if EVEN_COLUMNS:  # no mask along the rows, so that loads and stores along them can be vectors
+        return tl.broadcast_to(row_valid, [BLOCK_A, BLOCK_B])
     else:
-        source = position
-        present = valid
-    x_offsets = x_origin + source.to(tl.int64) * x_step
-    if HINT_ROWS:
-        x_offsets = tl.multiple_of(x_offsets, [ALIGNMENT, ALIGNMENT])
-    if CHUNKED:
+        return row_valid & column_valid
+
+
+@triton.jit
+def _offsets(origin, position, step, MULTIPLE: tl.constexpr):
+    """Element offsets from the block's rows: origin + position × step, known multiples of MULTIPLE (1: of nothing),
+    so that loads and stores along the rows may be vectors."""
+    offsets = origin + position.to(tl.int64) * step
+    if MULTIPLE > 1:
+        offsets = tl.multiple_of(offsets, [MULTIPLE, MULTIPLE])
+    return offsets
+
+
+@triton.jit
+def _load_tile(rows, origin, position, step, mask, IDENTITY: tl.constexpr, MULTIPLE: tl.constexpr):
+    """The elements at the positions where mask, IDENTITY elsewhere (it leaves the scan and the total as they are)."""
+    return tl.load(rows + _offsets(origin, position, step, MULTIPLE), mask=mask, other=IDENTITY)
+
+
+@triton.jit
+def _store_tile(rows, origin, position, step, values, mask, MULTIPLE: tl.constexpr):
+    tl.store(rows + _offsets(origin, position, step, MULTIPLE), values.to(rows.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _tile_total(inclusive, position, last, AXIS: tl.constexpr, ZERO: tl.constexpr):
+    """The tile's total: its inclusive scan at its last position in walk order."""
+    return tl.sum(tl.where(position == last, inclusive, ZERO), AXIS)
+
+
+@triton.jit
+def _next_generation(control, generation):
+    """The last program of the launch to finish moves the scratch memory on to the next generation."""
+    finished = tl.atomic_add(control + 1, 1, sem="acq_rel")
+    if finished == tl.num_programs(0) - 1:
+        tl.store(control + 1, 0)
+        tl.store(control, tl.where(generation == MAX_GENERATION, 1, generation + 1))
+
+
+# Scan along rows: the scan axis is the innermost, and a block holds BLOCK_A lines as its rows, BLOCK_B positions
+# along them as its columns (many short lines a tile, or a tile of one long line). A program loads its tile, scans
+# each row, combines in the carry of the line's earlier tiles (WINDOW > 1: from two levels of slots,
+# _two_level_carry) and stores. Decreasing, it scans the rows in reverse; or, with one line a tile and CHUNKS > 1, it
+# holds the tile as vector-sized chunks in walk order, each in address order, and scans it forward. Exclusive, it
+# scans pairs (total of a run, total of the run less its last element), whose second half is the exclusive scan of
+# the elements as loaded; or (SHIFT_STORES) it scans inclusively and stores each value one element further along
+# the walk, the tile's first element taking the carry. Either way loads stay aligned vectors (shifted stores are
+# single elements).
+@triton.jit
+def _scan_rows_kernel(x, y, words, control,
+                      outer, length, inner, x_outer, x_step, x_inner, y_outer, y_step, y_inner,
+                      tiles_per_line, chains, inner_blocks,
+                      OPERATION: tl.constexpr, IDENTITY: tl.constexpr, LINE_START: tl.constexpr, ZERO: tl.constexpr,
+                      ACCUMULATOR: tl.constexpr, WIDE: tl.constexpr, REVERSE: tl.constexpr, EXCLUSIVE: tl.constexpr,
+                      BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr, EVEN_COLUMNS: tl.constexpr, WINDOW: tl.constexpr,
+                      ALIGNMENT: tl.constexpr, SHIFT_STORES: tl.constexpr, CHUNKS: tl.constexpr):
+    walk_tile, chain, start, count = _program_tile(length, tiles_per_line, chains, BLOCK_B, REVERSE)
+    line = chain.to(tl.int64) * BLOCK_A + tl.arange(0, BLOCK_A)[:, None]
+    x_lines = line * x_outer
+    y_lines = line * y_outer
+    if ALIGNMENT > 1 and BLOCK_A > 1:  # how wide the loads and stores along the block's rows may be
+        x_lines = tl.multiple_of(x_lines, [ALIGNMENT, ALIGNMENT])
+        y_lines = tl.multiple_of(y_lines, [ALIGNMENT, ALIGNMENT])
+    x_rows = x + x_lines
+    y_rows = y + y_lines
+    x_origin = start * x_step
+    y_origin = start * y_step
+    CHUNKED: tl.constexpr = CHUNKS > 1 and REVERSE and BLOCK_A == 1 and BLOCK_B >= CHUNKS
+    if CHUNKED:  # the block holds chunks of CHUNKS elements in walk order, each in address order
+        chunk_position = ((BLOCK_B // CHUNKS - 1 - tl.arange(0, BLOCK_B // CHUNKS))[:, None] * CHUNKS
+                          + tl.arange(0, CHUNKS)[None, :])
+        position = tl.reshape(chunk_position, [1, BLOCK_B])
+    else:  # the block holds the tile in address order: a decreasing scan scans it in reverse
+        position = tl.arange(0, BLOCK_B)[None, :]
+    row_valid = line < outer
+    valid = _block_mask(row_valid, position < count, EVEN_COLUMNS, BLOCK_A, BLOCK_B)
+    first = count - 1 if REVERSE else 0  # the tile's first and last positions in walk order
+    last = 0 if REVERSE else count - 1
+    PAIRS: tl.constexpr = EXCLUSIVE and not SHIFT_STORES
+    STORES_SHIFTED: tl.constexpr = EXCLUSIVE and SHIFT_STORES
+
+    if CHUNKED:  # chunks load as vectors
         chunk_valid = row_valid if EVEN_COLUMNS else row_valid & (chunk_position < count)
         chunks = tl.load(x_rows + (x_origin + chunk_position * x_step), mask=chunk_valid, other=IDENTITY)
     else:
-        values = tl.load(x_rows + x_offsets, mask=present, other=IDENTITY)
+        values = _load_tile(x_rows, x_origin, position, x_step, valid, IDENTITY, 1)
     if WINDOW > 0:
         generation = tl.load(control, volatile=True)
-        if SHIFTED:  # the element that the shifted scan leaves out, for the tile's total
-            lane_valid = row_valid if ALONG_ROWS else column_valid
-            final = tl.load(x_rows + (x_origin + last * x_step), mask=lane_valid, other=IDENTITY)
     if CHUNKED:  # (exclusive where its stores are not shifted)
         scanned, chunks_total = _scan_chunks_decreasing(chunks.to(ACCUMULATOR), IDENTITY, OPERATION, PAIRS)
         result = tl.reshape(scanned, [1, BLOCK_B])
         inclusive = result  # (read only when not PAIRS: an exclusive scan's total is chunks_total)
     elif PAIRS:
         inclusive, result = _scan_pairs(values.to(ACCUMULATOR), tl.full([BLOCK_A, BLOCK_B], IDENTITY, ACCUMULATOR),
-                                        AXIS, OPERATION, REVERSE)
+                                        1, OPERATION, REVERSE)
     else:
-        inclusive = _scan(values.to(ACCUMULATOR), AXIS, OPERATION, REVERSE)
+        inclusive = _scan(values.to(ACCUMULATOR), 1, OPERATION, REVERSE)
         result = inclusive
+
     if WINDOW > 0:
-        # The tile's total is its inclusive scan's last element in walk order (and, when shifted, that element; an
-        # exclusive scan held as chunks has no inclusive one: the combination of the chunks' totals).
-        if CHUNKED and PAIRS:
+        if CHUNKED and PAIRS:  # an exclusive scan held as chunks has no inclusive one
             total = chunks_total
         else:
-            total = tl.sum(tl.where(position == last, inclusive, ZERO), AXIS)
-        if SHIFTED:
-            total = _combine(total, tl.sum(final.to(ACCUMULATOR), AXIS), OPERATION)
-        if ALONG_ROWS and WINDOW > 1:  # (with one tile a group, two levels are one chain)
+            total = _tile_total(inclusive, position, last, 1, ZERO)
+        if WINDOW > 1:  # (with one tile a group, two levels are one chain)
             carry = _two_level_carry(total, words, chain, chains, walk_tile, tiles_per_line, generation, OPERATION,
                                      IDENTITY, ACCUMULATOR, WIDE, WINDOW)
         else:
             carry = _chained_carry(total, words, chain, walk_tile, tiles_per_line, generation, OPERATION, IDENTITY,
-                                   ACCUMULATOR, WIDE, LANES, WINDOW)
-        result = _combine(tl.expand_dims(carry, AXIS), result, OPERATION)
+                                   ACCUMULATOR, WIDE, BLOCK_A, WINDOW)
+        result = _combine(tl.expand_dims(carry, 1), result, OPERATION)
+
     if STORES_SHIFTED:
         # Each element's inclusive value is the exclusive value of the next one in walk order: stored there (the
         # walk's last element's is only the tile's total), and the tile's first element takes the carry.
@@ -355,7 +370,7 @@ def _scan_kernel(x, y, words, control,
         valid = valid & (position != last)
         starts = tl.full([BLOCK_A, 1], LINE_START, ACCUMULATOR)
         if WINDOW > 0:
-            starts = tl.where(walk_tile == 0, starts, tl.expand_dims(carry, AXIS))
+            starts = tl.where(walk_tile == 0, starts, tl.expand_dims(carry, 1))
         tl.store(y_rows + (y_origin + first * y_step), starts.to(y.dtype.element_ty), mask=row_valid)
     else:
         destination = position
@@ -365,16 +380,66 @@ def _scan_kernel(x, y, words, control,
         tl.store(y_rows + (y_origin + chunk_position * y_step),
                  tl.reshape(result, [BLOCK_B // CHUNKS, CHUNKS]).to(y.dtype.element_ty), mask=chunk_valid)
     else:
-        y_offsets = y_origin + destination.to(tl.int64) * y_step
-        if HINT_ROWS:
-            y_offsets = tl.multiple_of(y_offsets, [ALIGNMENT, ALIGNMENT])
-        tl.store(y_rows + y_offsets, result.to(y.dtype.element_ty), mask=valid)
+        _store_tile(y_rows, y_origin, destination, y_step, result, valid, 1)
+    if WINDOW > 0:
+        _next_generation(control, generation)
 
-    if WINDOW > 0:  # the last program to finish moves the scratch memory on to the next generation
-        finished = tl.atomic_add(control + 1, 1, sem="acq_rel")
-        if finished == tl.num_programs(0) - 1:
-            tl.store(control + 1, 0)
-            tl.store(control, tl.where(generation == MAX_GENERATION, 1, generation + 1))
+
+# Scan down columns: the scan axis is not the innermost, and a block holds BLOCK_A positions along the axis as its
+# rows, BLOCK_B inner indices of one outer index as its columns (neighbours in memory: every row is contiguous, every
+# column a line). A program loads its tile, scans each column, combines in the carry of the lines' earlier tiles (from
+# the chain of group prefixes, _chained_carry) and stores. Decreasing, it scans the columns in reverse. Exclusive, it
+# loads each element's predecessor in walk order instead of the element: a whole row away, as aligned as the element.
+@triton.jit
+def _scan_columns_kernel(x, y, words, control,
+                         outer, length, inner, x_outer, x_step, x_inner, y_outer, y_step, y_inner,
+                         tiles_per_line, chains, inner_blocks,
+                         OPERATION: tl.constexpr, IDENTITY: tl.constexpr, LINE_START: tl.constexpr,
+                         ZERO: tl.constexpr, ACCUMULATOR: tl.constexpr, WIDE: tl.constexpr, REVERSE: tl.constexpr,
+                         EXCLUSIVE: tl.constexpr, BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr,
+                         EVEN_COLUMNS: tl.constexpr, WINDOW: tl.constexpr, ALIGNMENT: tl.constexpr):
+    walk_tile, chain, start, count = _program_tile(length, tiles_per_line, chains, BLOCK_A, REVERSE)
+    o = (chain // inner_blocks).to(tl.int64)
+    column = (chain % inner_blocks).to(tl.int64) * BLOCK_B + tl.arange(0, BLOCK_B)[None, :]
+    x_rows = x + column * x_inner
+    y_rows = y + column * y_inner
+    x_origin = o * x_outer + start * x_step
+    y_origin = o * y_outer + start * y_step
+    position = tl.arange(0, BLOCK_A)[:, None]
+    row_valid = position < count
+    column_valid = column < inner
+    valid = _block_mask(row_valid, column_valid, EVEN_COLUMNS, BLOCK_A, BLOCK_B)
+    first = count - 1 if REVERSE else 0  # the tile's first and last positions in walk order
+    last = 0 if REVERSE else count - 1
+    # What the block's row offsets are multiples of: loads and stores along the rows may be vectors.
+    ROW_MULTIPLE: tl.constexpr = ALIGNMENT if BLOCK_A > 1 else 1
+
+    if EXCLUSIVE:  # scan each element's predecessor in walk order within the tile
+        source = position + 1 if REVERSE else position - 1
+        present = valid & (position != first)
+    else:
+        source = position
+        present = valid
+    values = _load_tile(x_rows, x_origin, source, x_step, present, IDENTITY, ROW_MULTIPLE)
+    if WINDOW > 0:
+        generation = tl.load(control, volatile=True)
+        if EXCLUSIVE:  # the element that the shifted scan leaves out, for the tile's total
+            final = tl.load(x_rows + (x_origin + last * x_step), mask=column_valid, other=IDENTITY)
+    result = _scan(values.to(ACCUMULATOR), 0, OPERATION, REVERSE)
+
+    if WINDOW > 0:
+        total = _tile_total(result, position, last, 0, ZERO)
+        if EXCLUSIVE:  # and the element the scan left out
+            total = _combine(total, tl.sum(final.to(ACCUMULATOR), 0), OPERATION)
+        carry = _chained_carry(total, words, chain, walk_tile, tiles_per_line, generation, OPERATION, IDENTITY,
+                               ACCUMULATOR, WIDE, BLOCK_B, WINDOW)
+        result = _combine(tl.expand_dims(carry, 0), result, OPERATION)
+
+    if EXCLUSIVE:
+        result = tl.where((position == first) & (walk_tile == 0), LINE_START, result)
+    _store_tile(y_rows, y_origin, position, y_step, result, valid, ROW_MULTIPLE)
+    if WINDOW > 0:
+        _next_generation(control, generation)
 
 
 @triton.jit
@@ -698,13 +763,18 @@ def prepare_cumulative(operation: CumulativeOperation, x, out, axis: int, revers
             words, control = scratch.words, scratch.control
         else:
             words = control = out  # not read
-        kernel, grid = _scan_kernel, (tiles,)
-        args = (x, out, words, control, problem.outer, problem.length, problem.inner, *problem.x_strides,
-                *problem.y_strides, layout.tiles_per_line, layout.chains, layout.inner_blocks)
-        constants |= dict(WIDE=wide, ALONG_ROWS=layout.along_rows, BLOCK_A=layout.block[0],
-                          BLOCK_B=layout.block[1], EVEN_COLUMNS=layout.even_columns, WINDOW=layout.window,
-                          ALIGNMENT=layout.alignment, SHIFT_STORES=tuning.shift_stores, CHUNKS=tuning.chunks,
+        # Both kernels take the lines, strides and tiles in full, whichever they read: one argument list, and one
+        # parameter layout in the compiled code, which ptxas's scheduling and register allocation depend on.
+        kernel, grid = (_scan_rows_kernel if layout.along_rows else _scan_columns_kernel), (tiles,)
+        args = (x, out, words, control,
+                problem.outer, problem.length, problem.inner,  # the lines
+                *problem.x_strides, *problem.y_strides,  # each tensor's element strides for those three indices
+                layout.tiles_per_line, layout.chains, layout.inner_blocks)  # the tiles
+        constants |= dict(WIDE=wide, BLOCK_A=layout.block[0], BLOCK_B=layout.block[1],
+                          EVEN_COLUMNS=layout.even_columns, WINDOW=layout.window, ALIGNMENT=layout.alignment,
                           num_warps=layout.num_warps, maxnreg=tuning.registers)
+        if layout.along_rows:
+            constants |= dict(SHIFT_STORES=tuning.shift_stores, CHUNKS=tuning.chunks)
     with torch.cuda.device(x.device) if on_gpu else contextlib.nullcontext():
         kept = KeptLaunch(kernel, grid, args, constants)
     if not on_gpu:  # the interpreter reads the tensors' own dtypes: give it the storage type's views
