@@ -7,6 +7,8 @@ import numpy as np
 
 try:
     import numba
+    from numba.core import types
+    from numba.extending import overload
 except ImportError:  # NumPy alone is enough; numba only makes it faster
     numba = None
 
@@ -60,11 +62,13 @@ class KeptCalls:
 
 def argument_key(arg):
     """What numba's type of arg depends on, cheaply: an array's dtype, rank, layout, writability and alignment; a
-    NumPy scalar's or bool's type; a string itself."""
+    number's type; a string itself; a tuple's elements' keys."""
     if isinstance(arg, np.ndarray):
         flags = arg.flags
         return arg.dtype, arg.ndim, flags.c_contiguous, flags.f_contiguous, flags.writeable, flags.aligned
-    return type(arg) if isinstance(arg, np.generic | bool | int) else arg
+    if isinstance(arg, tuple):
+        return tuple(map(argument_key, arg))
+    return type(arg) if isinstance(arg, np.generic | bool | int | float) else arg
 
 
 def viewer(sample: np.ndarray, view: np.ndarray):
@@ -73,6 +77,8 @@ def viewer(sample: np.ndarray, view: np.ndarray):
     that gives them is found once: a reshape, a view of a contiguous array's buffer, else through the strides."""
     offset = view.__array_interface__["data"][0] - sample.__array_interface__["data"][0]
     dtype, shape, strides = view.dtype, view.shape, view.strides
+    if offset == 0 and dtype == sample.dtype and shape == sample.shape and strides == sample.strides:
+        return same
     if offset == 0 and dtype == sample.dtype:
         try:
             reshaped = sample.reshape(shape, copy=False)
@@ -92,8 +98,30 @@ def viewer(sample: np.ndarray, view: np.ndarray):
     return strided
 
 
+def same(array):
+    return array
+
+
 class Memory:
     """What NumPy reads an array from (its array interface), holding the array whose memory that is."""
 
     def __init__(self, interface: dict, base):
         self.__array_interface__, self.base = interface, base
+
+
+def as_vector(value, length, dtype):
+    """(Compiled code only.) A parameter given as a vector, a number (one value for every element) or None (0), as a
+    new contiguous vector of ``length`` elements of ``dtype``: one compiled function then serves every form."""
+    raise NotImplementedError("as_vector is called from compiled code only")
+
+
+if numba is not None:
+    @overload(as_vector, jit_options={"nogil": True})
+    def as_vector_compiled(value, length, dtype):
+        if isinstance(value, types.NoneType):
+            return lambda value, length, dtype: np.zeros(length, dtype)
+        if isinstance(value, types.Number):
+            return lambda value, length, dtype: np.full(length, value, dtype)
+        if isinstance(value, types.Array) and value.ndim == 1:
+            return lambda value, length, dtype: value.astype(dtype)
+        return None
