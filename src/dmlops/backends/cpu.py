@@ -98,14 +98,14 @@ def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, 
 def prepare_quantized_linear_matmul(views: dict, kernel_tensors):
     """Run on views (by field, in binding order), and return run(views) for views of the same layouts; the kernel
     takes ``kernel_tensors(views)``, which are made the way found for these views. A product of one matrix that
-    takes one compiled call (``cpu_qmatmul.prepare_one_call``) is handed the bound arrays themselves where they are
-    laid out as it takes them, and each per-tensor scale and zero point as a number."""
+    takes one compiled call (``cpu_qmatmul.prepare_one_call``) is handed the bound arrays themselves (or views that
+    drop their dimensions of 1), each per-tensor scale and zero point as a number: no view is made for it."""
     tensors = kernel_tensors(views)
     out = tensors["output_tensor"]
     product = cpu_qmatmul.prepare_one_call(*(tensor if tensor is None or tensor.ndim == 1 else tensor[0, 0]
                                              for tensor in tensors.values())) if out.shape[:2] == (1, 1) else None
     if product is not None:
-        readers = [(field, argument_reader(tensor)) for field, tensor in tensors.items()]
+        readers = [(field, argument_reader(views.get(field), tensor)) for field, tensor in tensors.items()]
 
         def run(views):
             product(*[None if read is None else read(views[field]) for field, read in readers])
@@ -123,16 +123,24 @@ def prepare_quantized_linear_matmul(views: dict, kernel_tensors):
     return run
 
 
-def argument_reader(tensor):
-    """How prepare_one_call's product takes the arrays bound to a field whose kernel tensor is ``tensor``: a
-    per-tensor scale or zero point (a vector of stride 0) as its number; a matrix {1, 1, rows, columns} as a
-    {rows, columns} view; a vector as a view. None for an absent tensor."""
+def argument_reader(array, tensor):
+    """How prepare_one_call's product takes the arrays bound to a field, laid out as ``array`` is, whose kernel
+    tensor is ``tensor``: one value (a per-tensor scale or zero point) as a number; a matrix {1, …, 1, rows,
+    columns} as {rows, columns}, a vector {…, length, …} as {length}, each a view (dropping dimensions of 1 never
+    copies). None for an absent tensor."""
     if tensor is None:
         return None
-    if tensor.ndim == 1 and tensor.strides[0] == 0:
-        return np.ndarray.item
-    strides = element_strides(tensor)
-    return KernelView(tensor.shape[-2:], strides[-2:]) if tensor.ndim == 4 else KernelView(tensor.shape, strides)
+    if tensor.ndim == 4:
+        return matrix
+    return np.ndarray.item if array.size == 1 else vector
+
+
+def matrix(array: np.ndarray) -> np.ndarray:
+    return array if array.ndim == 2 else array.reshape(array.shape[-2:])
+
+
+def vector(array: np.ndarray) -> np.ndarray:
+    return array if array.ndim == 1 else array.reshape(-1)
 
 
 class KernelView:
