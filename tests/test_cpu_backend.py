@@ -32,7 +32,7 @@ from dmlops.ops import quantized_matmul as quantized_matmul_op
 
 import dmlops
 import reference
-from checks import assert_cumulative_matches
+from checks import assert_cumulative_matches, rejects
 
 # The scans' compiled loops, loaded now (None without numba, or with DMLOPS_NUMBA=off), so that calls that leave the
 # engine to dmlops take them, as they do once loaded.
@@ -743,6 +743,147 @@ def test_prepared_products_run_on_new_arrays_of_the_layout(compiled, products, m
         run(*arguments)
         np.testing.assert_array_equal(arguments[-1], expected)
         np.testing.assert_array_equal(buffer[..., [0, -2, -1]], before[..., [0, -2, -1]])
+
+
+# -- products in one compiled call (prepare_one_call) --
+
+ONE_CALL = pytest.mark.skipif(cpu_qmatmul.numba is None or not cpu_integer_gemm.RUNNABLE, reason="no integer kernel")
+TYPE_TRIPLES = list(itertools.product(QMM_TYPES, repeat=3))  # A, B, output
+# How each of a_scale, zero_a, b_scale, zero_b, output_scale, zero_out is given: a number (per tensor, as the array
+# API's prepared run hands it), a vector (per row / column) or None (a zero point of 0).
+PARAMETER_FORMS = {
+    "numbers": ("number", "number", "number", "number", "number", "number"),
+    "vectors": ("vector", "vector", "vector", "vector", "vector", "vector"),
+    "mixed": ("number", "vector", "vector", None, "vector", "number"),
+}
+
+
+def one_call_case(rng, types, m, k, n, form):
+    """Arguments of a one-call product (a {M, K} strided, b {K, N}, each scale and zero point as ``form`` says,
+    out a view of a larger poisoned buffer), the reference's output, and the buffer."""
+    a_type, b_type, out_type = types
+    a = random_values(rng, (m, 2 * k), a_type)[:, ::2]
+    b = random_values(rng, (k, n), b_type)
+    a_scale, b_scale, output_scale = scale_makers(rng, k)
+    makers = [a_scale, lambda size: random_values(rng, size, a_type), b_scale,
+              lambda size: random_values(rng, size, b_type), output_scale,
+              lambda size: random_values(rng, size, out_type)]
+    arguments, columns = [], []  # as given, and as the reference takes them (rows of A and the output: {M, 1})
+    for kind, make, length, along_rows in zip(PARAMETER_FORMS[form], makers, (m, m, n, n, m, m), [True, True, False,
+                                                                                                    False, True, True]):
+        value = None if kind is None else make(length if kind == "vector" else 1)
+        if kind == "number":
+            value = value[0].item()
+        arguments.append(value)
+        columns.append(value[:, None] if kind == "vector" and along_rows else value)
+    expected = reference.quantized_matmul(a, columns[0], columns[1], b, columns[2], columns[3], columns[4],
+                                          columns[5], out_type)
+    buffer = poisoned((m, n + 3), out_type)
+    a_scale, zero_a, b_scale, zero_b, output_scale, zero_out = arguments
+    return (a, a_scale, zero_a, b, b_scale, zero_b, output_scale, zero_out, buffer[:, 1:n + 1]), expected, buffer
+
+
+def scale_makers(rng, k):
+    """Makers of FLOAT32 scales of A, B and the output whose products spread over the 8-bit range, a few
+    saturating."""
+    return (lambda size: rng.uniform(0.01, 0.05, size).astype(np.float32),
+            lambda size: rng.uniform(0.01, 0.05, size).astype(np.float32),
+            lambda size: (rng.uniform(0.3, 1.0, size) * 0.02 * k ** 0.5).astype(np.float32))
+
+
+def assert_one_call_products(rng, types, m, k, n, form, products=None):
+    """A product prepared for one case gives the reference's bits on fresh cases of the same layout, writing out's
+    elements only."""
+    product = cpu_qmatmul.prepare_one_call(*one_call_case(rng, types, m, k, n, form)[0], products=products)
+    assert product is not None
+    for _ in range(3):
+        arguments, expected, buffer = one_call_case(rng, types, m, k, n, form)
+        before = buffer.copy()
+        product(*arguments)
+        np.testing.assert_array_equal(arguments[-1], expected)
+        np.testing.assert_array_equal(buffer[:, [0, -2, -1]], before[:, [0, -2, -1]])
+
+
+@ONE_CALL
+@pytest.mark.parametrize("form", ["numbers", "vectors"])
+@pytest.mark.parametrize("types", TYPE_TRIPLES, ids=lambda types: "-".join(np.dtype(t).name for t in types))
+def test_one_call_products_give_the_operators_bits(types, form):
+    """Every type combination, per-tensor values as numbers or per row / column vectors, with the kernel picked for
+    this processor (16 × 256 × 64: B read as it lies where the kernel can)."""
+    assert_one_call_products(np.random.default_rng(len(form)), types, 16, 256, 64, form)
+
+
+@ONE_CALL
+@pytest.mark.parametrize("index, kernel", list(enumerate(cpu_integer_gemm.RUNNABLE)), ids=lambda x: getattr(x, "name", ""))
+@pytest.mark.parametrize("half", [0, 1])
+def test_one_call_products_of_every_kernel(index, kernel, half):
+    """Every runnable kernel on B packed (sizes of no block), parameters of mixed forms; the type combinations
+    shared out among the kernels (each combination compiles a function of its own)."""
+    types = TYPE_TRIPLES[(2 * index + half) % len(TYPE_TRIPLES)]
+    assert_one_call_products(np.random.default_rng(index), types, 7, 37, 19, "mixed", products=kernel.name)
+
+
+@ONE_CALL
+@pytest.mark.parametrize("form", ["numbers", "vectors"])
+@pytest.mark.parametrize("field, position", [("a_scale_tensor", 1), ("b_scale_tensor", 4),
+                                             ("output_scale_tensor", 6)])
+@pytest.mark.parametrize("bad", [0.0, np.nan, -np.inf])
+def test_one_call_rejects_bad_scales_before_writing(form, field, position, bad):
+    rng = np.random.default_rng(3)
+    types = (np.uint8,) * 3
+    arguments, _, buffer = one_call_case(rng, types, 16, 256, 64, form)
+    product = cpu_qmatmul.prepare_one_call(*arguments)
+    arguments = list(arguments)
+    if form == "numbers":
+        arguments[position] = bad
+    else:
+        arguments[position] = arguments[position].copy()
+        arguments[position][-1] = bad
+    before = buffer.copy()
+    rejects([field, "finite and non-zero"], lambda: product(*arguments))
+    np.testing.assert_array_equal(buffer, before)
+
+
+@ONE_CALL
+@pytest.mark.parametrize("parameters", ["NumPy scalars", "Python numbers", "one-element arrays", "vectors",
+                                        "DirectML shapes"])
+def test_array_api_products_of_one_call_on_new_arrays(parameters):
+    """Repeated array API calls (kept plans, their runs handing the bound arrays to one compiled call) give the
+    reference's bits on fresh values of the same layout, A strided, into a poisoned out."""
+    rng = np.random.default_rng(len(parameters))
+    m, k, n = 16, 256, 64
+
+    def given(values, along_rows):
+        vector = np.asarray(values)
+        if parameters == "NumPy scalars":
+            return vector.reshape(-1)[0]
+        if parameters == "Python numbers":
+            return vector.reshape(-1)[0].item()
+        if parameters == "one-element arrays":
+            return vector.reshape(-1)[:1]
+        if parameters == "vectors":
+            return vector
+        return vector.reshape((-1, 1) if along_rows else (1, -1))
+
+    per_tensor = parameters in ("NumPy scalars", "Python numbers", "one-element arrays")
+    for _ in range(3):
+        a = random_values(rng, (m, 2 * k), np.int8)[:, ::2]
+        b = random_values(rng, (k, n), np.uint8)
+        values = [rng.uniform(0.01, 0.05, 1 if per_tensor else m).astype(np.float32),
+                  random_values(rng, 1 if per_tensor else m, np.int8),
+                  rng.uniform(0.01, 0.05, 1 if per_tensor else n).astype(np.float32),
+                  random_values(rng, 1 if per_tensor else n, np.uint8),
+                  (rng.uniform(0.3, 1.0, 1 if per_tensor else m) * 0.02 * k ** 0.5).astype(np.float32),
+                  random_values(rng, 1 if per_tensor else m, np.int8)]
+        along_rows = [True, True, False, False, True, True]
+        out = poisoned((m, n), np.int8)
+        result = dmlops.quantized_linear_matmul(a, *(given(v, rows) for v, rows in zip(values[:2], along_rows)), b,
+                                                *(given(v, rows) for v, rows in zip(values[2:], along_rows[2:])),
+                                                out=out)
+        assert result is out
+        columns = [v[:, None] if rows and not per_tensor else v for v, rows in zip(values, along_rows)]
+        np.testing.assert_array_equal(out, reference.quantized_matmul(a, columns[0], columns[1], b, columns[2],
+                                                                      columns[3], columns[4], columns[5], np.int8))
 
 
 @pytest.mark.parametrize("out_type", QMM_TYPES, ids=lambda t: np.dtype(t).name)

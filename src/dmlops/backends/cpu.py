@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import functools
-import math
 
 import numpy as np
 
 from ..ops.cumulative import CumulativeOperation
-from ..ops.quantized_matmul import SCALE_FIELDS, check_scale
 from ..types import DataType, ValidationError
 from . import cpu_scan
 from .cpu_compiled import viewer
@@ -100,36 +98,58 @@ def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, 
     from . import cpu_qmatmul
 
     arrays = (a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point, out)
-    check_scales(a_scale, b_scale, output_scale)
+    cpu_qmatmul.check_scales(a_scale, b_scale, output_scale)
     cpu_qmatmul.prepare(*arrays)(*arrays)
-
-
-def check_scales(a_scale, b_scale, output_scale) -> None:
-    for field, values in zip(SCALE_FIELDS, (a_scale, b_scale, output_scale)):
-        if values.strides[0] == 0:  # one value (per tensor): checked as a number, in a tenth of the time
-            value = float(values[0])
-            if value != 0 and math.isfinite(value):
-                continue
-        check_scale(field, values)
 
 
 def prepare_quantized_linear_matmul(views: dict, kernel_tensors):
     """Run on views (by field, in binding order), and return run(views) for views of the same layouts; the kernel
-    takes ``kernel_tensors(views)``, which are made the way found for these views."""
+    takes ``kernel_tensors(views)``, which are made the way found for these views. A product of one matrix that
+    takes one compiled call (``cpu_qmatmul.prepare_one_call``) is handed the bound arrays themselves (or views that
+    drop their dimensions of 1), each per-tensor scale and zero point as a number: no view is made for it."""
     from . import cpu_qmatmul
 
     tensors = kernel_tensors(views)
-    kernel_views = [(field, None if tensor is None else KernelView(tensor.shape, element_strides(tensor)))
-                    for field, tensor in tensors.items()]
-    run_kernel = cpu_qmatmul.prepare(*tensors.values())
+    out = tensors["output_tensor"]
+    product = cpu_qmatmul.prepare_one_call(*(tensor if tensor is None or tensor.ndim == 1 else tensor[0, 0]
+                                             for tensor in tensors.values())) if out.shape[:2] == (1, 1) else None
+    if product is not None:
+        readers = [(field, argument_reader(views.get(field), tensor)) for field, tensor in tensors.items()]
 
-    def run(views):
-        arrays = [None if view is None else view(views[field]) for field, view in kernel_views]
-        check_scales(arrays[1], arrays[4], arrays[6])  # a_scale, b_scale, output_scale
-        run_kernel(*arrays)
+        def run(views):
+            product(*[None if read is None else read(views[field]) for field, read in readers])
+    else:
+        kernel_views = [(field, None if tensor is None else KernelView(tensor.shape, element_strides(tensor)))
+                        for field, tensor in tensors.items()]
+        run_kernel = cpu_qmatmul.prepare(*tensors.values())
+
+        def run(views):
+            arrays = [None if view is None else view(views[field]) for field, view in kernel_views]
+            cpu_qmatmul.check_scales(arrays[1], arrays[4], arrays[6])  # a_scale, b_scale, output_scale
+            run_kernel(*arrays)
 
     run(views)
     return run
+
+
+def argument_reader(array, tensor):
+    """How prepare_one_call's product takes the arrays bound to a field, laid out as ``array`` is, whose kernel
+    tensor is ``tensor``: one value (a per-tensor scale or zero point) as a number; a matrix {1, …, 1, rows,
+    columns} as {rows, columns}, a vector {…, length, …} as {length}, each a view (dropping dimensions of 1 never
+    copies). None for an absent tensor."""
+    if tensor is None:
+        return None
+    if tensor.ndim == 4:
+        return matrix
+    return np.ndarray.item if array.size == 1 else vector
+
+
+def matrix(array: np.ndarray) -> np.ndarray:
+    return array if array.ndim == 2 else array.reshape(array.shape[-2:])
+
+
+def vector(array: np.ndarray) -> np.ndarray:
+    return array if array.ndim == 1 else array.reshape(-1)
 
 
 class KernelView:

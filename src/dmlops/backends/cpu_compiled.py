@@ -124,11 +124,13 @@ class KeptCalls:
 
 def argument_key(arg):
     """What numba's type of arg depends on, cheaply: an array's dtype, rank, layout, writability and alignment; a
-    NumPy scalar's or bool's type; a string itself."""
+    number's type; a string itself; a tuple's elements' keys."""
     if isinstance(arg, np.ndarray):
         flags = arg.flags
         return arg.dtype, arg.ndim, flags.c_contiguous, flags.f_contiguous, flags.writeable, flags.aligned
-    return type(arg) if isinstance(arg, np.generic | bool | int) else arg
+    if isinstance(arg, tuple):
+        return tuple(map(argument_key, arg))
+    return type(arg) if isinstance(arg, np.generic | bool | int | float) else arg
 
 
 def viewer(sample: np.ndarray, view: np.ndarray):
@@ -137,6 +139,8 @@ def viewer(sample: np.ndarray, view: np.ndarray):
     that gives them is found once: a reshape, a view of a contiguous array's buffer, else through the strides."""
     offset = view.__array_interface__["data"][0] - sample.__array_interface__["data"][0]
     dtype, shape, strides = view.dtype, view.shape, view.strides
+    if offset == 0 and dtype == sample.dtype and shape == sample.shape and strides == sample.strides:
+        return same
     if offset == 0 and dtype == sample.dtype:
         try:
             reshaped = sample.reshape(shape, copy=False)
@@ -154,6 +158,10 @@ def viewer(sample: np.ndarray, view: np.ndarray):
                      "typestr": dtype.str}
         return np.asarray(Memory(interface, array))
     return strided
+
+
+def same(array):
+    return array
 
 
 class Memory:

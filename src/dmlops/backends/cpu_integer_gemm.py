@@ -53,7 +53,7 @@ try:
     import numba
     from llvmlite import ir
     from numba.core import types
-    from numba.extending import intrinsic
+    from numba.extending import intrinsic, overload
 except ImportError:  # NumPy alone is enough; the float32 path is used instead
     numba = None
 
@@ -113,6 +113,25 @@ KERNELS = (
     Kernel("avx2", ({"avx2"},), "llvm.x86.avx2.pmadd.wd", 256, False),
 )
 KERNELS_BY_NAME = {kernel.name: kernel for kernel in KERNELS}
+
+
+
+def as_vector(value, length, dtype):
+    """(Compiled code only.) A parameter given as a vector, a number (one value for every element) or None (0), as a
+    new contiguous vector of ``length`` elements of ``dtype``: one compiled function then serves every form."""
+    raise NotImplementedError("as_vector is called from compiled code only")
+
+
+if numba is not None:
+    @overload(as_vector, jit_options={"nogil": True})
+    def as_vector_compiled(value, length, dtype):
+        if isinstance(value, types.NoneType):
+            return lambda value, length, dtype: np.zeros(length, dtype)
+        if isinstance(value, types.Number):
+            return lambda value, length, dtype: np.full(length, value, dtype)
+        if isinstance(value, types.Array) and value.ndim == 1:
+            return lambda value, length, dtype: value.astype(dtype)
+        return None
 
 
 def runnable_kernels() -> list[Kernel]:
@@ -191,7 +210,7 @@ def integer_product(kernel: Kernel, a, a_zero_point, b, b_zero_point, buffers, p
     n = b.shape[1]
     a_packed, b_packed, sums = buffers[:3]
     result = sums[:m, :n]
-    if kernel.direct and m <= DIRECT_ROWS and k % 4 == 0 and n % 64 == 0 and b.strides[1] == 1:
+    if products_path(kernel, a, b) == "direct":
         direct_product(kernel, a, a_zero_point, b, b_zero_point, buffers, pieces, calls)
         if finish is not None:
             finish(result, slice(0, m))
@@ -244,6 +263,23 @@ def integer_product(kernel: Kernel, a, a_zero_point, b, b_zero_point, buffers, p
                   max(pieces, pack_pieces) > 1, then=[functools.partial(rows_piece, *rows)
                                                       for rows in cut(padded(m, kernel.rows), pieces, kernel.rows)])
     return result
+
+
+def products_path(kernel: Kernel, a, b) -> str:
+    """How the sums of a {M, K} and b {K, N} are made: "direct" (the byte kernel reads B as it lies: A of at most
+    DIRECT_ROWS rows, B's rows contiguous, K a multiple of 4, N of 64), else "bytes" or "words" (B packed for the
+    byte or the 16-bit kernel)."""
+    (m, k), n = a.shape, b.shape[1]
+    if kernel.direct and m <= DIRECT_ROWS and k % 4 == 0 and n % 64 == 0 and b.strides[1] == 1:
+        return "direct"
+    return "bytes" if kernel.bytes else "words"
+
+
+def exact_sums(kernel, path, a, a_zero_point, b, b_zero_point, buffers):
+    """(Compiled code only.) integer_product's sums in one piece on this thread: int32 {M, N}, a view of the sums
+    buffer, for K ≤ INT32_CHUNK; ``kernel`` and ``path`` (``products_path``) literal strings, the zero points
+    numbers, vectors or None, ``buffers`` the tuple of ``scratch_layouts``."""
+    raise NotImplementedError("exact_sums is called from compiled code only")
 
 
 def direct_product(kernel: Kernel, a, a_zero_point, b, b_zero_point, buffers, pieces: int, calls=call) -> None:
@@ -636,3 +672,51 @@ if numba is not None:
             row = sums[i]
             for j in range(beta.shape[0]):
                 row[j] = np.int32(row[j] + beta[j] * row_sum - shift * column_terms[j])
+
+    @overload(exact_sums, jit_options={"nogil": True})
+    def exact_sums_compiled(kernel, path, a, a_zero_point, b, b_zero_point, buffers):
+        if not (isinstance(kernel, types.StringLiteral) and isinstance(path, types.StringLiteral)):
+            return None
+        spec = KERNELS_BY_NAME[kernel.literal_value]
+        rows, group, k_block, panel_blocks = spec.rows, spec.group, spec.k_block, spec.panel_blocks
+        # the byte kernels' moves into range (integer_product): A' = a + ca, B' = b − cb
+        a_flip, b_flip = np.uint8(128 if a.dtype == types.int8 else 0), np.uint8(128 if b.dtype == types.uint8 else 0)
+        a_centre, b_centre = np.int32(a_flip), np.int32(b_flip)
+
+        def direct(kernel, path, a, a_zero_point, b, b_zero_point, buffers):
+            (m, k), n = a.shape, b.shape[1]
+            a_packed, sums, row_sums, column_terms = buffers[0], buffers[2], buffers[3], buffers[4]
+            pack_rows_bytes(a.view(np.uint8), a_flip, a_packed, row_sums, 0, m)
+            multiply_direct(kernel, a_packed, b.view(np.uint8), b_flip, sums, column_terms, m, 0, n // 64, k // 4)
+            alpha = as_vector(a_zero_point, m, np.int32) + a_centre
+            beta = b_centre - as_vector(b_zero_point, n, np.int32)
+            column_terms[:n] += beta * np.int32(k)
+            correct_rows(sums, row_sums, alpha, beta, column_terms, 0, m)
+            return sums[:m, :n]
+
+        def packed_bytes(kernel, path, a, a_zero_point, b, b_zero_point, buffers):
+            (m, k), n = a.shape, b.shape[1]
+            a_packed, b_packed, sums, row_sums, column_terms = buffers
+            b_zero = as_vector(b_zero_point, n, np.int32)
+            pack_columns_bytes(b, b_flip, b_zero, b_packed.view(np.int32).reshape(b_packed.shape[:3]), column_terms,
+                               0, b_packed.shape[0])
+            padded_rows = -(-m // rows) * rows
+            pack_rows_bytes(a.view(np.uint8), a_flip, a_packed, row_sums, 0, padded_rows)
+            multiply_rows(kernel, a_packed, b_packed, sums, 0, padded_rows, -(-k // group) * group, rows, k_block,
+                          group, panel_blocks)
+            correct_rows(sums, row_sums, as_vector(a_zero_point, m, np.int32) + a_centre, b_centre - b_zero,
+                         column_terms, 0, m)
+            return sums[:m, :n]
+
+        def packed_words(kernel, path, a, a_zero_point, b, b_zero_point, buffers):
+            (m, k), n = a.shape, b.shape[1]
+            a_packed, b_packed, sums = buffers[0], buffers[1], buffers[2]
+            pack_columns(b, as_vector(b_zero_point, n, np.int32),
+                         b_packed.view(np.int32).reshape(b_packed.shape[:3]), 0, b_packed.shape[0])
+            padded_rows = -(-m // rows) * rows
+            pack_rows(a, as_vector(a_zero_point, m, np.int32), a_packed, 0, padded_rows)
+            multiply_rows(kernel, a_packed, b_packed, sums, 0, padded_rows, -(-k // group) * group, rows, k_block,
+                          group, panel_blocks)
+            return sums[:m, :n]
+
+        return {"direct": direct, "bytes": packed_bytes, "words": packed_words}[path.literal_value]

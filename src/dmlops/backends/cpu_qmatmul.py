@@ -18,6 +18,11 @@ which holds every integer below 2^53 exactly: |acc| ≤ K·255·255 < 2^53 for a
 elements a tensor may hold. The exact sums (of either GEMM) are then requantized with the operator's own arithmetic,
 so the bits are the reference's: by a compiled loop that reads each sum once (numba installed), or by the operator's
 ``requantize`` in blocks of rows that stay in cache.
+
+A product that is one piece of work (small enough for one core) runs each matrix in one compiled call: the scale
+checks, the integer kernel's packing, products and corrections, and the requantization (``prepare_one_call``), with
+per-tensor scales and zero points taken as numbers. A repeated 16 × 256 × 64 product through the array API cost 34 µs
+as a dozen NumPy calls and compiled loops each entered from Python, 11–12 µs so (benchmarks/RESULTS.md).
 """
 
 from __future__ import annotations
@@ -29,10 +34,11 @@ import threading
 
 import numpy as np
 
-from ..ops.quantized_matmul import OUTPUT_RANGE, requantize
+from ..ops.quantized_matmul import OUTPUT_RANGE, SCALE_FIELDS, check_scale, requantize
 from ..types import DataType
 from . import cpu_integer_gemm
 from .cpu_compiled import KeptCalls, call
+from .cpu_integer_gemm import as_vector
 from .cpu_pieces import CORES, PIECES_PER_CORE, cut, run_in_pieces
 
 try:
@@ -74,7 +80,9 @@ def prepare(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, ou
     """run(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point, out):
     ``quantized_linear_matmul`` with these options, for arrays laid out as these are (dtypes, shapes, strides, the
     same ones None). What depends on nothing else is decided here, once: the products' kernel, the pieces, the
-    scratch memory's layout and the compiled loops' entry points (``KeptCalls``)."""
+    scratch memory's layout and the compiled loops' entry points (``KeptCalls``). A product that takes one piece
+    of work runs each matrix in one compiled call (``prepare_one_call``)."""
+    arrays = (a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point, out)
     m, k = a.shape[2:]
     n = b.shape[3]
 
@@ -87,6 +95,14 @@ def prepare(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, ou
     zero = np.zeros(m, out.dtype)  # the output zero point where there is none
     batches = list(np.ndindex(*out.shape[:2]))
     kernel = cpu_integer_gemm.KERNEL if products is None else cpu_integer_gemm.kernel_named(products)
+    one_call = prepare_one_call(*(x if x is None or x.ndim == 1 else x[0, 0] for x in arrays), compiled=compiled,
+                                products=products, pieces=pieces)
+    if one_call is not None:
+        def run_one_call(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point, out):
+            for index in batches:
+                one_call(a[index], a_scale, a_zero_point, b[index], b_scale, b_zero_point, output_scale,
+                         output_zero_point, out[index])
+        return run_one_call
     if kernel is not None:
         calls = KeptCalls()
         # the packed operands and the int32 sums, written afresh for each matrix of the batch; each piece of rows is
@@ -119,6 +135,46 @@ def prepare(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, ou
             else:
                 requantize_numpy(product, corrections, a_scale, b_scale, output_scale, zero_point, out[index])
     return run_float32
+
+
+def prepare_one_call(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point, out,
+                     compiled: bool | None = None, products: str | None = None, pieces: int | None = None):
+    """product(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point, out) for one
+    matrix, a {M, K}, b {K, N}, out {M, N} laid out as these are, with ``prepare``'s options: the scale checks, the
+    integer kernel's exact sums on this thread (``cpu_integer_gemm.exact_sums``) and the requantization
+    (``requantize_rows``) in one compiled call. Each scale and zero point is a vector as ``prepare`` takes it or a
+    number (per tensor), of the same form at each call; a zero point may be None (0). A zero, NaN or infinite scale
+    raises before out is written. None where the product is not one piece of work for an integer kernel and the
+    compiled requantization (K ≤ INT32_CHUNK, below the sizes cut for the cores, or ``pieces`` 1)."""
+    (m, k), n = a.shape, b.shape[1]
+    kernel = cpu_integer_gemm.KERNEL if products is None else cpu_integer_gemm.kernel_named(products)
+    compiled = numba is not None if compiled is None else compiled
+    if kernel is None or not compiled or k > cpu_integer_gemm.INT32_CHUNK:
+        return None
+    one_core = CORES == 1 or (m * n * k < PARALLEL_MULTIPLY_ADDS and k * n < cpu_integer_gemm.PARALLEL_PACKING)
+    if not (one_core if pieces is None else pieces == 1):
+        return None
+    layouts = cpu_integer_gemm.scratch_layouts(kernel, *a.shape, b.shape[1])
+    low, high = output_bounds(out.dtype)
+    path = cpu_integer_gemm.products_path(kernel, a, b)
+    calls = KeptCalls()
+
+    def product(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point, out):
+        if not calls(product_in_one_call, kernel.name, path, a, a_scale, a_zero_point, b, b_scale, b_zero_point,
+                     output_scale, output_zero_point, low, high, out, scratch(layouts)):
+            check_scales(a_scale, b_scale, output_scale)
+    return product
+
+
+def check_scales(a_scale, b_scale, output_scale) -> None:
+    """Raise the ValidationError of a zero, NaN or infinite scale; each a vector or a number."""
+    for field, values in zip(SCALE_FIELDS, (a_scale, b_scale, output_scale)):
+        array = isinstance(values, np.ndarray)
+        if not array or values.strides[0] == 0:  # one value (per tensor): checked as a number, in a tenth of the time
+            value = float(values[0] if array else values)
+            if value != 0 and math.isfinite(value):
+                continue
+        check_scale(field, np.asarray(values))
 
 
 def integer_product(a, a_zero_point, b, b_zero_point, buffers=(None, None, None, None)):
@@ -172,8 +228,8 @@ def in_one_block(layouts):
     starts = list(itertools.accumulate((-(-size // 64) * 64 for size in sizes), initial=0))
     memory = np.empty(starts[-1] + 64, np.uint8)
     base = -memory.ctypes.data % 64
-    return [memory[base + start:base + start + size].view(dtype).reshape(shape)
-            for start, size, (shape, dtype) in zip(starts, sizes, layouts)]
+    return tuple(memory[base + start:base + start + size].view(dtype).reshape(shape)
+                 for start, size, (shape, dtype) in zip(starts, sizes, layouts))
 
 
 def centre(x, zero_point, buffer):
@@ -280,3 +336,22 @@ if numba is not None:
                 value = np.rint(sums[j] * multiplier[j]) + zero
                 value = value if value > low else low  # comparisons, not min/max, so that the loop is vectorised
                 target[j] = value if value < high else high
+
+    @numba.njit(nogil=True, cache=True)
+    def product_in_one_call(kernel, path, a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale,
+                            output_zero_point, low, high, out, buffers):
+        """prepare_one_call's product (``kernel`` and ``path`` literal strings, ``buffers`` the tuple of
+        ``cpu_integer_gemm.scratch_layouts``): False, out unwritten, where a scale is zero, NaN or infinite. (Its
+        cached machine code includes the loops of cpu_integer_gemm and cpu_compiled, but numba renews it only when
+        this file changes: after editing those, delete this module's numba cache, ``__pycache__/cpu_qmatmul.*``.)"""
+        m, n = out.shape
+        a_scale, output_scale = as_vector(a_scale, m, np.float32), as_vector(output_scale, m, np.float32)
+        b_scale = as_vector(b_scale, n, np.float32)
+        for scales in (a_scale, b_scale, output_scale):
+            for value in scales:
+                if value == 0 or not np.isfinite(value):
+                    return False
+        sums = cpu_integer_gemm.exact_sums(kernel, path, a, a_zero_point, b, b_zero_point, buffers)
+        requantize_rows(sums, np.zeros((m, 2)), np.zeros((2, n)), a_scale, b_scale, output_scale,
+                        as_vector(output_zero_point, m, np.float64), low, high, out, 0, m)
+        return True

@@ -14,7 +14,6 @@ import functools
 import numpy as np
 
 from ..ops.cumulative import accumulation_dtype
-from ..types import DataType
 from .cpu_compiled import call
 from .cpu_pieces import CORES, PIECES_PER_CORE, cut, run_in_pieces
 from .cpu_scan import LOOPS, PARALLEL_ELEMENTS, views_3d
