@@ -46,7 +46,7 @@ import onnxruntime
 from onnx import TensorProto, helper
 
 import dmlops
-from dmlops.backends import cpu_integer_gemm, cpu_qmatmul, cpu_scan
+from dmlops.backends.cpu import integer_gemm as cpu_integer_gemm, qmatmul as cpu_qmatmul, scan as cpu_scan
 
 SCAN_SHAPES = [((1 << 26,), 0, "1-D 2^26"), ((1024, 65536), 1, "1024 × 65536, last axis"),
                ((65536, 1024), 0, "65536 × 1024, axis 0"), ((1 << 22, 8), 1, "4M × 8, last axis")]
@@ -225,7 +225,7 @@ scanned = time.perf_counter()
 numba_imported = "numba" in sys.modules
 dmlops.cumulative_sum(np.arange(1000, dtype=np.float32), 0)
 scanned_again = time.perf_counter()
-from dmlops.backends import cpu_scan  # imported by the first call
+from dmlops.backends.cpu import scan as cpu_scan# imported by the first call
 cpu_scan.LOOPS.wait()
 loaded = time.perf_counter()
 dmlops.quantized_linear_matmul(np.ones((16, 256), np.int8), np.float32(0.02), np.int8(-3), np.ones((256, 64), np.uint8),

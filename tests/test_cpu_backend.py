@@ -25,7 +25,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dmlops.backends import cpu, cpu_integer_gemm, cpu_pieces, cpu_qmatmul, cpu_scan
+from dmlops.backends import cpu
+from dmlops.backends.cpu import integer_gemm as cpu_integer_gemm, pieces as cpu_pieces, qmatmul as cpu_qmatmul, scan as cpu_scan
 from dmlops import DataType
 from dmlops.ops import cumulative as cumulative_op
 from dmlops.ops import quantized_matmul as quantized_matmul_op
@@ -301,7 +302,7 @@ COMPILED = pytest.mark.skipif(SCAN_LOOPS is None, reason="no numba")
 CACHED_SCANS = """
 import sys
 import numpy as np
-from dmlops.backends import cpu_scan, cpu_scan_loops
+from dmlops.backends.cpu import scan as cpu_scan, scan_loops as cpu_scan_loops
 x = np.arange(1.0, 25.0, dtype=np.float32).reshape(2, 3, 4)
 for axis, operation, dtype in [(2, "sum", np.float32), (0, "product", np.float16)]:
     out = np.empty_like(x, dtype)
@@ -574,7 +575,7 @@ def test_restride_views_the_same_memory_from_the_first_element(make, strides):
 def test_viewers_make_the_same_view_of_new_arrays(make, view):
     """A viewer found on one array makes, of another array laid out alike, the view the sample's view is of the
     sample: the same elements of its memory, writable where it is."""
-    from dmlops.backends.cpu_compiled import viewer
+    from dmlops.backends.cpu.compiled import viewer
 
     sample = make(np.arange(48, dtype=np.int32).reshape(8, 6))
     view_of = viewer(sample, view(sample))

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dmlops.backends import cpu_scan
+from dmlops.backends.cpu import scan as cpu_scan
 
 from checks import assert_cumulative_matches
 
@@ -132,7 +132,7 @@ SWITCH = """
 import json
 import numpy as np
 import dmlops
-from dmlops.backends import cpu_compiled, cpu_scan
+from dmlops.backends.cpu import compiled as cpu_compiled, scan as cpu_scan
 x = np.random.default_rng(1).standard_normal(200).astype(np.float32)
 first = dmlops.cumulative_sum(x, 0, reverse=True)
 loops = cpu_scan.LOOPS.wait()
@@ -153,7 +153,7 @@ HIDDEN = """
 import sys
 sys.modules["numba"] = None  # import numba raises ImportError: NumPy alone
 import numpy as np
-from dmlops.backends import cpu_scan
+from dmlops.backends.cpu import scan as cpu_scan
 cases = np.load(sys.argv[1])
 results = {}
 for name in cases.files:

@@ -21,9 +21,9 @@ pytest.importorskip("triton")  # the CUDA backend's kernels
 
 import strategies  # noqa: E402
 from checks import rejects  # noqa: E402
-from dmlops.backends import cpu as cpu_backend  # noqa: E402
-from dmlops.backends import cpu_recurrence  # noqa: E402
-from dmlops.backends import cuda as cuda_backend  # noqa: E402
+from dmlops.backends import cpu as cpu_backend# noqa: E402
+from dmlops.backends.cpu import recurrence as cpu_recurrence# noqa: E402
+from dmlops.backends import cuda as cuda_backend# noqa: E402
 from dmlops.backends.cuda import recurrence  # noqa: E402
 from dmlops.ops.cumulative import CumulativeOperation  # noqa: E402
 from dmlops.ops.cumulative_gradient import cumulative_gradient, reference_gradient, run  # noqa: E402

@@ -18,7 +18,7 @@ the two engines give the same bits, every type and layout). FLOAT16
 (accumulated in float32) and exclusive scans in place, whose outputs overwrite inputs still to be added, go
 through float32 / scratch blocks there, so that the whole tensor is never converted or copied at once.
 
-The compiled loops (cpu_scan_loops) are loaded by the first call that could run them, in a background thread
+The compiled loops (scan_loops) are loaded by the first call that could run them, in a background thread
 (``LOOPS``, DMLOPS_NUMBA): numba's import and its first load of compiled code take about half a second, and calls
 run NumPy's engine until they are loaded.
 
@@ -35,10 +35,10 @@ import platform
 
 import numpy as np
 
-from ..ops.cumulative import ACCUMULATION_DTYPE, CumulativeOperation
-from ..types import DataType
-from .cpu_compiled import Loader, call, entry_point, viewer
-from .cpu_pieces import CORES, PIECES_PER_CORE, cut, run_in_pieces
+from ...ops.cumulative import ACCUMULATION_DTYPE, CumulativeOperation
+from ...types import DataType
+from .compiled import Loader, call, entry_point, viewer
+from .pieces import CORES, PIECES_PER_CORE, cut, run_in_pieces
 
 # NumPy engine: elements per scratch block (float32: 256 KiB, so that a block in and a block out stay in L2).
 BLOCK_ELEMENTS = 1 << 16
@@ -117,7 +117,7 @@ def prepare(operation: str, x: np.ndarray, out: np.ndarray, axis: int, reverse: 
 
 
 def compiled_loops(dtype: np.dtype, compiled: bool | None):
-    """The compiled loops' module (cpu_scan_loops) where they scan arrays of dtype, ``compiled`` asking for them or
+    """The compiled loops' module (scan_loops) where they scan arrays of dtype, ``compiled`` asking for them or
     not (None: where they are loaded, their loading started if it is not), else None: NumPy's engine."""
     loops = LOOPS.get() if compiled is None else LOOPS.wait() if compiled else None
     return loops if loops is not None and (dtype != np.float16 or loops.HALF_INSTRUCTIONS) else None
@@ -130,7 +130,7 @@ def warm_up(loops) -> None:
 
 
 # The compiled loops, loaded by the first call that could run them (DMLOPS_NUMBA: in the background by default).
-LOOPS = Loader(f"{__package__}.cpu_scan_loops", warm_up)
+LOOPS = Loader(f"{__package__}.scan_loops", warm_up)
 
 
 def stages(operation, x, out, axis, reverse, exclusive, loops=None, pieces=None, stream=None, segments=None):
@@ -347,7 +347,7 @@ def vector_lanes(x3, out3, accumulation: np.dtype) -> int:
     return 0
 
 
-# -- the compiled engine: which of its loops (cpu_scan_loops) scans which views ------------------------------------
+# -- the compiled engine: which of its loops (scan_loops) scans which views ------------------------------------
 
 # Contiguous lines (Q = 1) walk a vector of VECTOR_BYTES at a time: its elements' running values within the
 # vector come from log2(lanes) shifted copies combined (a tree, not a chain), then the running value before the

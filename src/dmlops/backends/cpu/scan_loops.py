@@ -1,5 +1,5 @@
-"""The CPU scans' compiled loops (numba): imported by cpu_scan's loader, in the background (``cpu_compiled.Loader``),
-so that importing dmlops or a first call never waits for numba. cpu_scan decides which loop scans which views."""
+"""The CPU scans' compiled loops (numba): imported by scan's loader, in the background (``compiled.Loader``),
+so that importing dmlops or a first call never waits for numba. scan decides which loop scans which views."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import numpy as np
 from llvmlite import ir
 from numba.extending import intrinsic, overload
 
-from .cpu_compiled import target_features
-from .cpu_scan import HALF_LANES, STREAM_STORES, VECTOR_BYTES
+from .compiled import target_features
+from .scan import HALF_LANES, STREAM_STORES, VECTOR_BYTES
 
 # One loop per layout: the running value of each line lives in a register (Q = 1), or in a row that stays in L1 and
 # is updated a vector at a time (Q > 1). The loops take the operation ("sum", "product") and the way elements are

@@ -1,7 +1,7 @@
 """Quantized linear matrix multiply on the CPU: the exact integer product, then the operator's requantization.
 
 Where numba is installed and the processor has AVX2 or later, the exact sums come from an integer GEMM whose kernel
-is picked from the processor (``cpu_integer_gemm``: `vpdpbusd` where it has VNNI, else `vpmaddwd` on 16-bit
+is picked from the processor (``integer_gemm``: `vpdpbusd` where it has VNNI, else `vpmaddwd` on 16-bit
 products), at two to four times the multiply-adds a cycle of float32 BLAS.
 
 Elsewhere they come from float32 BLAS: NumPy never uses BLAS for integer matrices, so the integer product runs as a
@@ -34,12 +34,12 @@ import threading
 
 import numpy as np
 
-from ..ops.quantized_matmul import OUTPUT_RANGE, SCALE_FIELDS, check_scale, requantize
-from ..types import DataType
-from . import cpu_integer_gemm
-from .cpu_compiled import KeptCalls, call
-from .cpu_integer_gemm import as_vector
-from .cpu_pieces import CORES, PIECES_PER_CORE, cut, run_in_pieces
+from ...ops.quantized_matmul import OUTPUT_RANGE, SCALE_FIELDS, check_scale, requantize
+from ...types import DataType
+from . import integer_gemm
+from .compiled import KeptCalls, call
+from .integer_gemm import as_vector
+from .pieces import CORES, PIECES_PER_CORE, cut, run_in_pieces
 
 try:
     import numba
@@ -66,8 +66,8 @@ def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, 
     """a {B, C, M, K}, b {B, C, K, N}, out {B, C, M, N}; scales and zero points are vectors of M or N, or None.
 
     ``compiled`` picks the requantization (None: the compiled one where numba is installed); ``products``, how the
-    exact sums are made: the name of an integer GEMM kernel that can run here (``cpu_integer_gemm``: "avx512-vnni",
-    "avx-vnni", "avx512bw", "avx2") or "float32" (BLAS); None: ``cpu_integer_gemm.KERNEL``, the fastest one;
+    exact sums are made: the name of an integer GEMM kernel that can run here (``integer_gemm``: "avx512-vnni",
+    "avx-vnni", "avx512bw", "avx2") or "float32" (BLAS); None: ``integer_gemm.KERNEL``, the fastest one;
     ``pieces``, into how many pieces of rows the integer GEMM and the compiled requantization are cut for the cores
     (None: by their size).
     """
@@ -94,7 +94,7 @@ def prepare(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, ou
     compiled = numba is not None if compiled is None else compiled
     zero = np.zeros(m, out.dtype)  # the output zero point where there is none
     batches = list(np.ndindex(*out.shape[:2]))
-    kernel = cpu_integer_gemm.KERNEL if products is None else cpu_integer_gemm.kernel_named(products)
+    kernel = integer_gemm.KERNEL if products is None else integer_gemm.kernel_named(products)
     one_call = prepare_one_call(*(x if x is None or x.ndim == 1 else x[0, 0] for x in arrays), compiled=compiled,
                                 products=products, pieces=pieces)
     if one_call is not None:
@@ -107,7 +107,7 @@ def prepare(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, ou
         calls = KeptCalls()
         # the packed operands and the int32 sums, written afresh for each matrix of the batch; each piece of rows is
         # requantized as soon as its sums are made, while they are in cache
-        layouts = cpu_integer_gemm.scratch_layouts(kernel, m, min(k, cpu_integer_gemm.INT32_CHUNK), n)
+        layouts = integer_gemm.scratch_layouts(kernel, m, min(k, integer_gemm.INT32_CHUNK), n)
         product_pieces = pieces_for(m * n * k, PARALLEL_MULTIPLY_ADDS)
 
         def run(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point, out):
@@ -116,7 +116,7 @@ def prepare(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, ou
             for index in batches:
                 requantize_slice = rows_requantization(compiled, [], a_scale, b_scale, output_scale, zero_point,
                                                        out[index], calls)
-                cpu_integer_gemm.integer_product(kernel, a[index], a_zero_point, b[index], b_zero_point, buffers,
+                integer_gemm.integer_product(kernel, a[index], a_zero_point, b[index], b_zero_point, buffers,
                                                  product_pieces, requantize_slice, calls)
         return run
     requantize_pieces = pieces_for(m * n, PARALLEL_OUTPUTS)
@@ -141,22 +141,22 @@ def prepare_one_call(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_
                      compiled: bool | None = None, products: str | None = None, pieces: int | None = None):
     """product(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point, out) for one
     matrix, a {M, K}, b {K, N}, out {M, N} laid out as these are, with ``prepare``'s options: the scale checks, the
-    integer kernel's exact sums on this thread (``cpu_integer_gemm.exact_sums``) and the requantization
+    integer kernel's exact sums on this thread (``integer_gemm.exact_sums``) and the requantization
     (``requantize_rows``) in one compiled call. Each scale and zero point is a vector as ``prepare`` takes it or a
     number (per tensor), of the same form at each call; a zero point may be None (0). A zero, NaN or infinite scale
     raises before out is written. None where the product is not one piece of work for an integer kernel and the
     compiled requantization (K ≤ INT32_CHUNK, below the sizes cut for the cores, or ``pieces`` 1)."""
     (m, k), n = a.shape, b.shape[1]
-    kernel = cpu_integer_gemm.KERNEL if products is None else cpu_integer_gemm.kernel_named(products)
+    kernel = integer_gemm.KERNEL if products is None else integer_gemm.kernel_named(products)
     compiled = numba is not None if compiled is None else compiled
-    if kernel is None or not compiled or k > cpu_integer_gemm.INT32_CHUNK:
+    if kernel is None or not compiled or k > integer_gemm.INT32_CHUNK:
         return None
-    one_core = CORES == 1 or (m * n * k < PARALLEL_MULTIPLY_ADDS and k * n < cpu_integer_gemm.PARALLEL_PACKING)
+    one_core = CORES == 1 or (m * n * k < PARALLEL_MULTIPLY_ADDS and k * n < integer_gemm.PARALLEL_PACKING)
     if not (one_core if pieces is None else pieces == 1):
         return None
-    layouts = cpu_integer_gemm.scratch_layouts(kernel, *a.shape, b.shape[1])
+    layouts = integer_gemm.scratch_layouts(kernel, *a.shape, b.shape[1])
     low, high = output_bounds(out.dtype)
-    path = cpu_integer_gemm.products_path(kernel, a, b)
+    path = integer_gemm.products_path(kernel, a, b)
     calls = KeptCalls()
 
     def product(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point, out):
@@ -277,7 +277,7 @@ def requantize_numpy(product, corrections, a_scale, b_scale, output_scale, zero_
 def requantize_compiled(product, corrections, a_scale, b_scale, output_scale, zero_point, out, pieces=1,
                         calls=call) -> None:
     """The same bits as requantize_numpy, in one compiled pass over the product; its rows cut into ``pieces`` for
-    the cores. ``calls`` calls the compiled loop (``cpu_compiled.call``, or a run's ``KeptCalls``)."""
+    the cores. ``calls`` calls the compiled loop (``compiled.call``, or a run's ``KeptCalls``)."""
     requantize_slice = rows_requantization(True, corrections, a_scale, b_scale, output_scale, zero_point, out, calls)
     run_in_pieces([functools.partial(requantize_slice, product, slice(*rows))
                                   for rows in cut(out.shape[0], pieces, 1)], pieces > 1)
@@ -341,9 +341,9 @@ if numba is not None:
     def product_in_one_call(kernel, path, a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale,
                             output_zero_point, low, high, out, buffers):
         """prepare_one_call's product (``kernel`` and ``path`` literal strings, ``buffers`` the tuple of
-        ``cpu_integer_gemm.scratch_layouts``): False, out unwritten, where a scale is zero, NaN or infinite. (Its
-        cached machine code includes the loops of cpu_integer_gemm and cpu_compiled, but numba renews it only when
-        this file changes: after editing those, delete this module's numba cache, ``__pycache__/cpu_qmatmul.*``.)"""
+        ``integer_gemm.scratch_layouts``): False, out unwritten, where a scale is zero, NaN or infinite. (Its
+        cached machine code includes the loops of integer_gemm and compiled, but numba renews it only when
+        this file changes: after editing those, delete this module's numba cache, ``__pycache__/qmatmul.*``.)"""
         m, n = out.shape
         a_scale, output_scale = as_vector(a_scale, m, np.float32), as_vector(output_scale, m, np.float32)
         b_scale = as_vector(b_scale, n, np.float32)
@@ -351,7 +351,7 @@ if numba is not None:
             for value in scales:
                 if value == 0 or not np.isfinite(value):
                     return False
-        sums = cpu_integer_gemm.exact_sums(kernel, path, a, a_zero_point, b, b_zero_point, buffers)
+        sums = integer_gemm.exact_sums(kernel, path, a, a_zero_point, b, b_zero_point, buffers)
         requantize_rows(sums, np.zeros((m, 2)), np.zeros((2, n)), a_scale, b_scale, output_scale,
                         as_vector(output_zero_point, m, np.float64), low, high, out, 0, m)
         return True

@@ -45,9 +45,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..types import ValidationError
-from .cpu_compiled import call, target_features
-from .cpu_pieces import CORES, PIECES_PER_CORE, cut, run_in_pieces
+from ...types import ValidationError
+from .compiled import call, target_features
+from .pieces import CORES, PIECES_PER_CORE, cut, run_in_pieces
 
 try:
     import numba
@@ -195,7 +195,7 @@ def integer_product(kernel: Kernel, a, a_zero_point, b, b_zero_point, buffers, p
     ``buffers`` are scratch arrays of ``scratch_layouts`` (for min(K, INT32_CHUNK) or more). B is packed on the
     cores, then the rows are cut into ``pieces`` that each pack their rows of A, make their sums and, where given,
     call ``finish(result, rows)`` (a slice) while those sums are in cache. Threads take the pieces in turn (the
-    compiled loops release the GIL); ``calls`` calls the compiled loops (``cpu_compiled.call``, or a run's
+    compiled loops release the GIL); ``calls`` calls the compiled loops (``compiled.call``, or a run's
     ``KeptCalls``)."""
     if a.shape[1] > INT32_CHUNK:
         total = np.zeros((a.shape[0], b.shape[1]))

@@ -2,7 +2,7 @@
 out = scale ⊙ R along one axis, R_k = a_p·R_p + (b_p if exclusive else b_k), p the element walked just before k.
 
 With numba (and, for FLOAT16, the processor's conversion instructions) compiled loops walk the (P, L, Q) views of
-cpu_scan: a line at a time, its running value in a register (Q = 1), or a row of Q lines at a time, their running
+scan: a line at a time, its running value in a register (Q = 1), or a row of Q lines at a time, their running
 values in a small array that stays in L1; without it NumPy walks the axis a step at a
 time over all other dimensions at once. Both accumulate in float32 for FLOAT16 and round once per output.
 """
@@ -13,10 +13,10 @@ import functools
 
 import numpy as np
 
-from ..ops.cumulative import accumulation_dtype
-from .cpu_compiled import call
-from .cpu_pieces import CORES, PIECES_PER_CORE, cut, run_in_pieces
-from .cpu_scan import LOOPS, PARALLEL_ELEMENTS, views_3d
+from ...ops.cumulative import accumulation_dtype
+from .compiled import call
+from .pieces import CORES, PIECES_PER_CORE, cut, run_in_pieces
+from .scan import LOOPS, PARALLEL_ELEMENTS, views_3d
 
 # The scans' compiled loops, which these build on: loaded here, at the first recurrence (None without numba).
 scan_loops = LOOPS.wait()
@@ -67,7 +67,7 @@ def recurrence_numpy(a, b, scale, out, axis, reverse, exclusive, accumulation) -
 
 
 if scan_loops is not None:
-    from .cpu_scan_loops import compiled, load, store
+    from .scan_loops import compiled, load, store
 
     @compiled
     def recurrence_lines_compiled(a, b, scale, out, element, reverse, exclusive):

@@ -6,13 +6,13 @@ import functools
 
 import numpy as np
 
-from ..ops.cumulative import CumulativeOperation
-from ..types import DataType, ValidationError
-from . import cpu_scan
-from .cpu_compiled import viewer
+from ...ops.cumulative import CumulativeOperation
+from ...types import DataType, ValidationError
+from . import scan
+from .compiled import viewer
 
-# cpu_qmatmul and cpu_recurrence are imported by their operators' first calls: they load numba as they are imported,
-# where the scans load it in the background (cpu_compiled.Loader), so that a first scan does not wait for it.
+# qmatmul and recurrence are imported by their operators' first calls: they load numba as they are imported,
+# where the scans load it in the background (compiled.Loader), so that a first scan does not wait for it.
 
 # -- memory and views -------------------------------------------------------------------------------------------
 
@@ -74,12 +74,12 @@ def persist(operator_type, field: str, array: np.ndarray) -> np.ndarray:
 
 def cumulative(operation: CumulativeOperation, x: np.ndarray, out: np.ndarray, axis: int, reverse: bool,
                exclusive: bool) -> None:
-    cpu_scan.cumulative(operation.value, x, out, axis, reverse, exclusive)  # the scans take the operation's word
+    scan.cumulative(operation.value, x, out, axis, reverse, exclusive)  # the scans take the operation's word
 
 
 def prepare_cumulative(operation: CumulativeOperation, x, out, axis: int, reverse: bool, exclusive: bool):
     """Run, and return run(x, out) for arrays of the same layouts (what depends only on them decided once)."""
-    run = cpu_scan.prepare(operation.value, x, out, axis, reverse, exclusive)
+    run = scan.prepare(operation.value, x, out, axis, reverse, exclusive)
     run(x, out)
     return run
 
@@ -87,31 +87,31 @@ def prepare_cumulative(operation: CumulativeOperation, x, out, axis: int, revers
 def linear_recurrence(a: np.ndarray, b: np.ndarray, scale: np.ndarray, out: np.ndarray, axis: int, reverse: bool,
                       exclusive: bool) -> None:
     """The cumulative product's gradient recurrence (dmlops.ops.cumulative_gradient)."""
-    from . import cpu_recurrence
+    from . import recurrence
 
-    cpu_recurrence.linear_recurrence(a, b, scale, out, axis, reverse, exclusive)
+    recurrence.linear_recurrence(a, b, scale, out, axis, reverse, exclusive)
 
 
 def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point,
                             out) -> None:
     """a {B, C, M, K}, b {B, C, K, N}, out {B, C, M, N}; scales and zero points are vectors of M or N."""
-    from . import cpu_qmatmul
+    from . import qmatmul
 
     arrays = (a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point, out)
-    cpu_qmatmul.check_scales(a_scale, b_scale, output_scale)
-    cpu_qmatmul.prepare(*arrays)(*arrays)
+    qmatmul.check_scales(a_scale, b_scale, output_scale)
+    qmatmul.prepare(*arrays)(*arrays)
 
 
 def prepare_quantized_linear_matmul(views: dict, kernel_tensors):
     """Run on views (by field, in binding order), and return run(views) for views of the same layouts; the kernel
     takes ``kernel_tensors(views)``, which are made the way found for these views. A product of one matrix that
-    takes one compiled call (``cpu_qmatmul.prepare_one_call``) is handed the bound arrays themselves (or views that
+    takes one compiled call (``qmatmul.prepare_one_call``) is handed the bound arrays themselves (or views that
     drop their dimensions of 1), each per-tensor scale and zero point as a number: no view is made for it."""
-    from . import cpu_qmatmul
+    from . import qmatmul
 
     tensors = kernel_tensors(views)
     out = tensors["output_tensor"]
-    product = cpu_qmatmul.prepare_one_call(*(tensor if tensor is None or tensor.ndim == 1 else tensor[0, 0]
+    product = qmatmul.prepare_one_call(*(tensor if tensor is None or tensor.ndim == 1 else tensor[0, 0]
                                              for tensor in tensors.values())) if out.shape[:2] == (1, 1) else None
     if product is not None:
         readers = [(field, argument_reader(views.get(field), tensor)) for field, tensor in tensors.items()]
@@ -121,11 +121,11 @@ def prepare_quantized_linear_matmul(views: dict, kernel_tensors):
     else:
         kernel_views = [(field, None if tensor is None else KernelView(tensor.shape, element_strides(tensor)))
                         for field, tensor in tensors.items()]
-        run_kernel = cpu_qmatmul.prepare(*tensors.values())
+        run_kernel = qmatmul.prepare(*tensors.values())
 
         def run(views):
             arrays = [None if view is None else view(views[field]) for field, view in kernel_views]
-            cpu_qmatmul.check_scales(arrays[1], arrays[4], arrays[6])  # a_scale, b_scale, output_scale
+            qmatmul.check_scales(arrays[1], arrays[4], arrays[6])  # a_scale, b_scale, output_scale
             run_kernel(*arrays)
 
     run(views)
