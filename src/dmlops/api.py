@@ -127,6 +127,7 @@ _tensor_type = None  # torch.Tensor, once torch is imported
 
 def _layout(value):
     """What a plan depends on in one argument; _UNPLANNED where no plan can hold it."""
+    global _tensor_type
     kind = type(value)
     if kind is _tensor_type or getattr(kind, "planned_as_tensor", False):
         return kind, value.dtype, value.shape, value.stride(), value.device, value.data_ptr() % 16
@@ -134,14 +135,14 @@ def _layout(value):
         return kind, value.dtype, value.shape, value.strides, value.flags.writeable
     if value is None or kind is float or kind is int:
         return kind, value  # by value: validated once
+    if _tensor_type is None and "torch" in sys.modules:  # torch imported since the last look: its tensors plan
+        _tensor_type = sys.modules["torch"].Tensor
+        return _layout(value)
     return _UNPLANNED
 
 
 def _plan_key(operation, options, arguments):
     """The key of a call's plan, or None where it can have none."""
-    global _tensor_type
-    if _tensor_type is None and "torch" in sys.modules:
-        _tensor_type = sys.modules["torch"].Tensor
     layouts = tuple(map(_layout, arguments))
     if _UNPLANNED in layouts:
         return None
@@ -219,8 +220,10 @@ def _cumulative(desc_type, x, axis, reverse, exclusive, out, backend):
     if type(axis) is not int or type(reverse) is not bool or type(exclusive) is not bool or \
             not (backend is None or type(backend) is str):
         key = None  # plans are found by equality, which other kinds of options may not define plainly
-    else:
-        key = _plan_key(desc_type, (axis, reverse, exclusive, backend), (x, out))
+    else:  # _plan_key's, flat: this is the path of every repeated scan
+        key = (desc_type, axis, reverse, exclusive, backend, _layout(x), _layout(out))
+        if key[-2] is _UNPLANNED or key[-1] is _UNPLANNED:
+            key = None
     plan = _PLANS.get(key) if key is not None else None
     if plan is not None:
         return plan((x, out))
