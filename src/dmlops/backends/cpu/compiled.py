@@ -49,6 +49,7 @@ class Loader:
         """run = prepare(*args), a run for arrays laid out as args are; where the module was not loaded yet when it
         was prepared, a run that prepares it again (prepare(*its arguments)) at its first call that finds the
         module loaded, and runs that from then on."""
+        self.get()  # (loads it now with "wait": the run is then prepared for it)
         loading = not self.done.is_set()
         run = prepare(*args)
         if not loading or (self.done.is_set() and self.module is None):  # (no module to switch to)
