@@ -26,9 +26,11 @@ session.run (ONNX Runtime has no QLinearMatMul of int8 A and uint8 B: its row ta
 median of rounds of CALLS calls each); and the first calls in a fresh process, in ms (the median of FIRST_CALL_RUNS
 processes): the first scan runs NumPy's engine while it starts loading the compiled scans in the background (numba's
 import, then its cache), which the script then waits for; with DMLOPS_NUMBA=wait the first scan loads them itself.
-The compiled engine's rows are timed once its loops are loaded.
+The compiled engine's rows are timed once its loops are loaded. A first quantized matmul in a fresh process
+(FIRST_MATMUL) runs the NumPy path while it starts loading the matmul's compiled code (qmatmul_loops), as do the
+calls after it until that is loaded; the array API's kept run then switches to the compiled code.
 
-    python benchmarks/cpu.py --rows matmul     # only the quantized matmul (or: scans, small)
+    python benchmarks/cpu.py --rows matmul     # only the quantized matmul (or: scans, small, first)
 """
 
 from __future__ import annotations
@@ -235,6 +237,41 @@ print(*(1e3 * (b - a) for a, b in [(start, imported), (imported, scanned), (scan
                                    (scanned_again, loaded), (loaded, done)]), int(numba_imported))
 """
 
+# Run in a fresh process: milliseconds to import dmlops, to its first quantized matmul (the small call's, int8 A),
+# to a second one, to the compiled code's loading after that (waited for), to a third one (its kept run prepared
+# again for the compiled code) and a fourth; and whether numba was imported when the first returned (1 or 0).
+FIRST_MATMUL = """
+import sys
+import time
+start = time.perf_counter()
+import numpy as np
+import dmlops
+imported = time.perf_counter()
+a, b = np.ones((16, 256), np.int8), np.ones((256, 64), np.uint8)
+arguments = (a, np.float32(0.02), np.int8(-3), b, np.float32(0.01), np.uint8(128), np.float32(3.0), np.int8(1))
+dmlops.quantized_linear_matmul(*arguments)
+first = time.perf_counter()
+numba_imported = "numba" in sys.modules
+dmlops.quantized_linear_matmul(*arguments)
+second = time.perf_counter()
+from dmlops.backends.cpu import qmatmul as cpu_qmatmul
+cpu_qmatmul.LOOPS.wait()
+loaded = time.perf_counter()
+dmlops.quantized_linear_matmul(*arguments)
+third = time.perf_counter()
+dmlops.quantized_linear_matmul(*arguments)
+fourth = time.perf_counter()
+print(*(1e3 * (b - a) for a, b in [(start, imported), (imported, first), (first, second), (second, loaded),
+                                   (loaded, third), (third, fourth)]), int(numba_imported))
+"""
+
+
+def fresh_processes(script: str, mode: str):
+    """The medians of what script prints (numbers), run in FIRST_CALL_RUNS fresh processes with DMLOPS_NUMBA=mode."""
+    return np.median([[float(value) for value in subprocess.run(
+        [sys.executable, "-c", script], env={**os.environ, "DMLOPS_NUMBA": mode}, capture_output=True, text=True,
+        check=True).stdout.split()] for _ in range(FIRST_CALL_RUNS)], axis=0)
+
 
 def per_call(run):
     """run, CALLS times: a round of a small call."""
@@ -284,17 +321,25 @@ def small_rows(repeats: int):
           f"{micros['matmul dmlops uint8 A']:.2f} | | {micros['matmul dmlops int8 A']:.2f} | "
           f"{micros['matmul ONNX Runtime']:.2f} | "
           f"{micros['matmul dmlops uint8 A'] / micros['matmul ONNX Runtime']:.2f} |")
+
+
+def first_calls():
     print(f"\nFirst calls in a fresh process (ms, median of {FIRST_CALL_RUNS} processes):\n")
     print("| DMLOPS_NUMBA | import dmlops | first cumulative_sum | numba imported after it | second (1000 elements) | "
           "compiled scans loaded after that | first quantized_linear_matmul |")
     print("|---|---|---|---|---|---|---|")
     for mode in ("background", "wait"):
-        first = [[float(value) for value in subprocess.run(
-            [sys.executable, "-c", FIRST_CALL], env={**os.environ, "DMLOPS_NUMBA": mode}, capture_output=True,
-            text=True, check=True).stdout.split()] for _ in range(FIRST_CALL_RUNS)]
-        *times, imported = np.median(first, axis=0)
+        *times, imported = fresh_processes(FIRST_CALL, mode)
         print(f"| {mode} | " + " | ".join(f"{ms:.1f}" for ms in times[:2]) +
               f" | {'yes' if imported else 'no'} | " + " | ".join(f"{ms:.1f}" for ms in times[2:]) + " |")
+    print(f"\nA first quantized matmul in a fresh process (ms, median of {FIRST_CALL_RUNS} processes):\n")
+    print("| DMLOPS_NUMBA | import dmlops | first quantized_linear_matmul | numba imported after it | second | "
+          "compiled code loaded after that | third (prepared again) | fourth |")
+    print("|---|---|---|---|---|---|---|---|")
+    for mode in ("background", "wait", "off"):
+        *times, imported = fresh_processes(FIRST_MATMUL, mode)
+        print(f"| {mode} | " + " | ".join(f"{ms:.1f}" for ms in times[:2]) +
+              f" | {'yes' if imported else 'no'} | " + " | ".join(f"{ms:.2f}" for ms in times[2:]) + " |")
 
 
 def processor() -> str:
@@ -313,11 +358,12 @@ def processor() -> str:
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--rows", choices=["all", "scans", "matmul", "small"], default="all")
+    parser.add_argument("--rows", choices=["all", "scans", "matmul", "small", "first"], default="all")
     arguments = parser.parse_args()
     repeats = arguments.repeats
     kernel = cpu_integer_gemm.KERNEL
-    loops = cpu_scan.LOOPS.wait()  # the compiled scans loaded before any timing
+    loops = cpu_scan.LOOPS.wait()  # the compiled scans and the matmul's compiled code loaded before any timing
+    cpu_qmatmul.LOOPS.wait()
     print(f"{processor()}; {os.cpu_count()} cores")
     print(f"numpy {np.__version__}, onnxruntime {onnxruntime.__version__}, onnx {onnx.__version__}, "
           f"numba {loops.numba.__version__ if loops else 'absent'}; quantized matmul kernel: "
@@ -327,6 +373,8 @@ def main():
         print("\n| small call, repeated | dmlops µs | NumPy µs | dmlops, int8 A | ONNX Runtime µs | dmlops / ORT |")
         print("|---|---|---|---|---|---|")
         small_rows(repeats)
+    if arguments.rows in ("all", "small", "first"):
+        first_calls()
     if arguments.rows in ("all", "scans"):
         copy = copy_bandwidth(repeats)
         print(f"\nFloor: copy bandwidth {copy:.2f} GB/s (bytes read + written)\n")

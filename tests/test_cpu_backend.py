@@ -38,6 +38,8 @@ from checks import assert_cumulative_matches, rejects
 # The scans' compiled loops, loaded now (None without numba, or with DMLOPS_NUMBA=off), so that calls that leave the
 # engine to dmlops take them, as they do once loaded.
 SCAN_LOOPS = cpu_scan.LOOPS.wait()
+# The quantized matmul's compiled code, likewise (qmatmul_loops).
+QMM_LOOPS = cpu_qmatmul.LOOPS.wait()
 ENGINES = [pytest.param(False, id="numpy"),
            pytest.param(True, id="compiled", marks=pytest.mark.skipif(SCAN_LOOPS is None, reason="no numba"))]
 SCAN_TYPES = [np.float32, np.float16, np.int32, np.uint32, np.int64, np.uint64]
@@ -612,7 +614,7 @@ def quantized_case(rng, a_type, b_type, out_type, k, zero_points, per_element, b
 
 
 ZERO_POINTS = list(itertools.product([False, True], repeat=3))  # A, B, output
-REQUANTIZATIONS = [False] + ([True] if cpu_qmatmul.numba else [])  # compiled or not
+REQUANTIZATIONS = [False] + ([True] if QMM_LOOPS else [])  # compiled or not
 PRODUCT_ENGINES = ["float32"] + [kernel.name for kernel in cpu_integer_gemm.RUNNABLE]
 
 
@@ -748,7 +750,7 @@ def test_prepared_products_run_on_new_arrays_of_the_layout(compiled, products, m
 
 # -- products in one compiled call (prepare_one_call) --
 
-ONE_CALL = pytest.mark.skipif(cpu_qmatmul.numba is None or not cpu_integer_gemm.RUNNABLE, reason="no integer kernel")
+ONE_CALL = pytest.mark.skipif(QMM_LOOPS is None or not cpu_integer_gemm.RUNNABLE, reason="no integer kernel")
 TYPE_TRIPLES = list(itertools.product(QMM_TYPES, repeat=3))  # A, B, output
 # How each of a_scale, zero_a, b_scale, zero_b, output_scale, zero_out is given: a number (per tensor, as the array
 # API's prepared run hands it), a vector (per row / column) or None (a zero point of 0).
@@ -930,7 +932,7 @@ def requantizations(draw):
     return product, corrections, a_scale, b_scale, output_scale, zero_point, out_type, pad
 
 
-@pytest.mark.skipif(cpu_qmatmul.numba is None, reason="no numba")
+@pytest.mark.skipif(QMM_LOOPS is None, reason="no numba")
 @settings(max_examples=150, deadline=None)
 @given(requantizations())
 def test_compiled_requantization_gives_the_operators_bits(case):

@@ -1,13 +1,17 @@
-"""The CPU scans' two engines give the same bits, and a first call in a process does not wait for numba.
+"""The CPU scans' two engines give the same bits, as do the quantized matmul's two paths, and a first call in a
+process does not wait for numba.
 
 NumPy's engine walks contiguous lines of VECTOR_LINE or more a vector at a time as the compiled loop does, so that
 a result never depends on whether numba is installed or loaded yet: every data type, axis, direction and exclusive
-setting, lines around the vector's width and VECTOR_LINE, strided and in place, compared bit for bit. The compiled
-loops load in a background thread started by the first call (DMLOPS_NUMBA), checked in fresh processes.
+setting, lines around the vector's width and VECTOR_LINE, strided and in place, compared bit for bit. The quantized
+matmul's NumPy path (exact sums from float32 BLAS, NumPy's requantization) and its compiled one (integer kernels,
+the compiled requantization) likewise, every type combination and parameter form. The compiled code loads in a
+background thread started by the first call (DMLOPS_NUMBA), checked in fresh processes.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -18,12 +22,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dmlops.backends.cpu import scan as cpu_scan
+from dmlops.backends.cpu import qmatmul as cpu_qmatmul, scan as cpu_scan
 
 from checks import assert_cumulative_matches
+from strategies import random_scales
 
 SCAN_LOOPS = cpu_scan.LOOPS.wait()  # loaded now: None without numba
 COMPILED = pytest.mark.skipif(SCAN_LOOPS is None, reason="no numba")
+QMM_LOOPS = cpu_qmatmul.LOOPS.wait()
+QMM_COMPILED = pytest.mark.skipif(QMM_LOOPS is None, reason="no numba")
 
 # Every type the scans take (FLOAT64 at feature levels before 5_0).
 TYPES = [np.float32, np.float16, np.float64, np.int32, np.uint32, np.int64, np.uint64]
@@ -105,6 +112,52 @@ def test_engines_give_the_same_bits(case):
                                   case["exclusive"])
 
 
+# -- the quantized matmul's two paths -------------------------------------------------------------------------
+
+QMM_TYPES = [np.int8, np.uint8]
+
+
+@QMM_COMPILED
+@pytest.mark.parametrize("types", list(itertools.product(QMM_TYPES, repeat=3)), ids=str)  # A, B, output
+@pytest.mark.parametrize("per_tensor", [True, False], ids=["per-tensor", "per-row-column"])
+@settings(max_examples=8, deadline=None)
+@given(m=st.integers(1, 24), k=st.integers(1, 1200), n=st.integers(1, 80),
+       zero_points=st.tuples(st.booleans(), st.booleans(), st.booleans()), seed=st.integers(0, 2**32 - 1))
+def test_quantized_matmul_paths_give_the_same_bits(types, per_tensor, m, k, n, zero_points, seed):
+    """The NumPy path, which runs until the compiled code is loaded, and the compiled one (an integer kernel and
+    the compiled requantization; one compiled call for a small product, given per-tensor parameters as numbers)
+    write the same bits; the scales and zero points per tensor (vectors of stride 0) or per row and column."""
+    rng = np.random.default_rng(seed)
+    a_type, b_type, out_type = types
+
+    def values(dtype, shape):
+        info = np.iinfo(dtype)
+        return rng.integers(info.min, info.max, shape, dtype=dtype, endpoint=True)
+
+    def parameter(make, length):  # a vector of ``length`` elements, or one element repeated through stride 0
+        return np.broadcast_to(make(1), (length,)) if per_tensor else make(length)
+
+    scales = random_scales(rng, k, 1, 1, 1) if per_tensor else random_scales(rng, k, m, n, m)
+    a_scale, b_scale, output_scale = (np.broadcast_to(scale, (length,)) for scale, length in zip(scales, (m, n, m)))
+    zero_a, zero_b, zero_out = (parameter(lambda size, t=t: values(t, size), length) if present else None
+                                for present, length, t in zip(zero_points, (m, n, m), types))
+    a = values(a_type, (2, 1, m, k))
+    b = np.broadcast_to(values(b_type, (1, 1, k, n)), (2, 1, k, n))
+    arguments = (a, a_scale, zero_a, b, b_scale, zero_b, output_scale, zero_out)
+    numpy_out, compiled_out = np.full((2, 2, 1, m, n), 0x5A, out_type)
+    cpu_qmatmul.quantized_linear_matmul(*arguments, numpy_out, compiled=False, products="float32")
+    cpu_qmatmul.quantized_linear_matmul(*arguments, compiled_out)
+    np.testing.assert_array_equal(compiled_out, numpy_out)
+    if per_tensor:  # as the array API's prepared run hands them to a product in one compiled call
+        numbers = [None if x is None else x[0].item() for x in arguments[1:3]] + [b[0, 0]] + \
+            [None if x is None else x[0].item() for x in arguments[4:]]
+        one_call_out = np.full((m, n), 0x5A, out_type)
+        product = cpu_qmatmul.prepare_one_call(a[0, 0], *numbers, one_call_out)
+        if product is not None:
+            product(a[0, 0], *numbers, one_call_out)
+            np.testing.assert_array_equal(one_call_out, numpy_out[0, 0])
+
+
 # -- fresh processes ---------------------------------------------------------------------------------------------
 
 FIRST_CALL = """
@@ -117,9 +170,12 @@ print('numba' in sys.modules, bool(np.array_equal(y, np.cumsum(x))))
 """
 
 
-def run_python(code: str, **environment) -> str:
-    return subprocess.run([sys.executable, "-c", code], env={**os.environ, **environment}, capture_output=True,
-                          text=True, check=True).stdout
+def run_python(code: str, *arguments: str, **environment) -> str:
+    return subprocess.run([sys.executable, "-c", code, *arguments], env={**os.environ, **environment},
+                          capture_output=True, text=True, check=True).stdout
+
+
+TESTS = os.path.dirname(os.path.abspath(__file__))  # where a fresh process finds reference.py
 
 
 def test_first_call_does_not_import_numba():
@@ -147,6 +203,57 @@ def test_calls_switch_to_the_compiled_loops_once_loaded():
     """The first call runs NumPy's engine while the loops load in the background; a call of the same layout after
     they are loaded runs them (its kept run prepared again), with the same bits; the process then exits."""
     assert json.loads(run_python(SWITCH)) == [True, True, True]
+
+
+QMM_FIRST_CALLS = """
+import json
+import sys
+import threading
+import numpy as np
+import dmlops
+from dmlops.backends.cpu import compiled as cpu_compiled, qmatmul as cpu_qmatmul
+if sys.argv[2] == "held":  # the loading thread waits until the first call has returned
+    release, load = threading.Event(), cpu_qmatmul.LOOPS.load
+    cpu_qmatmul.LOOPS.load = lambda: (release.wait(), load())
+rng = np.random.default_rng(4)
+a = rng.integers(-128, 128, (16, 96), dtype=np.int8)
+b = rng.integers(0, 256, (96, 64), dtype=np.uint8)
+a_scale, zero_a = rng.uniform(0.01, 0.05, 16).astype(np.float32), rng.integers(-128, 128, 16, dtype=np.int8)
+b_scale, zero_b = rng.uniform(0.01, 0.05, 64).astype(np.float32), rng.integers(0, 256, 64, dtype=np.uint8)
+output_scale, zero_out = np.float32(1.5), np.uint8(120)
+arguments = (a, a_scale, zero_a, b, b_scale, zero_b, output_scale, zero_out)
+first = dmlops.quantized_linear_matmul(*arguments)
+loading, numba_imported = not cpu_qmatmul.LOOPS.done.is_set(), "numba" in sys.modules
+if sys.argv[2] == "held":
+    release.set()
+loops = cpu_qmatmul.LOOPS.wait()
+again = dmlops.quantized_linear_matmul(*arguments)  # the array API's kept run for these layouts, prepared again
+sys.path.insert(0, sys.argv[1])
+import reference
+expected = reference.quantized_matmul(a, a_scale[:, None], zero_a[:, None], b, b_scale, zero_b, output_scale, zero_out,
+                                      np.uint8)
+kernels = [key[0].__name__ for key in cpu_compiled.ENTRY_POINTS]
+print(json.dumps([numba_imported, loading, first.tobytes() == expected.tobytes(), again.tobytes() == expected.tobytes(),
+                  loops is not None and bool(loops.integer_gemm.RUNNABLE), "product_in_one_call" in kernels]))
+"""
+
+
+def test_first_quantized_matmul_does_not_import_numba():
+    """A first quantized matmul in a fresh process, the loading of the compiled code turned off, returns the
+    operator's bits from the NumPy path without importing numba."""
+    result = json.loads(run_python(QMM_FIRST_CALLS, TESTS, "off", DMLOPS_NUMBA="off"))
+    assert result == [False, False, True, True, False, False]
+
+
+@QMM_COMPILED
+def test_first_quantized_matmul_runs_while_the_compiled_code_loads():
+    """A first quantized matmul in a fresh process returns the operator's bits while the compiled code is still
+    loading in the background (its loading thread held until the call returns); once it is loaded, the array API's
+    kept run of the same layouts is prepared again and runs the product in one compiled call, with the same bits."""
+    numba_imported, loading, first, again, kernel, one_call = json.loads(
+        run_python(QMM_FIRST_CALLS, TESTS, "held", DMLOPS_NUMBA="background"))
+    assert (numba_imported, loading, first, again) == (False, True, True, True)
+    assert one_call == kernel  # (no integer kernel on this processor: the float32 products)
 
 
 HIDDEN = """

@@ -8,11 +8,12 @@ import numpy as np
 
 from ...ops.cumulative import CumulativeOperation
 from ...types import DataType, ValidationError
-from . import scan
+from . import qmatmul, scan
 from .compiled import viewer
 
-# qmatmul and recurrence are imported by their operators' first calls: they load numba as they are imported,
-# where the scans load it in the background (compiled.Loader), so that a first scan does not wait for it.
+# recurrence is imported by its operator's first call: it loads numba as it is imported, where the scans and the
+# quantized matmul load their compiled code in the background (compiled.Loader), so that a first call does not wait
+# for it.
 
 # -- memory and views -------------------------------------------------------------------------------------------
 
@@ -95,8 +96,6 @@ def linear_recurrence(a: np.ndarray, b: np.ndarray, scale: np.ndarray, out: np.n
 def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point,
                             out) -> None:
     """a {B, C, M, K}, b {B, C, K, N}, out {B, C, M, N}; scales and zero points are vectors of M or N."""
-    from . import qmatmul
-
     arrays = (a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point, out)
     qmatmul.check_scales(a_scale, b_scale, output_scale)
     qmatmul.prepare(*arrays)(*arrays)
@@ -106,9 +105,15 @@ def prepare_quantized_linear_matmul(views: dict, kernel_tensors):
     """Run on views (by field, in binding order), and return run(views) for views of the same layouts; the kernel
     takes ``kernel_tensors(views)``, which are made the way found for these views. A product of one matrix that
     takes one compiled call (``qmatmul.prepare_one_call``) is handed the bound arrays themselves (or views that
-    drop their dimensions of 1), each per-tensor scale and zero point as a number: no view is made for it."""
-    from . import qmatmul
+    drop their dimensions of 1), each per-tensor scale and zero point as a number: no view is made for it. A run
+    prepared while the compiled code was loading (NumPy's path) is prepared again once it is loaded."""
+    run = qmatmul.LOOPS.prepared(lambda views: quantized_linear_matmul_run(views, kernel_tensors), views)
+    run(views)
+    return run
 
+
+def quantized_linear_matmul_run(views: dict, kernel_tensors):
+    """prepare_quantized_linear_matmul's run(views), not run."""
     tensors = kernel_tensors(views)
     out = tensors["output_tensor"]
     product = qmatmul.prepare_one_call(*(tensor if tensor is None or tensor.ndim == 1 else tensor[0, 0]
@@ -127,8 +132,6 @@ def prepare_quantized_linear_matmul(views: dict, kernel_tensors):
             arrays = [None if view is None else view(views[field]) for field, view in kernel_views]
             qmatmul.check_scales(arrays[1], arrays[4], arrays[6])  # a_scale, b_scale, output_scale
             run_kernel(*arrays)
-
-    run(views)
     return run
 
 

@@ -45,6 +45,24 @@ class Loader:
             self.done.wait()
         return self.module
 
+    def prepared(self, prepare, *args):
+        """run = prepare(*args), a run for arrays laid out as args are; where the module was not loaded yet when it
+        was prepared, a run that prepares it again (prepare(*its arguments)) at its first call that finds the
+        module loaded, and runs that from then on."""
+        self.get()  # (loads it now with "wait": the run is then prepared for it)
+        loading = not self.done.is_set()
+        run = prepare(*args)
+        if not loading or (self.done.is_set() and self.module is None):  # (no module to switch to)
+            return run
+        kept_run = run
+
+        def run_until_loaded(*args):
+            nonlocal kept_run
+            if kept_run is run and self.module is not None:
+                kept_run = prepare(*args)
+            kept_run(*args)
+        return run_until_loaded
+
     def start(self) -> None:
         with self.lock:
             if self.started:

@@ -23,6 +23,11 @@ A product that is one piece of work (small enough for one core) runs each matrix
 checks, the integer kernel's packing, products and corrections, and the requantization (``prepare_one_call``), with
 per-tensor scales and zero points taken as numbers. A repeated 16 × 256 × 64 product through the array API cost 34 µs
 as a dozen NumPy calls and compiled loops each entered from Python, 11–12 µs so (benchmarks/RESULTS.md).
+
+The compiled code (qmatmul_loops: the integer GEMM, the compiled requantization, the product in one call) is loaded
+by the first call that could run it, in a background thread (``LOOPS``, DMLOPS_NUMBA): numba's import and its first
+load of compiled code take about half a second, and calls run the NumPy path, which gives the same bits, until it is
+loaded. This module imports no numba.
 """
 
 from __future__ import annotations
@@ -35,16 +40,9 @@ import threading
 import numpy as np
 
 from ...ops.quantized_matmul import OUTPUT_RANGE, SCALE_FIELDS, check_scale, requantize
-from ...types import DataType
-from . import integer_gemm
-from .compiled import KeptCalls, call
-from .integer_gemm import as_vector
+from ...types import DataType, ValidationError
+from .compiled import KeptCalls, Loader, call, entry_point
 from .pieces import CORES, PIECES_PER_CORE, cut, run_in_pieces
-
-try:
-    import numba
-except ImportError:  # NumPy alone is enough; numba only makes it faster
-    numba = None
 
 # Integers of magnitude up to this are exact in float32.
 FLOAT32_EXACT = 1 << 24
@@ -65,9 +63,10 @@ def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, 
                             pieces: int | None = None) -> None:
     """a {B, C, M, K}, b {B, C, K, N}, out {B, C, M, N}; scales and zero points are vectors of M or N, or None.
 
-    ``compiled`` picks the requantization (None: the compiled one where numba is installed); ``products``, how the
-    exact sums are made: the name of an integer GEMM kernel that can run here (``integer_gemm``: "avx512-vnni",
-    "avx-vnni", "avx512bw", "avx2") or "float32" (BLAS); None: ``integer_gemm.KERNEL``, the fastest one;
+    ``compiled`` picks the requantization (None: the compiled one where the compiled code is loaded, ``LOOPS``;
+    True waits for it); ``products``, how the exact sums are made: the name of an integer GEMM kernel that can run
+    here (``integer_gemm``: "avx512-vnni", "avx-vnni", "avx512bw", "avx2"; it waits for the compiled code) or
+    "float32" (BLAS); None: ``integer_gemm.KERNEL``, the fastest one, where the compiled code is loaded;
     ``pieces``, into how many pieces of rows the integer GEMM and the compiled requantization are cut for the cores
     (None: by their size).
     """
@@ -91,10 +90,11 @@ def prepare(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, ou
             return pieces
         return PIECES_PER_CORE * CORES if CORES > 1 and work >= parallel_work else 1
 
-    compiled = numba is not None if compiled is None else compiled
+    loops = compiled_code(compiled, products)
+    compiled = loops is not None if compiled is None else compiled
     zero = np.zeros(m, out.dtype)  # the output zero point where there is none
     batches = list(np.ndindex(*out.shape[:2]))
-    kernel = integer_gemm.KERNEL if products is None else integer_gemm.kernel_named(products)
+    kernel = products_kernel(loops, products)
     one_call = prepare_one_call(*(x if x is None or x.ndim == 1 else x[0, 0] for x in arrays), compiled=compiled,
                                 products=products, pieces=pieces)
     if one_call is not None:
@@ -104,6 +104,7 @@ def prepare(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, ou
                          output_zero_point, out[index])
         return run_one_call
     if kernel is not None:
+        integer_gemm = loops.integer_gemm
         calls = KeptCalls()
         # the packed operands and the int32 sums, written afresh for each matrix of the batch; each piece of rows is
         # requantized as soon as its sums are made, while they are in cache
@@ -145,12 +146,14 @@ def prepare_one_call(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_
     (``requantize_rows``) in one compiled call. Each scale and zero point is a vector as ``prepare`` takes it or a
     number (per tensor), of the same form at each call; a zero point may be None (0). A zero, NaN or infinite scale
     raises before out is written. None where the product is not one piece of work for an integer kernel and the
-    compiled requantization (K ≤ INT32_CHUNK, below the sizes cut for the cores, or ``pieces`` 1)."""
+    compiled requantization (K ≤ INT32_CHUNK, below the sizes cut for the cores, or ``pieces`` 1), or where the
+    compiled code is not loaded."""
     (m, k), n = a.shape, b.shape[1]
-    kernel = integer_gemm.KERNEL if products is None else integer_gemm.kernel_named(products)
-    compiled = numba is not None if compiled is None else compiled
-    if kernel is None or not compiled or k > integer_gemm.INT32_CHUNK:
+    loops = compiled_code(compiled, products)
+    kernel = products_kernel(loops, products)
+    if kernel is None or compiled is False or k > loops.integer_gemm.INT32_CHUNK:
         return None
+    integer_gemm, product_in_one_call = loops.integer_gemm, loops.product_in_one_call
     one_core = CORES == 1 or (m * n * k < PARALLEL_MULTIPLY_ADDS and k * n < integer_gemm.PARALLEL_PACKING)
     if not (one_core if pieces is None else pieces == 1):
         return None
@@ -164,6 +167,39 @@ def prepare_one_call(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_
                      output_scale, output_zero_point, low, high, out, scratch(layouts)):
             check_scales(a_scale, b_scale, output_scale)
     return product
+
+
+def compiled_code(compiled: bool | None, products: str | None):
+    """The compiled code's module (qmatmul_loops) where a call may run it: loaded now where ``compiled`` or
+    ``products`` (an integer kernel) asks for it, else where it is loaded (its loading started if it is not);
+    None: the NumPy path."""
+    if not compiled and products in (None, "float32"):
+        return LOOPS.get()
+    loops = LOOPS.wait()
+    if loops is None:
+        raise ValidationError("CPU quantized matmul: compiled code asked for (compiled requantization or an integer "
+                              "kernel), but numba is not installed or DMLOPS_NUMBA is off")
+    return loops
+
+
+def products_kernel(loops, products: str | None):
+    """The integer GEMM kernel that makes the exact sums (``products`` as ``prepare`` takes it), or None: float32
+    BLAS, as without the compiled code."""
+    if loops is None or products == "float32":
+        return None
+    return loops.integer_gemm.KERNEL if products is None else loops.integer_gemm.kernel_named(products)
+
+
+def warm_up(loops) -> None:
+    """Load the requantization of int32 sums into INT8, so that numba's compiler is initialised before a call needs
+    it."""
+    vector = np.ones(1, np.float32)
+    entry_point(loops.requantize_rows, np.zeros((1, 1), np.int32), np.zeros((1, 2)), np.zeros((2, 1)), vector, vector,
+                vector, np.zeros(1), 0.0, 0.0, np.zeros((1, 1), np.int8), 0, 1)
+
+
+# The compiled code, loaded by the first call that could run it (DMLOPS_NUMBA: in the background by default).
+LOOPS = Loader(f"{__package__}.qmatmul_loops", warm_up)
 
 
 def check_scales(a_scale, b_scale, output_scale) -> None:
@@ -291,6 +327,7 @@ def rows_requantization(compiled, corrections, a_scale, b_scale, output_scale, z
             requantize_numpy(product[rows], [(row_term[rows], column_term) for row_term, column_term in corrections],
                              a_scale[rows], b_scale, output_scale[rows], zero_point[rows], out[rows])
         return requantize_slice
+    requantize_rows = LOOPS.wait().requantize_rows
     low, high = output_bounds(out.dtype)
     row_terms, column_terms = np.zeros((out.shape[0], 2)), np.zeros((2, out.shape[1]))
     for i, (row_term, column_term) in enumerate(corrections):
@@ -310,48 +347,3 @@ def output_bounds(dtype: np.dtype) -> tuple[float, float]:
     """The range of an output type, as floats (kept by dtype: finding it took 2 µs, a tenth of a small product)."""
     low, high = OUTPUT_RANGE[DataType.from_numpy(dtype)]
     return float(low), float(high)
-
-
-if numba is not None:
-    @numba.njit(nogil=True, cache=True)
-    def requantize_rows(product, row_terms, column_terms, a_scale, b_scale, output_scale, zero_point, low, high,
-                        out, first, last):
-        """out[first:last] = requantize() of product + row_terms @ column_terms ({M, 2} @ {2, N}) there, element by
-        element, in its order of operations: the multiplier (sa·sb)/so in float64, recomputed only where the row's
-        scales change; rint rounds half to even."""
-        columns = out.shape[1]
-        multiplier = np.empty(columns)
-        sums = np.empty(columns)
-        for m in range(first, last):
-            if m == first or a_scale[m] != a_scale[m - 1] or output_scale[m] != output_scale[m - 1]:
-                sa, so = np.float64(a_scale[m]), np.float64(output_scale[m])
-                for j in range(columns):
-                    multiplier[j] = (sa * np.float64(b_scale[j])) / so
-            row_sum, row_shift = row_terms[m, 0], row_terms[m, 1]
-            source = product[m]
-            for j in range(columns):
-                sums[j] = np.float64(source[j]) + (row_sum * column_terms[0, j] + row_shift * column_terms[1, j])
-            target, zero = out[m], zero_point[m]
-            for j in range(columns):
-                value = np.rint(sums[j] * multiplier[j]) + zero
-                value = value if value > low else low  # comparisons, not min/max, so that the loop is vectorised
-                target[j] = value if value < high else high
-
-    @numba.njit(nogil=True, cache=True)
-    def product_in_one_call(kernel, path, a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale,
-                            output_zero_point, low, high, out, buffers):
-        """prepare_one_call's product (``kernel`` and ``path`` literal strings, ``buffers`` the tuple of
-        ``integer_gemm.scratch_layouts``): False, out unwritten, where a scale is zero, NaN or infinite. (Its
-        cached machine code includes the loops of integer_gemm and compiled, but numba renews it only when
-        this file changes: after editing those, delete this module's numba cache, ``__pycache__/qmatmul.*``.)"""
-        m, n = out.shape
-        a_scale, output_scale = as_vector(a_scale, m, np.float32), as_vector(output_scale, m, np.float32)
-        b_scale = as_vector(b_scale, n, np.float32)
-        for scales in (a_scale, b_scale, output_scale):
-            for value in scales:
-                if value == 0 or not np.isfinite(value):
-                    return False
-        sums = integer_gemm.exact_sums(kernel, path, a, a_zero_point, b, b_zero_point, buffers)
-        requantize_rows(sums, np.zeros((m, 2)), np.zeros((2, n)), a_scale, b_scale, output_scale,
-                        as_vector(output_zero_point, m, np.float64), low, high, out, 0, m)
-        return True

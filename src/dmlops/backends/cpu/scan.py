@@ -89,6 +89,14 @@ def prepare(operation: str, x: np.ndarray, out: np.ndarray, axis: int, reverse: 
     their pieces and the compiled loops' entry points; a run makes its arrays' views and calls the loops (a
     64-element scan: under a microsecond of Python a view, where finding all that again took about 30 µs). A run
     prepared for NumPy's engine while the compiled loops were loading is prepared again once they are loaded."""
+    def prepare_run(x, out):
+        return prepared_run(operation, x, out, axis, reverse, exclusive, compiled, pieces, stream, segments)
+    return prepare_run(x, out) if compiled is not None else LOOPS.prepared(prepare_run, x, out)
+
+
+def prepared_run(operation: str, x: np.ndarray, out: np.ndarray, axis: int, reverse: bool, exclusive: bool,
+                 compiled: bool | None, pieces: int | None, stream: bool | None, segments: bool | None):
+    """prepare's run(x, out), with the engine found now (NumPy's while the compiled loops are loading)."""
     loops = compiled_loops(x.dtype, compiled)
     kept = [[(viewer(x, x_view), viewer(out, out_view), scan) for x_view, out_view, scan in stage]
             for stage in stages(operation, x, out, axis, reverse, exclusive, loops, pieces, stream, segments)]
@@ -103,17 +111,7 @@ def prepare(operation: str, x: np.ndarray, out: np.ndarray, axis: int, reverse: 
             run_in_pieces([functools.partial(scan, x_view(x), out_view(out)) for x_view, out_view, scan in stage],
                           len(stage) > 1)
 
-    if loops is not None or compiled is not None or LOOPS.done.is_set():
-        return run
-    kept_run = run
-
-    def run_until_loaded(x, out):
-        nonlocal kept_run
-        if kept_run is run and LOOPS.module is not None:
-            kept_run = prepare(operation, x, out, axis, reverse, exclusive, compiled, pieces, stream, segments)
-        kept_run(x, out)
-
-    return run_until_loaded
+    return run
 
 
 def compiled_loops(dtype: np.dtype, compiled: bool | None):
