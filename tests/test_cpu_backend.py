@@ -1183,8 +1183,10 @@ def test_pieces_leave_the_calling_threads_cores_as_they_were():
             seen.append(os.sched_getaffinity(0))
         time.sleep(0.001)
 
-    cpu_pieces.run_in_pieces([record] * 8, True, then=[record] * 8)
+    pieces = 8 * cpu_pieces.CORES  # more than the helper threads can take before the caller takes its first
+    cpu_pieces.run_in_pieces([record] * pieces, True, then=[record] * pieces)
     assert seen and all(cores == allowed for cores in seen)
+    assert os.sched_getaffinity(0) == allowed
     rng = np.random.default_rng(15)
     a, b = random_values(rng, (50, 40), np.int8), random_values(rng, (40, 30), np.uint8)
     for kernel in cpu_integer_gemm.RUNNABLE:
