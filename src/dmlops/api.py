@@ -171,8 +171,8 @@ def _first_elements_match(be, sources, views) -> bool:
 
 
 def _plan(compiled, run, arguments, views: dict, restore, allocate):
-    """The plan of a call whose compiled operator ran ``run`` (``compiled.prepare``) on ``views`` (by field, in
-    binding order) made of ``arguments`` (the same order; the output last), for later calls of the same layout; None
+    """The plan of a call whose compiled operator ran ``run`` (``compiled.prepare``: later calls take the arrays in
+    binding order) on ``views`` (by field, in binding order) made of ``arguments`` (the same order; the output last), for later calls of the same layout; None
     where an argument was copied or converted. Numbers this call converted stay as its arrays; every other argument
     is replaced by the later call's own; a new output comes from ``allocate(the call's first input)``."""
     device, fields = compiled.device, compiled.desc.input_fields + compiled.desc.output_fields
@@ -182,23 +182,23 @@ def _plan(compiled, run, arguments, views: dict, restore, allocate):
     sources = [None if field in constants else value for field, value in zip(fields, arguments)]
     if not _first_elements_match(be, sources, [views[field] for field in fields]):
         return None
-    # (position, field, adopt) of each input the call passes, adopt None where the backend takes it as it is
-    passed = [(position, field, be.adopter(source)) for position, (field, source)
-              in enumerate(zip(fields[:-1], sources[:-1])) if source is not None]
+    # (position, adopt) of each input the call passes, adopt None where the backend takes it as it is
+    passed = [(position, be.adopter(source)) for position, source in enumerate(sources[:-1]) if source is not None]
+    template = [constants.get(field) for field in fields]  # the numbers in their places
     first = passed[0][0]  # the output is allocated like the first input
 
     def plan(arguments):
-        views = constants.copy()
-        for position, field, adopt in passed:
-            views[field] = arguments[position] if adopt is None else adopt(arguments[position])
+        arrays = template.copy()
+        for position, adopt in passed:
+            arrays[position] = arguments[position] if adopt is None else adopt(arguments[position])
         out = arguments[-1]
         if out is None:
-            views[out_field] = output = allocate(views[fields[first]])
-            run(views)
+            arrays[-1] = output = allocate(arrays[first])
+            run(*arrays)
             return restore(output)
-        views[out_field] = _adopt_output(device, out, f"{compiled.name}.{out_field}")
-        compiled.check_aliasing(views)
-        run(views)
+        arrays[-1] = _adopt_output(device, out, f"{compiled.name}.{out_field}")
+        compiled.check_aliasing(dict(zip(fields, arrays)))
+        run(*arrays)
         return out
 
     return plan

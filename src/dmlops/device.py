@@ -99,9 +99,9 @@ class CompiledOperator:
         self._module.run(self.desc, self.device.backend, views)
 
     def prepare(self, views: dict):
-        """Run on views as ``run_views`` does, and return ``run(views)``, which runs on other views of the same
-        layouts (and alignment) through what the backend kept of this run; it leaves the aliasing check to its
-        caller (the array API's plans)."""
+        """Run on views as ``run_views`` does, and return ``run(*arrays)``, which runs on other arrays of the same
+        layouts (and alignment), given in binding order (the inputs, then the output), through what the backend kept
+        of this run; it leaves the aliasing check to its caller (the array API's plans)."""
         self.check_aliasing(views)
         return self._module.prepare(self.desc, self.device.backend, views)
 

@@ -151,7 +151,6 @@ def run(desc: CumulativeDesc, backend, views: dict) -> None:
 
 
 def prepare(desc: CumulativeDesc, backend, views: dict):
-    """Run, and return the backend's kept run for views of the same layouts."""
-    run_kept = backend.prepare_cumulative(desc.operation, views["input_tensor"], views["output_tensor"], desc.axis,
-                                          desc.axis_direction == AxisDirection.DECREASING, bool(desc.exclusive))
-    return lambda views: run_kept(views["input_tensor"], views["output_tensor"])
+    """Run, and return the backend's kept run, ``run(x, out)``, for arrays of the same layouts."""
+    return backend.prepare_cumulative(desc.operation, views["input_tensor"], views["output_tensor"], desc.axis,
+                                      desc.axis_direction == AxisDirection.DECREASING, bool(desc.exclusive))

@@ -198,5 +198,8 @@ def run(desc: QuantizedLinearMatrixMultiplyOperatorDesc, backend, views: dict) -
 
 
 def prepare(desc: QuantizedLinearMatrixMultiplyOperatorDesc, backend, views: dict):
-    """Run, and return the backend's kept run for views of the same layouts."""
-    return backend.prepare_quantized_linear_matmul(views, lambda views: kernel_tensors(desc, backend, views))
+    """Run, and return the backend's kept run, ``run(*arrays)`` (the nine fields in binding order), for arrays of
+    the same layouts."""
+    run = backend.prepare_quantized_linear_matmul(views, lambda views: kernel_tensors(desc, backend, views))
+    fields = desc.input_fields + desc.output_fields
+    return lambda *arrays: run(dict(zip(fields, arrays)))
