@@ -79,9 +79,8 @@ def prepare(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, ou
     """run(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point, out):
     ``quantized_linear_matmul`` with these options, for arrays laid out as these are (dtypes, shapes, strides, the
     same ones None). What depends on nothing else is decided here, once: the products' kernel, the pieces, the
-    scratch memory's layout and the compiled loops' entry points (``KeptCalls``). A product that takes one piece
-    of work runs each matrix in one compiled call (``prepare_one_call``)."""
-    arrays = (a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point, out)
+    scratch memory's layout and the compiled loops' entry points (``KeptCalls``). (The array API's small products
+    with per-tensor parameters take ``prepare_one_call`` instead.)"""
     m, k = a.shape[2:]
     n = b.shape[3]
 
@@ -95,14 +94,6 @@ def prepare(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, ou
     zero = np.zeros(m, out.dtype)  # the output zero point where there is none
     batches = list(np.ndindex(*out.shape[:2]))
     kernel = products_kernel(loops, products)
-    one_call = prepare_one_call(*(x if x is None or x.ndim == 1 else x[0, 0] for x in arrays), compiled=compiled,
-                                products=products, pieces=pieces)
-    if one_call is not None:
-        def run_one_call(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point, out):
-            for index in batches:
-                one_call(a[index], a_scale, a_zero_point, b[index], b_scale, b_zero_point, output_scale,
-                         output_zero_point, out[index])
-        return run_one_call
     if kernel is not None:
         integer_gemm = loops.integer_gemm
         calls = KeptCalls()
