@@ -1042,6 +1042,23 @@ def test_kernel_product_is_exact(kernel, case):
                                   exact_product(a, zero_a, b, zero_b))
 
 
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("m, k, n", [(5, 101, 130), (20, 64, 200), (40, 9, 257), (300, 66, 131), (7, 3, 64)])
+@pytest.mark.parametrize("b_layout", ["contiguous", "rows apart", "columns apart"])
+@pytest.mark.parametrize("pieces", [1, 3])
+def test_kernel_product_of_wide_b(kernel, m, k, n, b_layout, pieces):
+    """B several vectors wide, packed a vector of columns and four rows at a time where its rows are contiguous (the
+    columns and rows left one at a time), by pieces of columns (fewer rows of A than columns of B) or of rows."""
+    rng = np.random.default_rng(m * n + k)
+    for a_type, b_type in itertools.product(QMM_TYPES, repeat=2):
+        a = random_values(rng, (m, k), a_type)
+        b = random_values(rng, (2 * k, 2 * n), b_type)
+        b = {"contiguous": b[:k, :n], "rows apart": b[::2, :n], "columns apart": b[:k, ::2]}[b_layout]
+        zero_a, zero_b = random_values(rng, m, a_type), random_values(rng, n, b_type)
+        np.testing.assert_array_equal(kernel_product(kernel, a, zero_a, b, zero_b, pieces),
+                                      exact_product(a, zero_a, b, zero_b))
+
+
 DIRECT_KERNELS = [kernel for kernel in KERNELS if kernel.values[0].direct]
 
 

@@ -63,9 +63,9 @@ PANEL_BYTES = 256 << 10  # a panel of B's column blocks, kept in L2
 TILE_ROWS = 32  # rows of B packed across its column blocks at a time (a multiple of 4)
 PARALLEL_PACKING = 1 << 20  # B of this many elements or more is packed on every core, however few rows A has
 # A of at most this many rows is multiplied with B as it lies (``direct_products``), where the kernel can: packing B
-# would be most of the call (Zen 4, 4096 × 4096 B, best of 15 calls on a busy machine: 1 row 7 -> 26 GOPS, 4 rows
-# 48 -> 95, 8 rows 79 -> 134, 16 rows 133 -> 140).
-DIRECT_ROWS = 16
+# would be most of the call. Each 4 rows of A read and interleave B again: with more rows, packing B pays
+# (benchmarks/RESULTS.md: 4096 × 4096 B on Zen 4, 8 rows 2.1 ms direct against 2.2 packed, 16 rows 3.8 against 2.2).
+DIRECT_ROWS = 8
 DIRECT_STEPS = 64  # steps of 4 rows of B a direct run takes across the column blocks
 PREFETCH_ROWS = 32  # how far ahead the direct kernel prefetches B's rows (prefetches past the end are harmless)
 DIRECT_STRIP = 4  # rows of A a direct call takes (4 × 4 sums, 4 column sums, 4 rows of B and 4 interleaved: 28 zmm)
@@ -192,9 +192,11 @@ def integer_product(kernel: Kernel, a, a_zero_point, b, b_zero_point, buffers, p
     """Σ_k (a − za)(b − zb) for a {M, K} and b {K, N}, the zero points vectors of M and N or None (0): int32 {M, N}
     (a view of the sums buffer) where K ≤ INT32_CHUNK, else float64 {M, N}, the chunks' sums added exactly.
 
-    ``buffers`` are scratch arrays of ``scratch_layouts`` (for min(K, INT32_CHUNK) or more). B is packed on the
-    cores, then the rows are cut into ``pieces`` that each pack their rows of A, make their sums and, where given,
-    call ``finish(result, rows)`` (a slice) while those sums are in cache. Threads take the pieces in turn (the
+    ``buffers`` are scratch arrays of ``scratch_layouts`` (for min(K, INT32_CHUNK) or more). Where A has at least
+    as many rows as B has columns, B is packed on the cores, then the rows are cut into ``pieces`` that each pack
+    their rows of A, make their sums and, where given, call ``finish(result, rows)`` (a slice) while those sums are
+    in cache; else A is packed, then B's columns are cut into pieces that each pack their part of B and multiply
+    it by all of A, then the rows are finished in pieces. Threads take the pieces in turn (the
     compiled loops release the GIL); ``calls`` calls the compiled loops (``compiled.call``, or a run's
     ``KeptCalls``)."""
     if a.shape[1] > INT32_CHUNK:
@@ -228,7 +230,8 @@ def integer_product(kernel: Kernel, a, a_zero_point, b, b_zero_point, buffers, p
             calls(pack_rows_bytes, a_bits, np.uint8(a_centre), a_packed, row_sums, first, last)
 
         def pack_b(first, last):
-            calls(pack_columns_bytes, b, np.uint8(b_centre), zb, b_groups, column_terms, first, last)
+            calls(pack_columns_bytes, kernel.name, kernel.vector_bits // 8, b, np.uint8(b_centre), zb, b_groups,
+                  column_terms, first, last)
 
         def correct(first, last):
             calls(correct_rows, sums, row_sums, alpha, beta, column_terms, first, last)
@@ -244,24 +247,47 @@ def integer_product(kernel: Kernel, a, a_zero_point, b, b_zero_point, buffers, p
 
         correct = None
 
-    def rows_piece(first, last):
-        pack_a(first, last)
-        calls(multiply_rows, kernel.name, a_packed, b_packed, sums, first, last, length, kernel.rows, kernel.k_block,
-              kernel.group, kernel.panel_blocks)
+    blocks = padded(n, kernel.columns) // kernel.columns
+    padded_rows = padded(m, kernel.rows)
+
+    def multiply(first_row, end_row, first_block, end_block):
+        calls(multiply_rows, kernel.name, a_packed, b_packed, sums, first_row, end_row, first_block, end_block, length,
+              kernel.rows, kernel.k_block, kernel.group, kernel.panel_blocks)
+
+    def finish_rows(first, last):
         rows = slice(first, min(last, m))  # every piece holds rows of a: there is less than a piece of padding
         if correct is not None:
             correct(rows.start, rows.stop)
         if finish is not None:
             finish(result, rows)
 
+    if m < n:
+        # Fewer rows of A than columns of B: each piece packs column blocks of B and multiplies every row of A by
+        # them, so that B is read once (pieces of rows would each read all of it; 128 × 4096 × 4096: 16 MiB a
+        # piece), then the rows are corrected and finished in pieces of their own
+        # (two pieces a core: a piece's strip of B is read a part of each row at a time, and narrower strips were
+        # read slower: 128 × 4096 × 4096 on 2 cores, 6.9 ms in 4 pieces, 7.6 in 8, 9.2 in 64)
+        pack_a(0, padded_rows)
+
+        def columns_piece(first_block, end_block):
+            pack_b(first_block, end_block)
+            multiply(0, padded_rows, first_block, end_block)
+        strips = min(pieces, 2 * CORES)
+        run_in_pieces([functools.partial(columns_piece, *block_range) for block_range in cut(blocks, strips, 1)],
+                      strips > 1, then=[functools.partial(finish_rows, *rows) for rows in cut(m, pieces, 1)])
+        return result
+
+    def rows_piece(first, last):
+        pack_a(first, last)
+        multiply(first, last, 0, blocks)
+        finish_rows(first, last)
+
     # B in one piece a core (packing is short, and a piece costs about 10 µs to hand out), on every core where B is
-    # large (few rows of A: packing B is most of the call), then the rows, in one hand-out: the threads are woken
-    # once, and the rows start as soon as B is packed
-    blocks = padded(n, kernel.columns) // kernel.columns
+    # large, then the rows, in one hand-out: the threads are woken once, and the rows start as soon as B is packed
     pack_pieces = CORES if k * n >= PARALLEL_PACKING else min(pieces, CORES)
     run_in_pieces([functools.partial(pack_b, *block_range) for block_range in cut(blocks, pack_pieces, 1)],
                   max(pieces, pack_pieces) > 1, then=[functools.partial(rows_piece, *rows)
-                                                      for rows in cut(padded(m, kernel.rows), pieces, kernel.rows)])
+                                                      for rows in cut(padded_rows, pieces, kernel.rows)])
     return result
 
 
@@ -314,6 +340,60 @@ def shifts(a_centre: int, a_zero_point, m: int, b_centre: int, b_zero_point, n: 
 if numba is not None:
     compiled = numba.njit(nogil=True, cache=True)
 
+    class ByteMoves:
+        """LLVM IR of the byte kernels' moves of B within vectors of ``size`` bytes (32 or 64)."""
+
+        def __init__(self, builder, size: int):
+            self.builder, self.size = builder, size
+            self.lanes = ir.VectorType(ir.IntType(32), size // 4)
+            self.bytes = ir.VectorType(ir.IntType(8), size)
+
+        @staticmethod
+        def constant(value, kind=ir.IntType(64)):
+            return ir.Constant(kind, value)
+
+        def splat(self, value, vector):
+            one = self.builder.insert_element(ir.Constant(vector, None), value, self.constant(0, ir.IntType(32)))
+            return self.shuffle(one, ir.Constant(vector, None), [0] * vector.count)
+
+        def shuffle(self, first, second, indices):
+            return self.builder.shuffle_vector(first, second,
+                                               ir.Constant(ir.VectorType(ir.IntType(32), len(indices)), indices))
+
+        def interleaved(self, rows):
+            """Rows k to k + 3 of B' ({size} bytes each) as 4 vectors of groups (4 consecutive k of a column in
+            each 32-bit lane): unpack bytes, then words, within 128-bit lanes, so that column 16·L + 4·v + i is in
+            lane i of 128-bit lane L of vector v."""
+            size, builder = self.size, self.builder
+            words = ir.VectorType(ir.IntType(16), size // 2)
+
+            def unpack(width, high):
+                """Indices of unpack{lo,hi} of elements ``width`` bytes wide, within 128-bit lanes."""
+                per_lane, total = 16 // width, size // width
+                half = per_lane // 2
+                return [index for lane in range(size // 16)
+                        for i in range(half * high, half * (high + 1))
+                        for index in (lane * per_lane + i, total + lane * per_lane + i)]
+
+            bytes01 = [self.shuffle(rows[0], rows[1], unpack(1, high)) for high in (0, 1)]
+            bytes23 = [self.shuffle(rows[2], rows[3], unpack(1, high)) for high in (0, 1)]
+            return [builder.bitcast(self.shuffle(builder.bitcast(bytes01[half], words),
+                                                 builder.bitcast(bytes23[half], words), unpack(2, high)), self.lanes)
+                    for half in (0, 1) for high in (0, 1)]
+
+        def in_column_order(self, vectors, back=False):
+            """The 4 vectors of ``interleaved``'s order (32-bit lanes) in column order (back: from it)."""
+            n = self.lanes.count
+
+            def interleaved_at(column):  # where interleaved's order keeps a column, in the 4 vectors end to end
+                return (column % 16) // 4 * n + column // 16 * 4 + column % 4
+
+            at = [interleaved_at(column) for column in range(4 * n)]
+            if back:
+                at = sorted(range(4 * n), key=at.__getitem__)
+            first, second = (self.shuffle(vectors[i], vectors[i + 1], list(range(2 * n))) for i in (0, 2))
+            return [self.shuffle(first, second, at[u * n:(u + 1) * n]) for u in range(4)]
+
     @intrinsic
     def direct_products(typing_context, kernel, rows, a, b, flip, sums, column_sums, row, column, start, steps,
                         accumulate):
@@ -332,17 +412,14 @@ if numba is not None:
         signature = types.none(kernel, rows, a, b, flip, sums, column_sums, row, column, start, steps, accumulate)
 
         def codegen(context, builder, signature, arguments):
-            int64, int32, int16, int8 = ir.IntType(64), ir.IntType(32), ir.IntType(16), ir.IntType(8)
-            size = spec.vector_bits // 8  # bytes of a vector: columns of a block
-            lanes = ir.VectorType(int32, size // 4)
-            byte_vector, word_vector = ir.VectorType(int8, size), ir.VectorType(int16, size // 2)
+            int64, int32, int8 = ir.IntType(64), ir.IntType(32), ir.IntType(8)
+            moves = ByteMoves(builder, spec.vector_bits // 8)
+            size, lanes, byte_vector = moves.size, moves.lanes, moves.bytes
             a_array, b_array, sums_array, column_array = (
                 context.make_array(kind)(context, builder, value)
                 for kind, value in zip((signature.args[i] for i in (2, 3, 5, 6)), (arguments[i] for i in (2, 3, 5, 6))))
             flip, (row, column, start, steps, accumulate) = arguments[4], arguments[7:]
-
-            def constant(value, kind=int64):
-                return ir.Constant(kind, value)
+            constant, splat, in_column_order = moves.constant, moves.splat, moves.in_column_order
 
             def base(array):
                 return builder.ptrtoint(array.data, int64)
@@ -352,38 +429,6 @@ if numba is not None:
 
             def load(at, kind):
                 return builder.load(builder.inttoptr(at, kind.as_pointer()), align=1)
-
-            def splat(value, vector):
-                one = builder.insert_element(ir.Constant(vector, None), value, constant(0, int32))
-                return builder.shuffle_vector(one, ir.Constant(vector, None),
-                                              ir.Constant(ir.VectorType(int32, vector.count), [0] * vector.count))
-
-            def shuffle(first, second, indices):
-                return builder.shuffle_vector(first, second, ir.Constant(ir.VectorType(int32, len(indices)), indices))
-
-            def unpack(width, high):
-                """Indices of unpack{lo,hi} of elements ``width`` bytes wide, within 128-bit lanes."""
-                per_lane, total = 16 // width, size // width
-                half = per_lane // 2
-                return [index for lane in range(size // 16)
-                        for i in range(half * high, half * (high + 1))
-                        for index in (lane * per_lane + i, total + lane * per_lane + i)]
-
-            def in_column_order(vectors, back=False):
-                """The 4 vectors in column order (back: from it): a 4 × 4 transpose of 128-bit chunks, its own
-                inverse."""
-                def chunks(first, second, pairs):
-                    return shuffle(first, second, [offset + 4 * chunk + i for chunk, offset in pairs
-                                                   for i in range(4)])
-                v = size // 4
-                low01 = chunks(vectors[0], vectors[1], [(0, 0), (0, v), (1, 0), (1, v)])
-                low23 = chunks(vectors[2], vectors[3], [(0, 0), (0, v), (1, 0), (1, v)])
-                high01 = chunks(vectors[0], vectors[1], [(2, 0), (2, v), (3, 0), (3, v)])
-                high23 = chunks(vectors[2], vectors[3], [(2, 0), (2, v), (3, 0), (3, v)])
-                return [chunks(low01, low23, [(0, 0), (1, 0), (0, v), (1, v)]),
-                        chunks(low01, low23, [(2, 0), (3, 0), (2, v), (3, v)]),
-                        chunks(high01, high23, [(0, 0), (1, 0), (0, v), (1, v)]),
-                        chunks(high01, high23, [(2, 0), (3, 0), (2, v), (3, v)])]
 
             dot = builder.module.declare_intrinsic(spec.instruction, fnty=ir.FunctionType(lanes, [lanes] * 3))
             flips = splat(flip, byte_vector)
@@ -415,13 +460,9 @@ if numba is not None:
                 ahead = builder.add(b_at, builder.mul(builder.add(k, constant(PREFETCH_ROWS + t)), b_stride))
                 builder.call(prefetch, [builder.inttoptr(ahead, ir.PointerType(int8)), constant(0, int32),
                                         constant(3, int32), constant(1, int32)])
-            rows_of_b = [builder.xor(load(builder.add(b_at, builder.mul(builder.add(k, constant(t)), b_stride)),
-                                          byte_vector), flips) for t in range(4)]
-            bytes01 = [shuffle(rows_of_b[0], rows_of_b[1], unpack(1, high)) for high in (0, 1)]
-            bytes23 = [shuffle(rows_of_b[2], rows_of_b[3], unpack(1, high)) for high in (0, 1)]
-            groups = [builder.bitcast(shuffle(builder.bitcast(bytes01[half], word_vector),
-                                              builder.bitcast(bytes23[half], word_vector), unpack(2, high)), lanes)
-                      for half in (0, 1) for high in (0, 1)]
+            groups = moves.interleaved([builder.xor(load(builder.add(b_at, builder.mul(builder.add(k, constant(t)),
+                                                                                      b_stride)), byte_vector), flips)
+                                        for t in range(4)])
             new_totals = []
             for r in range(count):
                 group = splat(load(builder.add(a_rows[r], k), int32), lanes)
@@ -564,14 +605,16 @@ if numba is not None:
         return signature, codegen
 
     @compiled
-    def multiply_rows(kernel, a, b, sums, first_row, end_row, end, rows, k_block, group, panel_blocks):
-        """sums[first_row:end_row] = A[first_row:end_row, :end] @ B[:end] (int32), by runs of k_block and panels of
-        panel_blocks column blocks; end a multiple of the group."""
+    def multiply_rows(kernel, a, b, sums, first_row, end_row, first_block, end_block, end, rows, k_block, group,
+                      panel_blocks):
+        """sums[first_row:end_row, the column blocks [first_block, end_block)] = A[first_row:end_row, :end] @ those
+        blocks of B[:end] (int32), by runs of k_block and panels of panel_blocks column blocks; end a multiple of the
+        group."""
         for k in range(0, end, k_block):
             steps = min(k_block, end - k) // group
-            for panel in range(0, b.shape[0], panel_blocks):
+            for panel in range(first_block, end_block, panel_blocks):
                 for i in range(first_row, end_row, rows):
-                    for block in range(panel, min(panel + panel_blocks, b.shape[0])):
+                    for block in range(panel, min(panel + panel_blocks, end_block)):
                         block_products(kernel, a, b, sums, i, block, k, steps, k != 0)
 
     @compiled
@@ -626,41 +669,107 @@ if numba is not None:
             target[length if i < rows else 0:] = 0
             row_sums[i] = total
 
+    @intrinsic
+    def pack_four_rows(typing_context, kernel, b, flip, groups, column_terms, group, column):
+        """groups[column's block, group, its columns] = B' of b's rows 4·group to 4·group + 3 (B' = the bits of b xor
+        flip, read as int8: byte t of a group holds row 4·group + t) for the columns [column, column + C), C the
+        vector bytes of the byte kernel named by ``kernel`` (a literal); column_terms there += Σ of those rows of b.
+        b's rows contiguous, C columns of them from column on; column a multiple of the kernel's lanes. Rows loaded
+        whole and interleaved in registers (``ByteMoves``), the sums by the kernel's instruction against ones."""
+        if not isinstance(kernel, types.StringLiteral):
+            return None
+        spec = KERNELS_BY_NAME[kernel.literal_value]
+        b_centre = 128 if b.dtype == types.uint8 else 0  # Σ b = Σ B' + 4 · that, a group
+        signature = types.none(kernel, b, flip, groups, column_terms, group, column)
+
+        def codegen(context, builder, signature, arguments):
+            int64, int32 = ir.IntType(64), ir.IntType(32)
+            moves = ByteMoves(builder, spec.vector_bits // 8)
+            lanes, count = moves.lanes, moves.lanes.count
+            b_array, groups_array, terms_array = (context.make_array(signature.args[i])(context, builder, arguments[i])
+                                                  for i in (1, 3, 4))
+            flip, group, column = arguments[2], arguments[5], arguments[6]
+            constant = moves.constant
+
+            def address(array, offset):
+                return builder.add(builder.ptrtoint(array.data, int64), offset)
+
+            def stride(array, dimension):
+                return builder.extract_value(array.strides, dimension)
+
+            def pointer(at, kind):
+                return builder.inttoptr(at, kind.as_pointer())
+
+            flips = moves.splat(flip, moves.bytes)
+            first_row = builder.mul(group, constant(4))
+            rows = [builder.xor(builder.load(pointer(address(b_array, builder.add(
+                builder.mul(builder.add(first_row, constant(t)), stride(b_array, 0)), column)), moves.bytes), align=1),
+                flips) for t in range(4)]
+            dot = builder.module.declare_intrinsic(spec.instruction, fnty=ir.FunctionType(lanes, [lanes] * 3))
+            ones = moves.splat(constant(0x01010101, int32), lanes)
+            centres = moves.splat(constant(4 * b_centre, int32), lanes)
+            for u, vector in enumerate(moves.in_column_order(moves.interleaved(rows))):
+                at = builder.add(column, constant(u * count))
+                block = builder.udiv(at, constant(spec.columns))
+                within = builder.urem(at, constant(spec.columns))
+                target = address(groups_array, builder.add(builder.add(builder.mul(block, stride(groups_array, 0)),
+                                                                       builder.mul(group, stride(groups_array, 1))),
+                                                           builder.mul(within, constant(4))))
+                builder.store(vector, pointer(target, lanes), align=4)
+                terms = pointer(address(terms_array, builder.mul(at, constant(4))), lanes)
+                total = builder.add(builder.call(dot, [builder.load(terms, align=4), ones, vector]), centres)
+                builder.store(total, terms, align=4)
+            return context.get_dummy_value()
+
+        return signature, codegen
+
     @compiled
-    def pack_columns_bytes(b, flip, zero_point, groups, column_terms, first, last):
+    def pack_group(b, flip, groups, column_terms, group, block, start, width):
+        """pack_four_rows for the columns [start, start + width) of a block, element by element (b's rows of any
+        stride, or fewer than 4 rows left: bytes past b are 0), and 0 for the block's columns past b's."""
+        length = b.shape[0]
+        first = 4 * group
+        target, totals = groups[block, group], column_terms[start:start + width]
+        flips = np.uint32(flip) * np.uint32(0x01010101)
+        if first + 4 <= length:
+            row0, row1, row2, row3 = b[first, start:], b[first + 1, start:], b[first + 2, start:], b[first + 3, start:]
+            for j in range(width):
+                v0, v1, v2, v3 = row0[j], row1[j], row2[j], row3[j]
+                totals[j] += np.int32(v0) + np.int32(v1) + np.int32(v2) + np.int32(v3)
+                target[j] = (np.uint32(np.uint8(v0)) | np.uint32(np.uint8(v1)) << 8
+                             | np.uint32(np.uint8(v2)) << 16 | np.uint32(np.uint8(v3)) << 24) ^ flips
+        else:
+            for j in range(width):
+                word = np.uint32(0)
+                for k in range(first, length):
+                    value = b[k, start + j]
+                    totals[j] += np.int32(value)
+                    word |= np.uint32(np.uint8(value) ^ flip) << (8 * (k - first))
+                target[j] = word
+        target[width:] = 0
+
+    @compiled
+    def pack_columns_bytes(kernel, vector, b, flip, zero_point, groups, column_terms, first, last):
         """groups[block, k // 4, j] = B'[k + t, j] in byte t (B' = the bits of b xor flip, read as int8; j within the
         block) for the column blocks [first, last), and 0 past the end of b; column_terms[j] = Σ_k B'[k, j] + K·β[j],
-        which is Σ_k b[k, j] − K·zero point[j]. By tiles of rows, as pack_columns, four rows at a time, so that the
-        columns' loop is vectorised."""
+        which is Σ_k b[k, j] − K·zero point[j]. By tiles of rows, as pack_columns: where b's rows are contiguous,
+        ``vector`` columns at a time (``pack_four_rows``, for the kernel named by the literal ``kernel``), then the
+        columns and rows left one group of a block at a time (``pack_group``)."""
         length, columns = b.shape
         width_of_block = groups.shape[2]
-        flips = np.uint32(flip) * np.uint32(0x01010101)
         column_terms[first * width_of_block:last * width_of_block] = 0
+        begin, end = first * width_of_block, min(columns, last * width_of_block)
+        vector_end = begin + (end - begin) // vector * vector if b.strides[1] == 1 else begin
         for first_group in range(0, (length + 3) // 4, TILE_ROWS // 4):
+            last_group = min(first_group + TILE_ROWS // 4, (length + 3) // 4)
+            whole = min(last_group, length // 4)  # groups of 4 rows of b
+            for group in range(first_group, whole):
+                for column in range(begin, vector_end, vector):
+                    pack_four_rows(kernel, b, flip, groups, column_terms, group, column)
             for block in range(first, last):
                 start = block * width_of_block
-                width = min(width_of_block, columns - start)
-                totals = column_terms[start:start + width]
-                for group in range(first_group, min(first_group + TILE_ROWS // 4, length // 4)):
-                    k = 4 * group
-                    row0, row1, row2, row3 = b[k, start:], b[k + 1, start:], b[k + 2, start:], b[k + 3, start:]
-                    target = groups[block, group]
-                    for j in range(width):
-                        v0, v1, v2, v3 = row0[j], row1[j], row2[j], row3[j]
-                        totals[j] += np.int32(v0) + np.int32(v1) + np.int32(v2) + np.int32(v3)
-                        target[j] = (np.uint32(np.uint8(v0)) | np.uint32(np.uint8(v1)) << 8
-                                     | np.uint32(np.uint8(v2)) << 16 | np.uint32(np.uint8(v3)) << 24) ^ flips
-                    target[width:] = 0
-                if length % 4 and first_group + TILE_ROWS // 4 > length // 4:  # the last group: bytes past b are 0
-                    target = groups[block, length // 4]
-                    for j in range(width):
-                        word = np.uint32(0)
-                        for k in range(length // 4 * 4, length):
-                            value = b[k, start + j]
-                            totals[j] += np.int32(value)
-                            word |= np.uint32(np.uint8(value) ^ flip) << (8 * (k % 4))
-                        target[j] = word
-                    target[width:] = 0
+                for group in range(first_group if start >= vector_end else whole, last_group):
+                    pack_group(b, flip, groups, column_terms, group, block, start, min(width_of_block, columns - start))
         for j in range(first * width_of_block, min(columns, last * width_of_block)):
             column_terms[j] -= length * np.int32(zero_point[j])
 
@@ -679,6 +788,7 @@ if numba is not None:
             return None
         spec = KERNELS_BY_NAME[kernel.literal_value]
         rows, group, k_block, panel_blocks = spec.rows, spec.group, spec.k_block, spec.panel_blocks
+        vector = spec.vector_bits // 8
         # the byte kernels' moves into range (integer_product): A' = a + ca, B' = b − cb
         a_flip, b_flip = np.uint8(128 if a.dtype == types.int8 else 0), np.uint8(128 if b.dtype == types.uint8 else 0)
         a_centre, b_centre = np.int32(a_flip), np.int32(b_flip)
@@ -698,12 +808,12 @@ if numba is not None:
             (m, k), n = a.shape, b.shape[1]
             a_packed, b_packed, sums, row_sums, column_terms = buffers
             b_zero = as_vector(b_zero_point, n, np.int32)
-            pack_columns_bytes(b, b_flip, b_zero, b_packed.view(np.int32).reshape(b_packed.shape[:3]), column_terms,
-                               0, b_packed.shape[0])
+            pack_columns_bytes(kernel, vector, b, b_flip, b_zero, b_packed.view(np.int32).reshape(b_packed.shape[:3]),
+                               column_terms, 0, b_packed.shape[0])
             padded_rows = -(-m // rows) * rows
             pack_rows_bytes(a.view(np.uint8), a_flip, a_packed, row_sums, 0, padded_rows)
-            multiply_rows(kernel, a_packed, b_packed, sums, 0, padded_rows, -(-k // group) * group, rows, k_block,
-                          group, panel_blocks)
+            multiply_rows(kernel, a_packed, b_packed, sums, 0, padded_rows, 0, b_packed.shape[0], -(-k // group) * group,
+                          rows, k_block, group, panel_blocks)
             correct_rows(sums, row_sums, as_vector(a_zero_point, m, np.int32) + a_centre, b_centre - b_zero,
                          column_terms, 0, m)
             return sums[:m, :n]
@@ -715,8 +825,8 @@ if numba is not None:
                          b_packed.view(np.int32).reshape(b_packed.shape[:3]), 0, b_packed.shape[0])
             padded_rows = -(-m // rows) * rows
             pack_rows(a, as_vector(a_zero_point, m, np.int32), a_packed, 0, padded_rows)
-            multiply_rows(kernel, a_packed, b_packed, sums, 0, padded_rows, -(-k // group) * group, rows, k_block,
-                          group, panel_blocks)
+            multiply_rows(kernel, a_packed, b_packed, sums, 0, padded_rows, 0, b_packed.shape[0], -(-k // group) * group,
+                          rows, k_block, group, panel_blocks)
             return sums[:m, :n]
 
         return {"direct": direct, "bytes": packed_bytes, "words": packed_words}[path.literal_value]

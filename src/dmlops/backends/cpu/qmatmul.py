@@ -54,7 +54,7 @@ PARALLEL_MULTIPLY_ADDS = 1 << 25
 # The same for the compiled requantization: outputs (about 0.2 ms on one core).
 PARALLEL_OUTPUTS = 1 << 18
 # Scratch memory kept from one call to the next, one block a calling thread, where it is no larger than this.
-KEPT_SCRATCH_BYTES = 4 << 20
+KEPT_SCRATCH_BYTES = 32 << 20
 KEPT_SCRATCH = threading.local()
 
 
