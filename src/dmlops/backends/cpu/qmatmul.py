@@ -322,7 +322,7 @@ def rows_requantization(compiled, corrections, a_scale, b_scale, output_scale, z
         return requantize_slice
     requantize_rows = LOOPS.wait().requantize_rows
     low, high = output_bounds(out.dtype)
-    row_terms, column_terms = np.zeros((out.shape[0], 2)), np.zeros((2, out.shape[1]))
+    row_terms, column_terms = np.zeros((out.shape[0] if corrections else 0, 2)), np.zeros((2, out.shape[1]))
     for i, (row_term, column_term) in enumerate(corrections):
         row_terms[:, i], column_terms[i] = row_term, column_term
     # contiguous vectors, so that one compiled loop serves every parameter form
