@@ -62,6 +62,11 @@ BLOCK_BYTES = 32 << 10  # k_block × a block's columns of B, which the kernel st
 PANEL_BYTES = 256 << 10  # a panel of B's column blocks, kept in L2
 TILE_ROWS = 32  # rows of B packed across its column blocks at a time (a multiple of 4)
 PARALLEL_PACKING = 1 << 20  # B of this many elements or more is packed on every core, however few rows A has
+# Below this many elements, B is packed by the calling thread before the rows are handed out (2048 × 2048: 0.2 ms of a
+# 20 ms product), so that the threads never wait for one another within a call: on virtual machines whose idle cores
+# are halted and whose scheduler packs threads onto few cores, a thread that slept until the others' packing ended
+# was often woken onto their core, and a 1024³ product ran at one core's speed (benchmarks/RESULTS.md).
+STAGED_PACKING = 1 << 22
 # A of at most this many rows is multiplied with B as it lies (``direct_products``), where the kernel can: packing B
 # would be most of the call. Each 4 rows of A read and interleave B again: with more rows, packing B pays
 # (benchmarks/RESULTS.md: 4096 × 4096 B on Zen 4, 8 rows 2.1 ms direct against 2.2 packed, 16 rows 3.8 against 2.2).
@@ -264,9 +269,9 @@ def integer_product(kernel: Kernel, a, a_zero_point, b, b_zero_point, buffers, p
     if m < n:
         # Fewer rows of A than columns of B: each piece packs column blocks of B and multiplies every row of A by
         # them, so that B is read once (pieces of rows would each read all of it; 128 × 4096 × 4096: 16 MiB a
-        # piece), then the rows are corrected and finished in pieces of their own
-        # (two pieces a core: a piece's strip of B is read a part of each row at a time, and narrower strips were
-        # read slower: 128 × 4096 × 4096 on 2 cores, 6.9 ms in 4 pieces, 7.6 in 8, 9.2 in 64)
+        # piece); then this thread corrects and finishes the rows (not in a second stage of pieces: see
+        # STAGED_PACKING). Two pieces a core: a piece's strip of B is read a part of each row at a time, and narrower
+        # strips were read slower (128 × 4096 × 4096 on 2 cores: 6.9 ms in 4 pieces, 7.6 in 8, 9.2 in 64).
         pack_a(0, padded_rows)
 
         def columns_piece(first_block, end_block):
@@ -274,7 +279,8 @@ def integer_product(kernel: Kernel, a, a_zero_point, b, b_zero_point, buffers, p
             multiply(0, padded_rows, first_block, end_block)
         strips = min(pieces, 2 * CORES)
         run_in_pieces([functools.partial(columns_piece, *block_range) for block_range in cut(blocks, strips, 1)],
-                      strips > 1, then=[functools.partial(finish_rows, *rows) for rows in cut(m, pieces, 1)])
+                      strips > 1)
+        finish_rows(0, m)
         return result
 
     def rows_piece(first, last):
@@ -282,11 +288,15 @@ def integer_product(kernel: Kernel, a, a_zero_point, b, b_zero_point, buffers, p
         multiply(first, last, 0, blocks)
         finish_rows(first, last)
 
-    # B in one piece a core (packing is short, and a piece costs about 10 µs to hand out), on every core where B is
-    # large, then the rows, in one hand-out: the threads are woken once, and the rows start as soon as B is packed
-    pack_pieces = CORES if k * n >= PARALLEL_PACKING else min(pieces, CORES)
-    run_in_pieces([functools.partial(pack_b, *block_range) for block_range in cut(blocks, pack_pieces, 1)],
-                  max(pieces, pack_pieces) > 1, then=[functools.partial(rows_piece, *rows)
+    if k * n < STAGED_PACKING:
+        pack_b(0, blocks)
+        run_in_pieces([functools.partial(rows_piece, *rows) for rows in cut(padded_rows, pieces, kernel.rows)],
+                      pieces > 1)
+        return result
+    # B in one piece a core (a piece costs about 10 µs to hand out), then the rows, in one hand-out: the threads are
+    # woken once, and the rows start as soon as B is packed
+    run_in_pieces([functools.partial(pack_b, *block_range) for block_range in cut(blocks, CORES, 1)],
+                  max(pieces, CORES) > 1, then=[functools.partial(rows_piece, *rows)
                                                       for rows in cut(padded_rows, pieces, kernel.rows)])
     return result
 
