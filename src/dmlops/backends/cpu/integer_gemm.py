@@ -198,12 +198,12 @@ def integer_product(kernel: Kernel, a, a_zero_point, b, b_zero_point, buffers, p
     (a view of the sums buffer) where K ≤ INT32_CHUNK, else float64 {M, N}, the chunks' sums added exactly.
 
     ``buffers`` are scratch arrays of ``scratch_layouts`` (for min(K, INT32_CHUNK) or more). Where A has at least
-    as many rows as B has columns, B is packed on the cores, then the rows are cut into ``pieces`` that each pack
-    their rows of A, make their sums and, where given, call ``finish(result, rows)`` (a slice) while those sums are
-    in cache; else A is packed, then B's columns are cut into pieces that each pack their part of B and multiply
-    it by all of A, then the rows are finished in pieces. Threads take the pieces in turn (the
-    compiled loops release the GIL); ``calls`` calls the compiled loops (``compiled.call``, or a run's
-    ``KeptCalls``)."""
+    as many rows as B has columns, B is packed (by this thread, or on the cores where it has STAGED_PACKING elements
+    or more), then the rows are cut into ``pieces`` that each pack their rows of A, make their sums and, where given,
+    call ``finish(result, rows)`` (a slice) while those sums are in cache; else A is packed, then B's columns are
+    cut into pieces that each pack their part of B and multiply it by all of A, then this thread finishes the rows.
+    Threads take the pieces in turn (the compiled loops release the GIL); ``calls`` calls the compiled loops
+    (``compiled.call``, or a run's ``KeptCalls``)."""
     if a.shape[1] > INT32_CHUNK:
         total = np.zeros((a.shape[0], b.shape[1]))
         for start in range(0, a.shape[1], INT32_CHUNK):
@@ -296,8 +296,8 @@ def integer_product(kernel: Kernel, a, a_zero_point, b, b_zero_point, buffers, p
     # B in one piece a core (a piece costs about 10 µs to hand out), then the rows, in one hand-out: the threads are
     # woken once, and the rows start as soon as B is packed
     run_in_pieces([functools.partial(pack_b, *block_range) for block_range in cut(blocks, CORES, 1)],
-                  max(pieces, CORES) > 1, then=[functools.partial(rows_piece, *rows)
-                                                      for rows in cut(padded_rows, pieces, kernel.rows)])
+                  max(pieces, CORES) > 1,
+                  then=[functools.partial(rows_piece, *rows) for rows in cut(padded_rows, pieces, kernel.rows)])
     return result
 
 
