@@ -363,6 +363,13 @@ VECTOR_LINE = 128
 # converted a vector at a time on the way in and out (4M × 8 converting element by element: 4.8 GB/s).
 HALF_BLOCK = 2048
 HALF_LANES = 8  # FLOAT16 converted 8 at a time (F16C: 128 bits of halves, 256 of floats)
+# Short contiguous lines (2 elements or more, a block of LINE_LANES of them up to LINE_BLOCK_BYTES in the
+# accumulation type) are scanned a block of lines at a time, one line a vector lane (scan_lines_block): the block
+# transposed in registers, each lane's running values a chain in the walk's order, so their bits are the walk's
+# own; 4M × 8 on one core: float32 17 → 30 GB/s, FLOAT16 5 → 23 (benchmarks/RESULTS.md). Longer blocks spill
+# registers (lines of 32 float32: slower than one element after another).
+LINE_LANES = 16
+LINE_BLOCK_BYTES = 1024
 # A line this long or longer, alone or with fewer lines than cores, can be cut into segments of this many elements
 # (so that the bits do not depend on the number of cores): their totals are made on all cores, then the segments
 # are scanned on all cores, each from the combined totals of the segments before it.
@@ -446,11 +453,16 @@ def compiled_scan(loops, operation, x3, out3, accumulation, reverse, exclusive, 
     if lanes:
         return x2, out2, kept_call(loops.scan_lines_vectors, x2, out2, operation, element, identity,
                                    neutral_of(operation, accumulation), reverse, exclusive, lanes)
+    length = x3.shape[1]
+    if width == 1 and x2.flags.c_contiguous and out2.flags.c_contiguous and \
+            2 <= length <= LINE_BLOCK_BYTES // (LINE_LANES * accumulation.itemsize):
+        return x2, out2, kept_call(loops.scan_lines_blocks, x2, out2, operation, element, identity, reverse,
+                                   exclusive, str(length))
     if width == 1 and element == "half" and x2.flags.c_contiguous and out2.flags.c_contiguous:
-        lines = max(1, HALF_BLOCK // x3.shape[1])
+        lines = max(1, HALF_BLOCK // length)
         return x2, out2, kept_call(loops.scan_half_lines, x2, out2, operation, identity, reverse, exclusive,
-                                   scratch=lambda: (np.empty((lines, x3.shape[1]), np.float32),
-                                                    np.empty((lines, x3.shape[1]), np.float32),
+                                   scratch=lambda: (np.empty((lines, length), np.float32),
+                                                    np.empty((lines, length), np.float32),
                                                     np.empty(lines, np.uint16)))
     if width == 1:
         return x2, out2, kept_call(loops.scan_lines_compiled, x2, out2, operation, element, identity, reverse,

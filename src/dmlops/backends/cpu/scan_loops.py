@@ -11,7 +11,7 @@ from llvmlite import ir
 from numba.extending import intrinsic, overload
 
 from .compiled import target_features
-from .scan import HALF_LANES, STREAM_STORES, VECTOR_BYTES
+from .scan import HALF_LANES, LINE_LANES, STREAM_STORES, VECTOR_BYTES
 
 # One loop per layout: the running value of each line lives in a register (Q = 1), or in a row that stays in L1 and
 # is updated a vector at a time (Q > 1). The loops take the operation ("sum", "product") and the way elements are
@@ -110,6 +110,17 @@ def scan_lines_compiled(x, out, operation, element, identity, reverse, exclusive
             else:
                 tally = combine(operation, tally, value)
                 store(element, target, at, tally)
+
+
+@compiled
+def scan_lines_blocks(x, out, operation, element, identity, reverse, exclusive, length):
+    """Q = 1, x and out {P, L} C-contiguous, L = int(length): blocks of LINE_LANES lines, each block one
+    scan_lines_block; the lines left over by scan_lines_compiled."""
+    whole = x.shape[0] - x.shape[0] % LINE_LANES
+    size = x.shape[1]
+    for first in range(0, whole, LINE_LANES):
+        scan_lines_block(operation, element, x, out, first * size, identity, length, reverse, exclusive)
+    scan_lines_compiled(x[whole:], out[whole:], operation, element, identity, reverse, exclusive)
 
 
 @compiled
@@ -297,6 +308,129 @@ def scan_vector(typing_context, operation, element, source, target, at, tally, n
         return combine(arguments[5], total)
 
     return tally(operation, element, source, target, at, tally, neutral, reverse, exclusive), codegen
+
+
+@intrinsic
+def scan_lines_block(typing_context, operation, element, source, target, at, identity, length, reverse, exclusive):
+    """target[at:at + LINE_LANES·length] = the scans of the LINE_LANES lines of ``length`` (a literal string of the
+    number) elements from source[at] on (contiguous), one line a vector lane: loaded, transposed in registers so
+    that vector j holds element j of every line, the running values a chain of vector operations in the walk's
+    order (each lane one line's sequential tally: the walk's own bits), transposed back and stored. In identity's
+    type (FLOAT16 read and written as its bits, converted a vector at a time; the first element of an inclusive
+    line keeps its input bits)."""
+    if not all(isinstance(literal, numba.types.StringLiteral) for literal in (operation, element, length)):
+        return None
+    tally = identity
+    floating = isinstance(tally, numba.types.Float)
+    half = element.literal_value == "half"
+    size, lanes = int(length.literal_value), LINE_LANES
+    instruction = {"sum": ("fadd", "add"), "product": ("fmul", "mul")}[operation.literal_value]
+
+    def codegen(context, builder, signature, arguments):
+        # transposed as loaded (FLOAT16 as its bits: half the shuffles' bytes), then converted a column at a time
+        accessors = [vector_access(context, builder, numba.types.uint16 if half else tally, False, lanes,
+                                   builder.add(arguments[4], ir.Constant(arguments[4].type, k * lanes)))
+                     for k in range(size)]
+        columns = transposed(builder, [load(signature.args[2], arguments[2]) for load, _ in accessors], lanes, size)
+        values = ir.VectorType(context.get_value_type(tally), lanes)
+        halves = ir.VectorType(ir.HalfType(), lanes)
+
+        def widened(bits):
+            return builder.fpext(builder.bitcast(bits, halves), values) if half else bits
+
+        def narrowed(value):
+            return builder.bitcast(builder.fptrunc(value, halves), columns[0].type) if half else value
+
+        identities = narrowed(splat(builder, arguments[5], lanes))
+
+        def write(reverse, exclusive):
+            # the first output column: the identity, or the input's column as loaded (its bits, a signalling NaN's
+            # too); the others the running values in the walk's order
+            order = list(reversed(range(size))) if reverse else list(range(size))
+            outputs = {order[0]: identities if exclusive else columns[order[0]]}
+            tally = widened(columns[order[0]])
+            for j in order[1:]:
+                if exclusive:
+                    outputs[j] = narrowed(tally)
+                tally = getattr(builder, instruction[0 if floating else 1])(tally, widened(columns[j]))
+                if not exclusive:
+                    outputs[j] = narrowed(tally)
+            for (_, store), vector in zip(accessors, transposed(builder, [outputs[j] for j in range(size)], size,
+                                                                  lanes)):
+                store(signature.args[3], arguments[3], vector)
+
+        with builder.if_else(arguments[7]) as (backwards, forwards):
+            for branch, reverse in ((forwards, False), (backwards, True)):
+                with branch:
+                    with builder.if_else(arguments[8]) as (excluding, including):
+                        with including:
+                            write(reverse, False)
+                        with excluding:
+                            write(reverse, True)
+        return context.get_dummy_value()
+
+    return numba.types.none(operation, element, source, target, at, identity, length, reverse, exclusive), codegen
+
+
+def transposed(builder, rows, count, width):
+    """The vectors of the transposed matrix: rows holds a count × width matrix (row-major) in vectors of the same
+    number of lanes each; the result holds its transpose (width × count) in as many vectors of as many lanes.
+    Powers of two: in stages of two-vector shuffles (a matrix's flat index is its row bits then its column bits;
+    deinterleaving the sequence rotates them right by one bit, interleaving it left by one); else one shuffle of
+    the whole matrix a vector."""
+    int32 = ir.IntType(32)
+    lanes = rows[0].type.count
+    rotations = {(1 << b): b for b in range(1, 8)}
+    if count in rotations and width in rotations and len(rows) in rotations:
+        right, left = rotations[width], rotations[count]
+        return stages(builder, rows, deinterleaved if right <= left else interleaved, min(right, left))
+    whole = concatenated(builder, rows)
+    return [builder.shuffle_vector(whole, ir.Constant(whole.type, None), ir.Constant(
+        ir.VectorType(int32, lanes), [(k * lanes + i) % count * width + (k * lanes + i) // count
+                                      for i in range(lanes)]))
+            for k in range(len(rows))]
+
+
+def stages(builder, vectors, stage, count):
+    for _ in range(count):
+        vectors = stage(builder, vectors)
+    return vectors
+
+
+def interleaved(builder, vectors):
+    """The sequence of the vectors' lanes perfectly shuffled: element i of its first half to 2i, of its second
+    half to 2i + 1."""
+    lanes, half = vectors[0].type.count, len(vectors) // 2
+    masks = [ir.Constant(ir.VectorType(ir.IntType(32), lanes), [offset + i // 2 + i % 2 * lanes for i in range(lanes)])
+             for offset in (0, lanes // 2)]
+    return [builder.shuffle_vector(a, b, mask) for a, b in zip(vectors[:half], vectors[half:]) for mask in masks]
+
+
+def deinterleaved(builder, vectors):
+    """The sequence of the vectors' lanes unshuffled: its even elements, then its odd ones."""
+    lanes = vectors[0].type.count
+    masks = [ir.Constant(ir.VectorType(ir.IntType(32), lanes), [2 * i + odd for i in range(lanes)]) for odd in (0, 1)]
+    return [builder.shuffle_vector(a, b, mask) for mask in masks for a, b in zip(vectors[::2], vectors[1::2])]
+
+
+def splat(builder, value, lanes):
+    """A vector of lanes copies of value."""
+    int32 = ir.IntType(32)
+    vector = ir.VectorType(value.type, lanes)
+    one = builder.insert_element(ir.Constant(vector, None), value, int32(0))
+    return builder.shuffle_vector(one, ir.Constant(vector, None), ir.Constant(ir.VectorType(int32, lanes), [0] * lanes))
+
+
+def concatenated(builder, vectors):
+    """One vector of the vectors' lanes, in order (shuffles of pairs; undefined lanes pad to a power of two)."""
+    int32 = ir.IntType(32)
+    while len(vectors) > 1:
+        if len(vectors) % 2:
+            vectors = vectors + [ir.Constant(vectors[0].type, None)]
+        width = 2 * vectors[0].type.count
+        vectors = [builder.shuffle_vector(a, b, ir.Constant(ir.VectorType(int32, width), list(range(width))))
+                   for a, b in zip(vectors[::2], vectors[1::2])]
+    return vectors[0]
 
 
 @intrinsic
