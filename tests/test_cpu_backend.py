@@ -384,8 +384,8 @@ def test_compiled_rows_give_the_reference_bits(dtype):
         np.testing.assert_array_equal(out.view(f"u{out.itemsize}"), expected.view(f"u{out.itemsize}"))
 
 
-# Short contiguous lines scanned a block of LINE_LANES lines at a time: lengths on both sides of the bound (16 for
-# 4-byte accumulations, 8 for 8-byte ones), powers of two and not.
+# Short contiguous lines scanned a block of lines at a time (as many as a VECTOR_BYTES vector holds elements: 4, 8
+# or 16): lengths on both sides of SHORT_LINE, powers of two and not; 8-byte types never take the blocks.
 SHORT_LINES = {np.float32: [2, 3, 5, 8, 13, 16, 17], np.float16: [2, 3, 5, 8, 13, 16, 17], np.int32: [2, 7, 16],
                np.uint32: [3, 8], np.int64: [2, 8, 9], np.uint64: [5, 8], np.float64: [2, 7, 8, 9]}
 
@@ -395,11 +395,11 @@ SHORT_LINES = {np.float32: [2, 3, 5, 8, 13, 16, 17], np.float16: [2, 3, 5, 8, 13
                                            for length in lengths], ids=str)
 @pytest.mark.parametrize("in_place", [False, True])
 def test_short_lines_in_blocks_give_the_reference_bits(dtype, length, in_place):
-    """Blocks of LINE_LANES lines, one line a vector lane, and the lines left over (2·LINE_LANES + 3 lines): the
+    """Blocks of lines, one line a vector lane, and the lines left over (35 lines, a multiple of no block): the
     walk's own bits (dmlops.ops' reference, NumPy's engine), every variant, in place too; an inclusive line's first
     element keeps its bits (a signalling NaN)."""
     rng = np.random.default_rng(length)
-    shape = (2 * cpu_scan.LINE_LANES + 3, length)
+    shape = (35, length)
     signalling_nan = {2: 0x7C01, 4: 0x7F800001, 8: 0x7FF0000000000001}
     for operation, reverse, exclusive in VARIANTS:
         x = random_values(rng, shape, dtype, operation)

@@ -11,7 +11,7 @@ from llvmlite import ir
 from numba.extending import intrinsic, overload
 
 from .compiled import target_features
-from .scan import HALF_LANES, LINE_LANES, STREAM_STORES, VECTOR_BYTES
+from .scan import HALF_LANES, STREAM_STORES, VECTOR_BYTES
 
 # One loop per layout: the running value of each line lives in a register (Q = 1), or in a row that stays in L1 and
 # is updated a vector at a time (Q > 1). The loops take the operation ("sum", "product") and the way elements are
@@ -114,11 +114,13 @@ def scan_lines_compiled(x, out, operation, element, identity, reverse, exclusive
 
 @compiled
 def scan_lines_blocks(x, out, operation, element, identity, reverse, exclusive, length):
-    """Q = 1, x and out {P, L} C-contiguous, L = int(length): blocks of LINE_LANES lines, each block one
-    scan_lines_block; the lines left over by scan_lines_compiled."""
-    whole = x.shape[0] - x.shape[0] % LINE_LANES
+    """Q = 1, x and out {P, L} C-contiguous, L = int(length) (a literal string): blocks of as many lines as a
+    vector of VECTOR_BYTES holds elements, each by one scan_lines_block; the lines left over by
+    scan_lines_compiled."""
+    lanes = VECTOR_BYTES // x.itemsize
+    whole = x.shape[0] - x.shape[0] % lanes
     size = x.shape[1]
-    for first in range(0, whole, LINE_LANES):
+    for first in range(0, whole, lanes):
         scan_lines_block(operation, element, x, out, first * size, identity, length, reverse, exclusive)
     scan_lines_compiled(x[whole:], out[whole:], operation, element, identity, reverse, exclusive)
 
@@ -275,17 +277,12 @@ def scan_vector(typing_context, operation, element, source, target, at, tally, n
     instruction = {"sum": ("fadd", "add"), "product": ("fmul", "mul")}[operation.literal_value]
 
     def codegen(context, builder, signature, arguments):
-        vector = ir.VectorType(context.get_value_type(tally), lanes)
         int32 = ir.IntType(32)
         mask = ir.VectorType(int32, lanes)
         load, store = vector_access(context, builder, tally, half, lanes, arguments[4])
 
         def combine(a, b):
             return getattr(builder, instruction[0 if floating else 1])(a, b)
-
-        def splat(value):
-            one = builder.insert_element(ir.Constant(vector, None), value, int32(0))
-            return builder.shuffle_vector(one, ir.Constant(vector, None), ir.Constant(mask, [0] * lanes))
 
         def shifted(value, by):
             """The lanes moved by ``by`` away from the walk's start, the neutral element coming in."""
@@ -295,7 +292,7 @@ def scan_vector(typing_context, operation, element, source, target, at, tally, n
                                  for index in indices)
             return builder.select(arguments[7], backward, forward)
 
-        neutrals = splat(context.cast(builder, arguments[6], signature.args[6], tally))
+        neutrals = splat(builder, context.cast(builder, arguments[6], signature.args[6], tally), lanes)
         value = load(signature.args[2], arguments[2])
         by = 1
         while by < lanes:
@@ -304,7 +301,7 @@ def scan_vector(typing_context, operation, element, source, target, at, tally, n
         total = builder.select(arguments[7], builder.extract_element(value, int32(0)),
                                builder.extract_element(value, int32(lanes - 1)))
         store(signature.args[3], arguments[3],
-              combine(splat(arguments[5]), builder.select(arguments[8], shifted(value, 1), value)))
+              combine(splat(builder, arguments[5], lanes), builder.select(arguments[8], shifted(value, 1), value)))
         return combine(arguments[5], total)
 
     return tally(operation, element, source, target, at, tally, neutral, reverse, exclusive), codegen
@@ -312,18 +309,19 @@ def scan_vector(typing_context, operation, element, source, target, at, tally, n
 
 @intrinsic
 def scan_lines_block(typing_context, operation, element, source, target, at, identity, length, reverse, exclusive):
-    """target[at:at + LINE_LANES·length] = the scans of the LINE_LANES lines of ``length`` (a literal string of the
-    number) elements from source[at] on (contiguous), one line a vector lane: loaded, transposed in registers so
-    that vector j holds element j of every line, the running values a chain of vector operations in the walk's
-    order (each lane one line's sequential tally: the walk's own bits), transposed back and stored. In identity's
-    type (FLOAT16 read and written as its bits, converted a vector at a time; the first element of an inclusive
-    line keeps its input bits)."""
+    """The scans of the lines of ``length`` (a literal string of the number) elements from source[at] on
+    (contiguous), as many lines as a vector of VECTOR_BYTES holds elements, into target from at on; one line a
+    vector lane: the block is loaded and transposed in registers so that vector j holds element j of every line,
+    the running values are a chain of vector operations in the walk's order (in each lane, one line's tally: the
+    walk's own bits), then transposed back and stored. The running values in identity's type (FLOAT16 read and
+    written as its bits, converted a vector at a time); the first element of an inclusive line keeps its input's
+    bits. The whole block is read before any of it is written: target may be source."""
     if not all(isinstance(literal, numba.types.StringLiteral) for literal in (operation, element, length)):
         return None
     tally = identity
     floating = isinstance(tally, numba.types.Float)
     half = element.literal_value == "half"
-    size, lanes = int(length.literal_value), LINE_LANES
+    size, lanes = int(length.literal_value), VECTOR_BYTES // (source.dtype.bitwidth // 8)  # lines a block
     instruction = {"sum": ("fadd", "add"), "product": ("fmul", "mul")}[operation.literal_value]
 
     def codegen(context, builder, signature, arguments):
@@ -348,13 +346,13 @@ def scan_lines_block(typing_context, operation, element, source, target, at, ide
             # too); the others the running values in the walk's order
             order = list(reversed(range(size))) if reverse else list(range(size))
             outputs = {order[0]: identities if exclusive else columns[order[0]]}
-            tally = widened(columns[order[0]])
+            running = widened(columns[order[0]])
             for j in order[1:]:
                 if exclusive:
-                    outputs[j] = narrowed(tally)
-                tally = getattr(builder, instruction[0 if floating else 1])(tally, widened(columns[j]))
+                    outputs[j] = narrowed(running)
+                running = getattr(builder, instruction[0 if floating else 1])(running, widened(columns[j]))
                 if not exclusive:
-                    outputs[j] = narrowed(tally)
+                    outputs[j] = narrowed(running)
             for (_, store), vector in zip(accessors, transposed(builder, [outputs[j] for j in range(size)], size,
                                                                   lanes)):
                 store(signature.args[3], arguments[3], vector)
@@ -377,24 +375,19 @@ def transposed(builder, rows, count, width):
     number of lanes each; the result holds its transpose (width × count) in as many vectors of as many lanes.
     Powers of two: in stages of two-vector shuffles (a matrix's flat index is its row bits then its column bits;
     deinterleaving the sequence rotates them right by one bit, interleaving it left by one); else one shuffle of
-    the whole matrix a vector."""
+    the whole matrix a vector, which LLVM lowers less well."""
     int32 = ir.IntType(32)
     lanes = rows[0].type.count
-    rotations = {(1 << b): b for b in range(1, 8)}
-    if count in rotations and width in rotations and len(rows) in rotations:
-        right, left = rotations[width], rotations[count]
-        return stages(builder, rows, deinterleaved if right <= left else interleaved, min(right, left))
+    if all(n > 1 and n & (n - 1) == 0 for n in (count, width, len(rows))):
+        right, left = width.bit_length() - 1, count.bit_length() - 1
+        for _ in range(min(right, left)):
+            rows = (deinterleaved if right <= left else interleaved)(builder, rows)
+        return rows
     whole = concatenated(builder, rows)
     return [builder.shuffle_vector(whole, ir.Constant(whole.type, None), ir.Constant(
         ir.VectorType(int32, lanes), [(k * lanes + i) % count * width + (k * lanes + i) // count
                                       for i in range(lanes)]))
             for k in range(len(rows))]
-
-
-def stages(builder, vectors, stage, count):
-    for _ in range(count):
-        vectors = stage(builder, vectors)
-    return vectors
 
 
 def interleaved(builder, vectors):
