@@ -149,9 +149,11 @@ def test_strides_broadcasts_and_padded_outputs(case):
     np.testing.assert_array_equal(buffer[outside], before[outside])
 
 
-# (shape, axis, pieces): P = 7 lines before the axis cut in 2, 3 and 5 pieces, lines of Q > 1 (rows) or Q = 1; more
-# pieces than lines (P = 2); no lines to cut (P = 1).
-PIECES = [((7, 5, 3), 1, 2), ((7, 5, 3), 1, 3), ((7, 41), 1, 5), ((2, 30, 20), 1, 3), ((37, 83), 0, 3)]
+# (shape, axis, pieces): P = 7 lines before the axis cut in 2, 3 and 5 pieces, lines of Q > 1 (rows) or Q = 1; short
+# lines in blocks, each piece with lines left over (53 lines in 3); more pieces than lines (P = 2); no lines to cut
+# (P = 1).
+PIECES = [((7, 5, 3), 1, 2), ((7, 5, 3), 1, 3), ((7, 41), 1, 5), ((53, 6), 1, 3), ((2, 30, 20), 1, 3),
+          ((37, 83), 0, 3)]
 
 
 @pytest.mark.parametrize("compiled", ENGINES)

@@ -381,7 +381,7 @@ def transposed(builder, rows, count, width):
     if all(n > 1 and n & (n - 1) == 0 for n in (count, width, len(rows))):
         right, left = width.bit_length() - 1, count.bit_length() - 1
         for _ in range(min(right, left)):
-            rows = (deinterleaved if right <= left else interleaved)(builder, rows)
+            rows = (deinterleaved if right < left else interleaved)(builder, rows)
         return rows
     whole = concatenated(builder, rows)
     return [builder.shuffle_vector(whole, ir.Constant(whole.type, None), ir.Constant(
