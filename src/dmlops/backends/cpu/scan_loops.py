@@ -13,14 +13,16 @@ from numba.extending import intrinsic, overload
 from .compiled import target_features
 from .scan import HALF_LANES, STREAM_STORES, VECTOR_BYTES
 
-# One loop per layout: the running value of each line lives in a register (Q = 1), or in a row that stays in L1 and
-# is updated a vector at a time (Q > 1). The loops take the operation ("sum", "product") and the way elements are
+# One loop per layout: the running value of each line lives in a register (Q = 1; short contiguous lines in one lane
+# of a vector, a block of lines at a time), or in a row that stays in L1 and is updated a vector at a time (Q > 1).
+# The loops take the operation ("sum", "product") and the way elements are
 # read and written ("value", "half") as string literals, so that ``combine``, ``load`` and
 # ``store`` are compiled in: names rather than compiled functions, whose numba types the on-disk cache cannot keep
 # from one process to the next (it failed to save its index, and grew by an entry a process).
 # FLOAT16 is read and written as its bits, converted by the processor's own instructions (F16C on x86), which round
 # half to even as NumPy does; the first element is copied as it is, so that even a signalling NaN keeps its bits.
-# Each element is read before its output is written, so out may be x itself, exclusive or not.
+# Each element is read before its output is written (a block of lines: the whole block first), so out may be x
+# itself, exclusive or not.
 
 compiled = numba.njit(nogil=True, cache=True)
 
