@@ -9,9 +9,8 @@ memory once, keeping the running values in a row that stays in L1 (rows of lines
 order of the walk, as the reference does, so that its float results are the reference's bits), or walking a
 contiguous line a vector at a time (a tree within the vector: deterministic bits within a running tally's bound;
 short lines a block of lines at a time, one line a vector lane, longer or strided ones one element at a time, in
-the walk's order); it converts FLOAT16 with the processor's own
-instructions, a vector at a time. On x86-64 a large output is
-written past the cache along an outer axis (streaming stores: a store to a line not in cache otherwise reads the
+the walk's order); it converts FLOAT16 with the processor's own instructions, a vector at a time. On x86-64 a large
+output is written past the cache along an outer axis (streaming stores: a store to a line not in cache otherwise reads the
 line first, half as much traffic again as the scan's own). Without numba, NumPy does it:
 whole rows at a time along an outer or short axis, ``ufunc.accumulate`` along long inner lines, and contiguous lines
 of VECTOR_LINE or more a vector at a time as the compiled loop walks them (the same operations in the same order:
@@ -357,13 +356,9 @@ def vector_lanes(x3, out3, accumulation: np.dtype) -> int:
 # element (−0.0 for float sums: −0.0 + x is x for every x, +0.0 included), and a line's first output is written as
 # the walk writes it (the input's own bits, or the identity where exclusive). NumPy's engine walks them the same way
 # (scan_vectors_numpy), so that the bits do not depend on the engine.
-# Lines this long or longer walk vectors; shorter ones one element after another, which the processor overlaps from
-# line to line (lines of 8: 16 GB/s that way, 2 by vectors; of 1024: 6 against 31).
+# Lines this long or longer walk vectors; shorter ones one element after another (or in blocks, SHORT_LINE), which
+# the processor overlaps from line to line (lines of 8: 16 GB/s that way, 2 by vectors; of 1024: 6 against 31).
 VECTOR_LINE = 128
-# Other FLOAT16 lines shorter than VECTOR_LINE are scanned in float32 blocks of about this many elements (8 KiB in and 8 KiB out, in L1),
-# converted a vector at a time on the way in and out (4M × 8 converting element by element: 4.8 GB/s).
-HALF_BLOCK = 2048
-HALF_LANES = 8  # FLOAT16 converted 8 at a time (F16C: 128 bits of halves, 256 of floats)
 # Contiguous lines of 2 to SHORT_LINE elements of 2 or 4 bytes are scanned a block of lines at a time, one line a
 # vector lane (scan_lines_block): as many lines as a VECTOR_BYTES vector holds elements, loaded and transposed in
 # registers so that vector j holds element j of every line; each lane's running values are then a chain of vector
@@ -371,6 +366,11 @@ HALF_LANES = 8  # FLOAT16 converted 8 at a time (F16C: 128 bits of halves, 256 o
 # well short of memory's speed on such lines, FLOAT16 most; longer blocks spill registers, and lines of 8-byte
 # elements keep up with memory one element after another (benchmarks/RESULTS.md).
 SHORT_LINE = 16
+# Other FLOAT16 lines shorter than VECTOR_LINE are scanned in float32 blocks of about this many elements (8 KiB in
+# and 8 KiB out, in L1), converted a vector at a time on the way in and out (4M × 8 converting element by element:
+# 4.8 GB/s).
+HALF_BLOCK = 2048
+HALF_LANES = 8  # FLOAT16 converted 8 at a time (F16C: 128 bits of halves, 256 of floats)
 # A line this long or longer, alone or with fewer lines than cores, can be cut into segments of this many elements
 # (so that the bits do not depend on the number of cores): their totals are made on all cores, then the segments
 # are scanned on all cores, each from the combined totals of the segments before it.
