@@ -149,9 +149,11 @@ def test_strides_broadcasts_and_padded_outputs(case):
     np.testing.assert_array_equal(buffer[outside], before[outside])
 
 
-# (shape, axis, pieces): P = 7 lines before the axis cut in 2, 3 and 5 pieces, lines of Q > 1 (rows) or Q = 1; more
-# pieces than lines (P = 2); no lines to cut (P = 1).
-PIECES = [((7, 5, 3), 1, 2), ((7, 5, 3), 1, 3), ((7, 41), 1, 5), ((2, 30, 20), 1, 3), ((37, 83), 0, 3)]
+# (shape, axis, pieces): P = 7 lines before the axis cut in 2, 3 and 5 pieces, lines of Q > 1 (rows) or Q = 1; short
+# lines in blocks, each piece with lines left over (53 lines in 3); more pieces than lines (P = 2); no lines to cut
+# (P = 1).
+PIECES = [((7, 5, 3), 1, 2), ((7, 5, 3), 1, 3), ((7, 41), 1, 5), ((53, 6), 1, 3), ((2, 30, 20), 1, 3),
+          ((37, 83), 0, 3)]
 
 
 @pytest.mark.parametrize("compiled", ENGINES)
@@ -384,6 +386,49 @@ def test_compiled_rows_give_the_reference_bits(dtype):
         np.testing.assert_array_equal(out.view(f"u{out.itemsize}"), expected.view(f"u{out.itemsize}"))
 
 
+# Short contiguous lines scanned a block of lines at a time (as many as a VECTOR_BYTES vector holds elements: 4, 8
+# or 16): lengths on both sides of SHORT_LINE, powers of two and not; 8-byte types never take the blocks.
+SHORT_LINES = {np.float32: [2, 3, 5, 8, 13, 16, 17], np.float16: [2, 3, 5, 8, 13, 16, 17], np.int32: [2, 7, 16],
+               np.uint32: [3, 8], np.int64: [2, 8, 9], np.uint64: [5, 8], np.float64: [2, 7, 8, 9]}
+
+
+@COMPILED
+@pytest.mark.parametrize("dtype, length", [(dtype, length) for dtype, lengths in SHORT_LINES.items()
+                                           for length in lengths], ids=str)
+@pytest.mark.parametrize("in_place", [False, True])
+def test_short_lines_in_blocks_give_the_reference_bits(dtype, length, in_place):
+    """Blocks of lines, one line a vector lane, and the lines left over (35 lines, a multiple of no block): the
+    walk's own bits (dmlops.ops' reference, NumPy's engine), every variant, in place too; an inclusive line's first
+    element keeps its bits (a signalling NaN)."""
+    rng = np.random.default_rng(length)
+    shape = (35, length)
+    signalling_nan = {2: 0x7C01, 4: 0x7F800001, 8: 0x7FF0000000000001}
+    for operation, reverse, exclusive in VARIANTS:
+        x = random_values(rng, shape, dtype, operation)
+        with_specials = x.copy()
+        first = -1 if reverse else 0
+        if x.dtype.kind == "f":
+            with_specials[::3, first].view(f"u{x.itemsize}")[...] = signalling_nan[x.itemsize]
+            with_specials[1::3, first] = -0.0
+        for values in (x, with_specials):  # against tests/reference.py, then bit for bit (NaNs and all)
+            source = values.copy()
+            out = source if in_place else poisoned(shape, dtype)
+            scan(True, operation, source, out, 1, reverse, exclusive)
+            if values is x:
+                assert_cumulative_matches(out, operation, x, 1, reverse, exclusive)
+            numpy_out = poisoned(shape, dtype)
+            scan(False, operation, values, numpy_out, 1, reverse, exclusive)
+            with np.errstate(invalid="ignore"):
+                reference_out = cumulative_op.reference(operation, values, 1, reverse, exclusive)
+            for expected in (reference_out, numpy_out):
+                # a NaN's payload after the first element is the processor's (quieted), not a rule's
+                nan = np.isnan(expected) if x.dtype.kind == "f" else np.zeros(shape, bool)
+                nan[:, first] = False
+                assert np.isnan(out[nan]).all()
+                np.testing.assert_array_equal(np.where(nan, 0, out.view(f"u{x.itemsize}")),
+                                              np.where(nan, 0, expected.view(f"u{x.itemsize}")))
+
+
 @COMPILED
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64], ids=lambda t: np.dtype(t).name)
 @pytest.mark.parametrize("length", [2, 9, cpu_scan.VECTOR_LINE, cpu_scan.VECTOR_LINE + 7, 301])
@@ -451,13 +496,13 @@ COMPILED_HALF = pytest.mark.skipif(SCAN_LOOPS is None or not SCAN_LOOPS.HALF_INS
 
 
 @COMPILED_HALF
-@pytest.mark.parametrize("shape", [(10, 8), (7, 5), (3, 21)])
+@pytest.mark.parametrize("shape", [(10, 17), (7, 21), (3, 40)])
 @pytest.mark.parametrize("in_place", [False, True])
 def test_short_float16_lines_in_float32_blocks(monkeypatch, shape, in_place):
-    """Short FLOAT16 lines go through float32 blocks of lines (shrunk to 24 elements: several blocks, the last one
-    short, conversions with elements left over); every variant, in place too; an inclusive scan's signalling NaN
-    first keeps its bits."""
-    monkeypatch.setattr(cpu_scan, "HALF_BLOCK", 24)
+    """FLOAT16 lines too long for blocks of lines a vector lane and short of VECTOR_LINE go through float32 blocks
+    of lines (shrunk to 48 elements: several blocks, the last one short, conversions with elements left over);
+    every variant, in place too; an inclusive scan's signalling NaN first keeps its bits."""
+    monkeypatch.setattr(cpu_scan, "HALF_BLOCK", 48)
     rng = np.random.default_rng(shape[1])
     for operation, reverse, exclusive in VARIANTS:
         x = random_values(rng, shape, np.float16, operation)

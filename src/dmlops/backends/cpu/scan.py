@@ -8,9 +8,9 @@ Two engines scan such views. With numba installed (optional: ``pip install dmlop
 memory once, keeping the running values in a row that stays in L1 (rows of lines, a vector at a time: adding in the
 order of the walk, as the reference does, so that its float results are the reference's bits), or walking a
 contiguous line a vector at a time (a tree within the vector: deterministic bits within a running tally's bound;
-short or strided lines one element at a time, in the walk's order); it converts FLOAT16 with the processor's own
-instructions, a vector at a time. On x86-64 a large output is
-written past the cache along an outer axis (streaming stores: a store to a line not in cache otherwise reads the
+short lines a block of lines at a time, one line a vector lane, longer or strided ones one element at a time, in
+the walk's order); it converts FLOAT16 with the processor's own instructions, a vector at a time. On x86-64 a large
+output is written past the cache along an outer axis (streaming stores: a store to a line not in cache otherwise reads the
 line first, half as much traffic again as the scan's own). Without numba, NumPy does it:
 whole rows at a time along an outer or short axis, ``ufunc.accumulate`` along long inner lines, and contiguous lines
 of VECTOR_LINE or more a vector at a time as the compiled loop walks them (the same operations in the same order:
@@ -356,11 +356,19 @@ def vector_lanes(x3, out3, accumulation: np.dtype) -> int:
 # element (−0.0 for float sums: −0.0 + x is x for every x, +0.0 included), and a line's first output is written as
 # the walk writes it (the input's own bits, or the identity where exclusive). NumPy's engine walks them the same way
 # (scan_vectors_numpy), so that the bits do not depend on the engine.
-# Lines this long or longer walk vectors; shorter ones one element after another, which the processor overlaps from
-# line to line (lines of 8: 16 GB/s that way, 2 by vectors; of 1024: 6 against 31).
+# Lines this long or longer walk vectors; shorter ones one element after another (or in blocks, SHORT_LINE), which
+# the processor overlaps from line to line (lines of 8: 16 GB/s that way, 2 by vectors; of 1024: 6 against 31).
 VECTOR_LINE = 128
-# Shorter FLOAT16 lines are scanned in float32 blocks of about this many elements (8 KiB in and 8 KiB out, in L1),
-# converted a vector at a time on the way in and out (4M × 8 converting element by element: 4.8 GB/s).
+# Contiguous lines of 2 to SHORT_LINE elements of 2 or 4 bytes are scanned a block of lines at a time, one line a
+# vector lane (scan_lines_block): as many lines as a VECTOR_BYTES vector holds elements, loaded and transposed in
+# registers so that vector j holds element j of every line; each lane's running values are then a chain of vector
+# operations in the walk's order (the walk's own bits), transposed back. One element after another, a core fell
+# well short of memory's speed on such lines, FLOAT16 most; longer blocks spill registers, and lines of 8-byte
+# elements keep up with memory one element after another (benchmarks/RESULTS.md).
+SHORT_LINE = 16
+# Other FLOAT16 lines shorter than VECTOR_LINE are scanned in float32 blocks of about this many elements (8 KiB in
+# and 8 KiB out, in L1), converted a vector at a time on the way in and out (4M × 8 converting element by element:
+# 4.8 GB/s).
 HALF_BLOCK = 2048
 HALF_LANES = 8  # FLOAT16 converted 8 at a time (F16C: 128 bits of halves, 256 of floats)
 # A line this long or longer, alone or with fewer lines than cores, can be cut into segments of this many elements
@@ -446,11 +454,16 @@ def compiled_scan(loops, operation, x3, out3, accumulation, reverse, exclusive, 
     if lanes:
         return x2, out2, kept_call(loops.scan_lines_vectors, x2, out2, operation, element, identity,
                                    neutral_of(operation, accumulation), reverse, exclusive, lanes)
+    length = x3.shape[1]
+    if width == 1 and x2.flags.c_contiguous and out2.flags.c_contiguous and 2 <= length <= SHORT_LINE and \
+            x2.itemsize <= 4:
+        return x2, out2, kept_call(loops.scan_lines_blocks, x2, out2, operation, element, identity, reverse,
+                                   exclusive, str(length))
     if width == 1 and element == "half" and x2.flags.c_contiguous and out2.flags.c_contiguous:
-        lines = max(1, HALF_BLOCK // x3.shape[1])
+        lines = max(1, HALF_BLOCK // length)
         return x2, out2, kept_call(loops.scan_half_lines, x2, out2, operation, identity, reverse, exclusive,
-                                   scratch=lambda: (np.empty((lines, x3.shape[1]), np.float32),
-                                                    np.empty((lines, x3.shape[1]), np.float32),
+                                   scratch=lambda: (np.empty((lines, length), np.float32),
+                                                    np.empty((lines, length), np.float32),
                                                     np.empty(lines, np.uint16)))
     if width == 1:
         return x2, out2, kept_call(loops.scan_lines_compiled, x2, out2, operation, element, identity, reverse,

@@ -13,14 +13,16 @@ from numba.extending import intrinsic, overload
 from .compiled import target_features
 from .scan import HALF_LANES, STREAM_STORES, VECTOR_BYTES
 
-# One loop per layout: the running value of each line lives in a register (Q = 1), or in a row that stays in L1 and
-# is updated a vector at a time (Q > 1). The loops take the operation ("sum", "product") and the way elements are
+# One loop per layout: the running value of each line lives in a register (Q = 1; short contiguous lines in one lane
+# of a vector, a block of lines at a time), or in a row that stays in L1 and is updated a vector at a time (Q > 1).
+# The loops take the operation ("sum", "product") and the way elements are
 # read and written ("value", "half") as string literals, so that ``combine``, ``load`` and
 # ``store`` are compiled in: names rather than compiled functions, whose numba types the on-disk cache cannot keep
 # from one process to the next (it failed to save its index, and grew by an entry a process).
 # FLOAT16 is read and written as its bits, converted by the processor's own instructions (F16C on x86), which round
 # half to even as NumPy does; the first element is copied as it is, so that even a signalling NaN keeps its bits.
-# Each element is read before its output is written, so out may be x itself, exclusive or not.
+# Each element is read before its output is written (a block of lines: the whole block first), so out may be x
+# itself, exclusive or not.
 
 compiled = numba.njit(nogil=True, cache=True)
 
@@ -110,6 +112,19 @@ def scan_lines_compiled(x, out, operation, element, identity, reverse, exclusive
             else:
                 tally = combine(operation, tally, value)
                 store(element, target, at, tally)
+
+
+@compiled
+def scan_lines_blocks(x, out, operation, element, identity, reverse, exclusive, length):
+    """Q = 1, x and out {P, L} C-contiguous, L = int(length) (a literal string): blocks of as many lines as a
+    vector of VECTOR_BYTES holds elements, each by one scan_lines_block; the lines left over by
+    scan_lines_compiled."""
+    lanes = VECTOR_BYTES // x.itemsize
+    whole = x.shape[0] - x.shape[0] % lanes
+    size = x.shape[1]
+    for first in range(0, whole, lanes):
+        scan_lines_block(operation, element, x, out, first * size, identity, length, reverse, exclusive)
+    scan_lines_compiled(x[whole:], out[whole:], operation, element, identity, reverse, exclusive)
 
 
 @compiled
@@ -264,17 +279,12 @@ def scan_vector(typing_context, operation, element, source, target, at, tally, n
     instruction = {"sum": ("fadd", "add"), "product": ("fmul", "mul")}[operation.literal_value]
 
     def codegen(context, builder, signature, arguments):
-        vector = ir.VectorType(context.get_value_type(tally), lanes)
         int32 = ir.IntType(32)
         mask = ir.VectorType(int32, lanes)
         load, store = vector_access(context, builder, tally, half, lanes, arguments[4])
 
         def combine(a, b):
             return getattr(builder, instruction[0 if floating else 1])(a, b)
-
-        def splat(value):
-            one = builder.insert_element(ir.Constant(vector, None), value, int32(0))
-            return builder.shuffle_vector(one, ir.Constant(vector, None), ir.Constant(mask, [0] * lanes))
 
         def shifted(value, by):
             """The lanes moved by ``by`` away from the walk's start, the neutral element coming in."""
@@ -284,7 +294,7 @@ def scan_vector(typing_context, operation, element, source, target, at, tally, n
                                  for index in indices)
             return builder.select(arguments[7], backward, forward)
 
-        neutrals = splat(context.cast(builder, arguments[6], signature.args[6], tally))
+        neutrals = splat(builder, context.cast(builder, arguments[6], signature.args[6], tally), lanes)
         value = load(signature.args[2], arguments[2])
         by = 1
         while by < lanes:
@@ -293,10 +303,153 @@ def scan_vector(typing_context, operation, element, source, target, at, tally, n
         total = builder.select(arguments[7], builder.extract_element(value, int32(0)),
                                builder.extract_element(value, int32(lanes - 1)))
         store(signature.args[3], arguments[3],
-              combine(splat(arguments[5]), builder.select(arguments[8], shifted(value, 1), value)))
+              combine(splat(builder, arguments[5], lanes), builder.select(arguments[8], shifted(value, 1), value)))
         return combine(arguments[5], total)
 
     return tally(operation, element, source, target, at, tally, neutral, reverse, exclusive), codegen
+
+
+# Transposes of blocks whose lines are not a power of two long: one shuffle a vector up to this many lines and
+# elements a line, padded to powers of two beyond (FLOAT16 lines of 5 to 7 ran slower padded, of 10 to 14 faster).
+PADDED_SIDE = 8
+
+
+@intrinsic
+def scan_lines_block(typing_context, operation, element, source, target, at, identity, length, reverse, exclusive):
+    """The scans of the lines of ``length`` (a literal string of the number) elements from source[at] on
+    (contiguous), as many lines as a vector of VECTOR_BYTES holds elements, into target from at on; one line a
+    vector lane: the block is loaded and transposed in registers so that vector j holds element j of every line,
+    the running values are a chain of vector operations in the walk's order (in each lane, one line's tally: the
+    walk's own bits), then transposed back and stored. The running values in identity's type (FLOAT16 read and
+    written as its bits, converted a vector at a time); the first element of an inclusive line keeps its input's
+    bits. The whole block is read before any of it is written: target may be source."""
+    if not all(isinstance(literal, numba.types.StringLiteral) for literal in (operation, element, length)):
+        return None
+    tally = identity
+    floating = isinstance(tally, numba.types.Float)
+    half = element.literal_value == "half"
+    size, lanes = int(length.literal_value), VECTOR_BYTES // (source.dtype.bitwidth // 8)  # lines a block
+    instruction = {"sum": ("fadd", "add"), "product": ("fmul", "mul")}[operation.literal_value]
+
+    def codegen(context, builder, signature, arguments):
+        # transposed as loaded (FLOAT16 as its bits: half the shuffles' bytes), then converted a column at a time
+        accessors = [vector_access(context, builder, numba.types.uint16 if half else tally, False, lanes,
+                                   builder.add(arguments[4], ir.Constant(arguments[4].type, k * lanes)))
+                     for k in range(size)]
+        columns = transposed(builder, [load(signature.args[2], arguments[2]) for load, _ in accessors], lanes, size)
+        values = ir.VectorType(context.get_value_type(tally), lanes)
+        halves = ir.VectorType(ir.HalfType(), lanes)
+
+        def widened(bits):
+            return builder.fpext(builder.bitcast(bits, halves), values) if half else bits
+
+        def narrowed(value):
+            return builder.bitcast(builder.fptrunc(value, halves), columns[0].type) if half else value
+
+        identities = narrowed(splat(builder, arguments[5], lanes))
+
+        def write(reverse, exclusive):
+            # the first output column: the identity, or the input's column as loaded (its bits, a signalling NaN's
+            # too); the others the running values in the walk's order
+            order = list(reversed(range(size))) if reverse else list(range(size))
+            outputs = {order[0]: identities if exclusive else columns[order[0]]}
+            running = widened(columns[order[0]])
+            for j in order[1:]:
+                if exclusive:
+                    outputs[j] = narrowed(running)
+                running = getattr(builder, instruction[0 if floating else 1])(running, widened(columns[j]))
+                if not exclusive:
+                    outputs[j] = narrowed(running)
+            for (_, store), vector in zip(accessors, transposed(builder, [outputs[j] for j in range(size)], size,
+                                                                  lanes)):
+                store(signature.args[3], arguments[3], vector)
+
+        with builder.if_else(arguments[7]) as (backwards, forwards):
+            for branch, reverse in ((forwards, False), (backwards, True)):
+                with branch:
+                    with builder.if_else(arguments[8]) as (excluding, including):
+                        with including:
+                            write(reverse, False)
+                        with excluding:
+                            write(reverse, True)
+        return context.get_dummy_value()
+
+    return numba.types.none(operation, element, source, target, at, identity, length, reverse, exclusive), codegen
+
+
+def transposed(builder, rows, count, width):
+    """The vectors of the transposed matrix: rows holds a count × width matrix (row-major) in vectors of the same
+    number of lanes each; the result holds its transpose (width × count) in as many vectors of as many lanes.
+    Sides that are powers of two: in stages of two-vector shuffles (a matrix's flat index is its row bits then its
+    column bits; deinterleaving the sequence rotates them right by one bit, interleaving it left by one). A side
+    that is not, up to PADDED_SIDE: each vector one shuffle of the elements it takes (LLVM lowers it as shuffles of
+    the vectors they come from); longer, padded to a power of two, which costs fewer shuffles there."""
+    lanes = rows[0].type.count
+    sides = [1 << (n - 1).bit_length() for n in (count, width)]
+    uneven = [n for n, side in zip((count, width), sides) if n != side]
+    if uneven and max(uneven) <= PADDED_SIDE:
+        return [gathered(builder, rows, [o % count * width + o // count for o in range(k * lanes, k * lanes + lanes)])
+                for k in range(len(rows))]
+    if uneven:
+        padded = [gathered(builder, rows, [p * width + j if p < count and j < width else None
+                                           for j in range(sides[1])]) for p in range(sides[0])]
+        padded = transposed(builder, padded, *sides)
+        return [gathered(builder, padded, [o // count * sides[0] + o % count for o in range(k * lanes, k * lanes + lanes)])
+                for k in range(len(rows))]
+    right, left = width.bit_length() - 1, count.bit_length() - 1
+    for _ in range(min(right, left)):
+        rows = (deinterleaved if right < left else interleaved)(builder, rows)
+    return rows
+
+
+def gathered(builder, vectors, indices):
+    """A vector of the elements at ``indices`` (None: any) of the sequence of the vectors' lanes."""
+    lanes = vectors[0].type.count
+    known = [i for i in indices if i is not None]
+    if not known:
+        return ir.Constant(ir.VectorType(vectors[0].type.element, len(indices)), None)
+    sources = sorted({i // lanes for i in known})
+    whole = concatenated(builder, [vectors[source] for source in sources])
+    place = {source: n * lanes for n, source in enumerate(sources)}
+    mask = [place[i // lanes] + i % lanes for i in (known[0] if i is None else i for i in indices)]
+    return builder.shuffle_vector(whole, ir.Constant(whole.type, None),
+                                  ir.Constant(ir.VectorType(ir.IntType(32), len(indices)), mask))
+
+
+def interleaved(builder, vectors):
+    """The sequence of the vectors' lanes perfectly shuffled: element i of its first half to 2i, of its second
+    half to 2i + 1."""
+    lanes, half = vectors[0].type.count, len(vectors) // 2
+    masks = [ir.Constant(ir.VectorType(ir.IntType(32), lanes), [offset + i // 2 + i % 2 * lanes for i in range(lanes)])
+             for offset in (0, lanes // 2)]
+    return [builder.shuffle_vector(a, b, mask) for a, b in zip(vectors[:half], vectors[half:]) for mask in masks]
+
+
+def deinterleaved(builder, vectors):
+    """The sequence of the vectors' lanes unshuffled: its even elements, then its odd ones."""
+    lanes = vectors[0].type.count
+    masks = [ir.Constant(ir.VectorType(ir.IntType(32), lanes), [2 * i + odd for i in range(lanes)]) for odd in (0, 1)]
+    return [builder.shuffle_vector(a, b, mask) for mask in masks for a, b in zip(vectors[::2], vectors[1::2])]
+
+
+def splat(builder, value, lanes):
+    """A vector of lanes copies of value."""
+    int32 = ir.IntType(32)
+    vector = ir.VectorType(value.type, lanes)
+    one = builder.insert_element(ir.Constant(vector, None), value, int32(0))
+    return builder.shuffle_vector(one, ir.Constant(vector, None), ir.Constant(ir.VectorType(int32, lanes), [0] * lanes))
+
+
+def concatenated(builder, vectors):
+    """One vector of the vectors' lanes, in order (shuffles of pairs; undefined lanes pad to a power of two)."""
+    int32 = ir.IntType(32)
+    while len(vectors) > 1:
+        if len(vectors) % 2:
+            vectors = vectors + [ir.Constant(vectors[0].type, None)]
+        width = 2 * vectors[0].type.count
+        vectors = [builder.shuffle_vector(a, b, ir.Constant(ir.VectorType(int32, width), list(range(width))))
+                   for a, b in zip(vectors[::2], vectors[1::2])]
+    return vectors[0]
 
 
 @intrinsic
