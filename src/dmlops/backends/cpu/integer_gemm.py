@@ -68,9 +68,12 @@ PARALLEL_PACKING = 1 << 20  # B of this many elements or more is packed on every
 # was often woken onto their core, and a 1024³ product ran at one core's speed (benchmarks/RESULTS.md).
 STAGED_PACKING = 1 << 22
 # A of at most this many rows is multiplied with B as it lies (``direct_products``), where the kernel can: packing B
-# would be most of the call. Each 4 rows of A read and interleave B again: with more rows, packing B pays
-# (benchmarks/RESULTS.md: 4096 × 4096 B on Zen 4, 8 rows 2.1 ms direct against 2.2 packed, 16 rows 3.8 against 2.2).
-DIRECT_ROWS = 8
+# would be most of the call (a 16 × 256 × 64 product through the array API: 12 µs so, 15.6 packing B). Each 4 rows
+# of A read and interleave B again, which costs more than packing it where B comes from memory, B of PARALLEL_PACKING
+# elements or more: then at most DIRECT_ROWS_OF_LARGE_B rows (4096 × 4096 B on Zen 4: 8 rows 2.1 ms direct against
+# 2.2 packed, 16 rows 3.8 against 2.2; benchmarks/RESULTS.md).
+DIRECT_ROWS = 16
+DIRECT_ROWS_OF_LARGE_B = 8
 DIRECT_STEPS = 64  # steps of 4 rows of B a direct run takes across the column blocks
 PREFETCH_ROWS = 32  # how far ahead the direct kernel prefetches B's rows (prefetches past the end are harmless)
 DIRECT_STRIP = 4  # rows of A a direct call takes (4 × 4 sums, 4 column sums, 4 rows of B and 4 interleaved: 28 zmm)
@@ -303,10 +306,11 @@ def integer_product(kernel: Kernel, a, a_zero_point, b, b_zero_point, buffers, p
 
 def products_path(kernel: Kernel, a, b) -> str:
     """How the sums of a {M, K} and b {K, N} are made: "direct" (the byte kernel reads B as it lies: A of at most
-    DIRECT_ROWS rows, B's rows contiguous, K a multiple of 4, N of 64), else "bytes" or "words" (B packed for the
-    byte or the 16-bit kernel)."""
+    DIRECT_ROWS rows, DIRECT_ROWS_OF_LARGE_B for a large B; B's rows contiguous, K a multiple of 4, N of 64), else
+    "bytes" or "words" (B packed for the byte or the 16-bit kernel)."""
     (m, k), n = a.shape, b.shape[1]
-    if kernel.direct and m <= DIRECT_ROWS and k % 4 == 0 and n % 64 == 0 and b.strides[1] == 1:
+    rows = DIRECT_ROWS if k * n < PARALLEL_PACKING else DIRECT_ROWS_OF_LARGE_B
+    if kernel.direct and m <= rows and k % 4 == 0 and n % 64 == 0 and b.strides[1] == 1:
         return "direct"
     return "bytes" if kernel.bytes else "words"
 
