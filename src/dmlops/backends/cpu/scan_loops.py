@@ -354,25 +354,115 @@ def scan_lines_vectors(x, out, operation, element, identity, neutral, reverse, e
 
 
 @compiled
-def segment_total(source, operation, element, neutral, first, last, totals):
-    """source[first:last] combined: vector by vector into the rows of totals ({4, lanes}: four independent
-    chains, so that one vector's operation need not wait for the last one's), then the lanes and the elements
-    left, in order."""
+def chunk_total(source, operation, element, neutral, reverse, first, last, totals):
+    """source[first:last] combined in the walk's order of its positions (reverse: from last - 1 down): vector by
+    vector into the rows of totals ({4, lanes}: four independent chains, so that one vector's operation need not
+    wait for the last one's; chain k takes vectors k, k + 4, ...), then the lanes chain by chain, then the elements
+    left, each in the walk's order (NumPy's engine combines them so: chunk_totals_numpy)."""
     lanes = totals.shape[1]
-    totals[:] = neutral
     width = 4 * lanes
-    end = first + (last - first) // width * width
-    for i in range(first, end, width):
+    totals[:] = neutral
+    groups = (last - first) // width
+    for group in range(groups):
         for chain in range(4):
-            add_vector(operation, element, source, i + chain * lanes, totals[chain])
+            if reverse:
+                add_vector(operation, element, source, last - group * width - (chain + 1) * lanes, totals[chain])
+            else:
+                add_vector(operation, element, source, first + group * width + chain * lanes, totals[chain])
     total = neutral
     for chain in range(4):
         for j in range(lanes):
-            total = as_type_of(combine(operation, total, totals[chain, j]), neutral)
-    for i in range(end, last):
+            lane = lanes - 1 - j if reverse else j  # a vector read backwards holds the walk's lanes last first
+            total = as_type_of(combine(operation, total, totals[chain, lane]), neutral)
+    for k in range(groups * width, last - first):
+        i = last - 1 - k if reverse else first + k
         total = as_type_of(combine(operation, total, load(element, source, i)), neutral)
     return total
 
+
+@intrinsic
+def take_ticket(typing_context, tickets):
+    """tickets[0] += 1 (int64), atomically; returns the value before: each ticket is taken by one thread."""
+    def codegen(context, builder, signature, arguments):
+        data = context.make_array(signature.args[0])(context, builder, arguments[0]).data
+        return builder.atomic_rmw("add", data, ir.Constant(ir.IntType(64), 1), "monotonic")
+    return numba.int64(tickets), codegen
+
+
+@intrinsic
+def publish(typing_context, flags, at):
+    """flags[at] = 1 (int64) through a release store: what this thread wrote before it (a carry) is seen by any
+    thread that has read the flag set (``published``)."""
+    def codegen(context, builder, signature, arguments):
+        data = context.make_array(signature.args[0])(context, builder, arguments[0]).data
+        builder.store_atomic(ir.Constant(ir.IntType(64), 1), builder.gep(data, [arguments[1]]), "release", 8)
+        return context.get_dummy_value()
+    return numba.types.none(flags, at), codegen
+
+
+@intrinsic
+def published(typing_context, flags, at):
+    """flags[at] != 0, through an acquire load: read from memory at every call (a spin loop's plain load may be
+    hoisted out of it), and what its publisher wrote before setting it is seen after."""
+    def codegen(context, builder, signature, arguments):
+        data = context.make_array(signature.args[0])(context, builder, arguments[0]).data
+        flag = builder.load_atomic(builder.gep(data, [arguments[1]]), "acquire", 8)
+        return builder.icmp_unsigned("!=", flag, ir.Constant(ir.IntType(64), 0))
+    return numba.types.boolean(flags, at), codegen
+
+
+@intrinsic
+def spin_pause(typing_context):
+    """The processor's hint that this is a spin loop (x86: pause, which also keeps the loop from flooding the
+    memory system with loads); nothing elsewhere."""
+    def codegen(context, builder, signature, arguments):
+        if platform.machine().lower() in ("x86_64", "amd64"):
+            pause = builder.module.declare_intrinsic("llvm.x86.sse2.pause", fnty=ir.FunctionType(ir.VoidType(), []))
+            builder.call(pause, [])
+        return context.get_dummy_value()
+    return numba.types.none(), codegen
+
+
+@compiled
+def scan_chunks(x, out, operation, element, identity, neutral, reverse, exclusive, lanes, chunk, tickets, carries,
+                flags, totals):
+    """Q = 1, lines contiguous (x, out {P, L}), each cut into chunks of ``chunk`` elements in the walk's order (the
+    last one shorter), scanned by every thread that runs this at once: each takes the next ticket, (line, chunk c)
+    in order, makes the chunk's total (chunk_total: from memory into the cache), waits until the running value after
+    chunk c - 1 is published, publishes carry_c = carry_{c-1} ⊕ total_c (carries[line, c] then flags[line, c]),
+    then scans the chunk from carry_{c-1} (scan_span, reading it again from the cache). A thread waits only for an
+    earlier ticket, taken by a thread that is running it: no deadlock, whatever the number of threads. The carries
+    are the same sequence whoever makes them: the bits depend on neither the threads nor their timing.
+    tickets ({1}, int64) and flags ({P × chunks}, int64) start at 0; totals ({4, lanes}) is this thread's own."""
+    count, length = x.shape
+    chunks = (length + chunk - 1) // chunk
+    while True:
+        ticket = take_ticket(tickets)
+        if ticket >= count * chunks:
+            return
+        p, c = ticket // chunks, ticket % chunks
+        source, target = x[p], out[p]
+        start, stop = c * chunk, min(c * chunk + chunk, length)  # positions in the walk
+        first, last = (length - stop, length - start) if reverse else (start, stop)
+        total = neutral
+        if c + 1 < chunks:  # (nobody waits for the last chunk's carry)
+            total = chunk_total(source, operation, element, neutral, reverse, first, last, totals)
+        carry = neutral
+        if c > 0:
+            while not published(flags, ticket - 1):
+                spin_pause()
+            carry = carries[ticket - 1]
+        if c + 1 < chunks:
+            carries[ticket] = as_type_of(combine(operation, carry, total), neutral)
+            publish(flags, ticket)
+        head = length - 1 if reverse else 0
+        kept = source[head]
+        scan_span(source, target, operation, element, carry, neutral, reverse, exclusive, first, last, lanes)
+        if c == 0:  # the line's first output as the walk writes it
+            if exclusive:
+                store(element, target, head, identity)
+            else:
+                target[head] = kept
 
 
 if STREAM_STORES:
