@@ -23,7 +23,7 @@ The compiled loops (scan_loops) are loaded by the first call that could run them
 run NumPy's engine until they are loaded.
 
 A large view is cut into independent pieces (lines before the axis, else lines after it) that threads scan at
-once: both engines release the GIL. Contiguous lines of two CHUNKs or more are scanned chunk by chunk from carries
+once: both engines release the GIL. Contiguous lines of two chunks (CHUNK_BYTES) or more are scanned chunk by chunk from carries
 made of the chunks' totals, in both engines (the same bits whatever the number of cores); the compiled engine's
 threads take the chunks in order, on all cores, reading and writing memory once (scan_chunks).
 """
@@ -394,18 +394,19 @@ VECTOR_LINE = 128
 # converted a vector at a time on the way in and out (4M × 8 converting element by element: 4.8 GB/s).
 HALF_BLOCK = 2048
 HALF_LANES = 8  # FLOAT16 converted 8 at a time (F16C: 128 bits of halves, 256 of floats)
-# Contiguous lines (walked by vectors) of two chunks or more are cut into chunks of this many elements, in the walk's
-# order, the last one shorter: each chunk is scanned from a carry, the running value after the chunks before it made
-# of their totals (carry_c = carry_{c-1} ⊕ total_c), in both engines, whatever the number of cores, so that the bits
-# depend on the line's length only. The compiled engine's threads take the chunks in order (scan_chunks): a chunk
-# read once from memory for its total stays in L2 (1 MiB a core, for the chunk in and out) for its scan.
-CHUNK = 1 << 16
+# Contiguous lines (walked by vectors) of two chunks or more are cut into chunks of this many bytes of input, in the
+# walk's order, the last one shorter: each chunk is scanned from a carry, the running value after the chunks before
+# it made of their totals (carry_c = carry_{c-1} ⊕ total_c), in both engines, whatever the number of cores, so that
+# the bits depend on the line's type and length only. The compiled engine's threads take the chunks in order
+# (scan_chunks): a chunk read from memory for its total stays in L2 (1 MiB a core: the chunk in and out) for its scan.
+CHUNK_BYTES = 256 << 10
 
 
 def chunk_length(x3, lanes: int) -> int:
-    """CHUNK for (P, L, Q) views whose lines are cut into chunks (walked by vectors: ``vector_lanes`` > 0; L of two
-    chunks or more), else 0."""
-    return CHUNK if lanes and x3.shape[1] >= 2 * CHUNK else 0
+    """The elements of a chunk for (P, L, Q) views whose lines are cut into chunks (walked by vectors:
+    ``vector_lanes`` > 0; L of two chunks or more), else 0."""
+    chunk = max(1, CHUNK_BYTES // x3.itemsize)
+    return chunk if lanes and x3.shape[1] >= 2 * chunk else 0
 
 
 def compiled_chunks(loops, operation, x3, out3, accumulation, reverse, exclusive, lanes, chunk, threads):

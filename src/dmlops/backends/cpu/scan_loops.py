@@ -3,11 +3,13 @@ so that importing dmlops or a first call never waits for numba. scan decides whi
 
 from __future__ import annotations
 
+import functools
 import platform
 
 import numba
 import numpy as np
 from llvmlite import ir
+from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
 from .compiled import target_features
@@ -230,51 +232,74 @@ def convert_vector(typing_context, source, target, at):
     return numba.types.none(source, target, at), codegen
 
 
+def vector_operations(context, builder, operation: str, tally):
+    """(lanes, combine(a, b), splat(value)) for vectors of tally's type (VECTOR_BYTES)."""
+    lanes = VECTOR_BYTES // (tally.bitwidth // 8)
+    vector = ir.VectorType(context.get_value_type(tally), lanes)
+    int32 = ir.IntType(32)
+    instruction = {"sum": ("fadd", "add"), "product": ("fmul", "mul")}[operation]
+    floating = isinstance(tally, numba.types.Float)
+
+    def combine(a, b):
+        return getattr(builder, instruction[0 if floating else 1])(a, b)
+
+    def splat(value):
+        one = builder.insert_element(ir.Constant(vector, None), value, int32(0))
+        return builder.shuffle_vector(one, ir.Constant(vector, None), ir.Constant(ir.VectorType(int32, lanes),
+                                                                                  [0] * lanes))
+
+    return lanes, combine, splat
+
+
+def literals(*arguments) -> bool:
+    return all(isinstance(argument, numba.types.StringLiteral) for argument in arguments)
+
+
 @intrinsic
-def add_vector(typing_context, operation, element, source, at, totals):
-    """totals ⊕= source[at:at + lanes] lane by lane (totals: lanes elements of the accumulation type)."""
-    if not (isinstance(operation, numba.types.StringLiteral) and isinstance(element, numba.types.StringLiteral)):
+def add_vectors(typing_context, operation, element, source, at, groups, reverse, totals):
+    """totals[k] ⊕= the vectors k, k + 4, k + 8, ... of source from index at (reverse: of those that end at at,
+    walked down; each read as it lies), 4 × groups vectors in all, lane by lane (totals {4, lanes}, the
+    accumulation type): four chains in registers, so that one vector's operation need not wait for the last one's."""
+    if not literals(operation, element):
         return None
     tally = totals.dtype
-    lanes = VECTOR_BYTES // (tally.bitwidth // 8)
-    instruction = {"sum": ("fadd", "add"), "product": ("fmul", "mul")}[operation.literal_value]
 
     def codegen(context, builder, signature, arguments):
-        load, _ = vector_access(context, builder, tally, element.literal_value == "half", lanes, arguments[3])
-        _, store_totals = vector_access(context, builder, tally, False, lanes, ir.Constant(ir.IntType(64), 0))
-        load_totals, _ = vector_access(context, builder, tally, False, lanes, ir.Constant(ir.IntType(64), 0))
-        combined = getattr(builder, instruction[0 if isinstance(tally, numba.types.Float) else 1])(
-            load_totals(signature.args[4], arguments[4]), load(signature.args[2], arguments[2]))
-        store_totals(signature.args[4], arguments[4], combined)
+        lanes, combine, _ = vector_operations(context, builder, operation.literal_value, tally)
+        int64 = ir.IntType(64)
+        access = functools.partial(vector_access, context, builder, tally)
+        chains = [cgutils.alloca_once_value(builder, access(False, lanes, int64(k * lanes))[0](
+            signature.args[6], arguments[6])) for k in range(4)]
+        with cgutils.for_range(builder, arguments[4]) as loop:
+            group = builder.mul(loop.index, int64(4 * lanes))
+            for k, chain in enumerate(chains):
+                at = builder.select(arguments[5], builder.sub(arguments[3], builder.add(group, int64((k + 1) * lanes))),
+                                    builder.add(arguments[3], builder.add(group, int64(k * lanes))))
+                load, _ = access(element.literal_value == "half", lanes, at)
+                builder.store(combine(builder.load(chain), load(signature.args[2], arguments[2])), chain)
+        for k, chain in enumerate(chains):
+            access(False, lanes, int64(k * lanes))[1](signature.args[6], arguments[6], builder.load(chain))
         return context.get_dummy_value()
 
-    return numba.types.none(operation, element, source, at, totals), codegen
+    return numba.types.none(operation, element, source, at, groups, reverse, totals), codegen
 
 
 @intrinsic
-def scan_vector(typing_context, operation, element, source, target, at, tally, neutral, reverse, exclusive):
-    """target[at:at + lanes] = the scan of source[at:at + lanes] from tally (reverse: walked from its end;
-    exclusive: each lane gets the running value before it), in tally's type (FLOAT16 read and written as its
-    bits); returns the running value after the vector. lanes = VECTOR_BYTES // tally's size."""
-    if not (isinstance(operation, numba.types.StringLiteral) and isinstance(element, numba.types.StringLiteral)):
+def scan_vectors(typing_context, operation, element, source, target, at, count, tally, neutral, reverse, exclusive):
+    """target = the scan of ``count`` vectors of source from index at (reverse: of those that end at at, walked
+    down, each from its end) from the running value tally (exclusive: each lane gets the running value before it),
+    in tally's type (FLOAT16 read and written as its bits); returns the running value after them. Within a vector,
+    the running values come from log2(lanes) shifted copies combined (a tree); the running value is kept as a
+    vector of its copies (one operation from one vector to the next, no trip through a scalar register)."""
+    if not literals(operation, element):
         return None
-    floating = isinstance(tally, numba.types.Float)
     half = element.literal_value == "half"
-    lanes = VECTOR_BYTES // (tally.bitwidth // 8)
-    instruction = {"sum": ("fadd", "add"), "product": ("fmul", "mul")}[operation.literal_value]
 
     def codegen(context, builder, signature, arguments):
-        vector = ir.VectorType(context.get_value_type(tally), lanes)
-        int32 = ir.IntType(32)
+        lanes, combine, splat = vector_operations(context, builder, operation.literal_value, tally)
+        int32, int64 = ir.IntType(32), ir.IntType(64)
         mask = ir.VectorType(int32, lanes)
-        load, store = vector_access(context, builder, tally, half, lanes, arguments[4])
-
-        def combine(a, b):
-            return getattr(builder, instruction[0 if floating else 1])(a, b)
-
-        def splat(value):
-            one = builder.insert_element(ir.Constant(vector, None), value, int32(0))
-            return builder.shuffle_vector(one, ir.Constant(vector, None), ir.Constant(mask, [0] * lanes))
+        reverse, exclusive = arguments[8], arguments[9]
 
         def shifted(value, by):
             """The lanes moved by ``by`` away from the walk's start, the neutral element coming in."""
@@ -282,21 +307,29 @@ def scan_vector(typing_context, operation, element, source, target, at, tally, n
                        [i + by if i + by < lanes else lanes + i for i in range(lanes)]]
             forward, backward = (builder.shuffle_vector(value, neutrals, ir.Constant(mask, index))
                                  for index in indices)
-            return builder.select(arguments[7], backward, forward)
+            return builder.select(reverse, backward, forward)
 
-        neutrals = splat(context.cast(builder, arguments[6], signature.args[6], tally))
-        value = load(signature.args[2], arguments[2])
-        by = 1
-        while by < lanes:
-            value = combine(value, shifted(value, by))
-            by *= 2
-        total = builder.select(arguments[7], builder.extract_element(value, int32(0)),
-                               builder.extract_element(value, int32(lanes - 1)))
-        store(signature.args[3], arguments[3],
-              combine(splat(arguments[5]), builder.select(arguments[8], shifted(value, 1), value)))
-        return combine(arguments[5], total)
+        def lane(value, index):  # every lane a copy of lane ``index``
+            return builder.shuffle_vector(value, value, ir.Constant(mask, [index] * lanes))
 
-    return tally(operation, element, source, target, at, tally, neutral, reverse, exclusive), codegen
+        neutrals = splat(context.cast(builder, arguments[7], signature.args[7], tally))
+        running = cgutils.alloca_once_value(builder, splat(arguments[6]))
+        with cgutils.for_range(builder, arguments[5]) as loop:
+            step = builder.mul(loop.index, int64(lanes))
+            at = builder.select(reverse, builder.sub(arguments[4], builder.add(step, int64(lanes))),
+                                builder.add(arguments[4], step))
+            load, store = vector_access(context, builder, tally, half, lanes, at)
+            value = load(signature.args[2], arguments[2])
+            by = 1
+            while by < lanes:
+                value = combine(value, shifted(value, by))
+                by *= 2
+            before = builder.load(running)
+            store(signature.args[3], arguments[3], combine(before, builder.select(exclusive, shifted(value, 1), value)))
+            builder.store(combine(before, builder.select(reverse, lane(value, 0), lane(value, lanes - 1))), running)
+        return builder.extract_element(builder.load(running), int32(0))
+
+    return tally(operation, element, source, target, at, count, tally, neutral, reverse, exclusive), codegen
 
 
 @intrinsic
@@ -312,19 +345,14 @@ def as_type_of(typing_context, value, like):
 def scan_span(source, target, operation, element, tally, neutral, reverse, exclusive, first, last, lanes):
     """Scan source[first:last] (1-D, contiguous) into target from the running value tally, vectors of lanes
     elements then single ones, in the walk's direction; returns the running value after."""
+    vectors = (last - first) // lanes
     if reverse:
-        i = last
-        while i - lanes >= first:
-            i -= lanes
-            tally = scan_vector(operation, element, source, target, i, tally, neutral, True, exclusive)
-        for j in range(i - 1, first - 1, -1):
+        tally = scan_vectors(operation, element, source, target, last, vectors, tally, neutral, True, exclusive)
+        for j in range(last - vectors * lanes - 1, first - 1, -1):
             tally = scan_element(operation, element, source, target, j, tally, exclusive)
     else:
-        i = first
-        while i + lanes <= last:
-            tally = scan_vector(operation, element, source, target, i, tally, neutral, False, exclusive)
-            i += lanes
-        for j in range(i, last):
+        tally = scan_vectors(operation, element, source, target, first, vectors, tally, neutral, False, exclusive)
+        for j in range(first + vectors * lanes, last):
             tally = scan_element(operation, element, source, target, j, tally, exclusive)
     return tally
 
@@ -363,12 +391,7 @@ def chunk_total(source, operation, element, neutral, reverse, first, last, total
     width = 4 * lanes
     totals[:] = neutral
     groups = (last - first) // width
-    for group in range(groups):
-        for chain in range(4):
-            if reverse:
-                add_vector(operation, element, source, last - group * width - (chain + 1) * lanes, totals[chain])
-            else:
-                add_vector(operation, element, source, first + group * width + chain * lanes, totals[chain])
+    add_vectors(operation, element, source, last if reverse else first, groups, reverse, totals)
     total = neutral
     for chain in range(4):
         for j in range(lanes):
