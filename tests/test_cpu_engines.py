@@ -3,7 +3,8 @@ process does not wait for numba.
 
 NumPy's engine walks contiguous lines of VECTOR_LINE or more a vector at a time as the compiled loop does, so that
 a result never depends on whether numba is installed or loaded yet: every data type, axis, direction and exclusive
-setting, lines around the vector's width and VECTOR_LINE, strided and in place, compared bit for bit. The quantized
+setting, lines around the vector's width and VECTOR_LINE, lines cut into chunks (CHUNK_BYTES shrunk), strided and in
+place, on one thread or several, compared bit for bit. The quantized
 matmul's NumPy path (exact sums from float32 BLAS, NumPy's requantization) and its compiled one (integer kernels,
 the compiled requantization) likewise, every type combination and parameter form. The compiled code loads in a
 background thread started by the first call (DMLOPS_NUMBA), checked in fresh processes.
@@ -70,7 +71,8 @@ def scan_cases(draw):
     return dict(shape=tuple(shape), axis=axis, dtype=np.dtype(draw(st.sampled_from(TYPES))),
                 operation=draw(st.sampled_from(["sum", "product"])), reverse=draw(st.booleans()),
                 exclusive=draw(st.booleans()), layout=draw(st.sampled_from(["contiguous", "strided", "transposed"])),
-                in_place=draw(st.booleans()), specials=draw(st.booleans()), pieces=draw(st.sampled_from([None, 3])),
+                in_place=draw(st.booleans()), specials=draw(st.booleans()), pieces=draw(st.sampled_from([None, 1, 3])),
+                chunk_bytes=draw(st.sampled_from([cpu_scan.CHUNK_BYTES, 64, 100, 136])),  # chunks of 8 to 68 elements
                 seed=draw(st.integers(0, 2**32 - 1)))
 
 
@@ -90,8 +92,10 @@ def laid_out(values: np.ndarray, layout: str) -> np.ndarray:
 def run_engine(case, x: np.ndarray, compiled: bool) -> np.ndarray:
     source = laid_out(x, case["layout"])
     out = source if case["in_place"] else laid_out(np.full(x.shape, 7, x.dtype), case["layout"])
-    cpu_scan.cumulative(case["operation"], source, out, case["axis"], case["reverse"], case["exclusive"],
-                        compiled=compiled, pieces=case["pieces"])
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(cpu_scan, "CHUNK_BYTES", case["chunk_bytes"])
+        cpu_scan.cumulative(case["operation"], source, out, case["axis"], case["reverse"], case["exclusive"],
+                            compiled=compiled, pieces=case["pieces"])
     return out
 
 
@@ -100,7 +104,7 @@ def bits(array: np.ndarray) -> np.ndarray:
 
 
 @COMPILED
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=250, deadline=None)
 @given(scan_cases())
 def test_engines_give_the_same_bits(case):
     x = fresh_values(np.random.default_rng(case["seed"]), case["shape"], case["dtype"], case["operation"],
