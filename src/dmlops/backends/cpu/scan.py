@@ -23,9 +23,10 @@ The compiled loops (scan_loops) are loaded by the first call that could run them
 run NumPy's engine until they are loaded.
 
 A large view is cut into independent pieces (lines before the axis, else lines after it) that threads scan at
-once: both engines release the GIL. Contiguous lines of two chunks (CHUNK_BYTES) or more are scanned chunk by chunk from carries
-made of the chunks' totals, in both engines (the same bits whatever the number of cores); the compiled engine's
-threads take the chunks in order, on all cores, reading and writing memory once (scan_chunks).
+once: both engines release the GIL. Contiguous lines of two chunks (CHUNK_BYTES) or more are cut into chunks
+instead, each scanned from a carry made of the totals of the chunks before it, in both engines, so that the bits do
+not depend on the number of cores. The compiled engine's threads take the chunks in order, on all cores, each chunk
+read from memory once for its total and again from the cache for its scan (scan_chunks).
 """
 
 from __future__ import annotations
