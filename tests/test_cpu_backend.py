@@ -420,13 +420,16 @@ TEST_CHUNK_BYTES = 37 * 8
 def test_long_lines_in_chunks(monkeypatch, compiled, dtype, shape, axis):
     """Contiguous lines of two chunks or more (CHUNK_BYTES shrunk), scanned chunk by chunk from the carries of the
     chunks' totals: the reference's values, in place too; the same bits from one thread as from several that take
-    the chunks (and the lines) by ticket, run after run."""
+    the chunks (and the lines) by ticket, run after run, and as from threads that make the carries they wait for
+    themselves at once (PATIENCE 0)."""
     monkeypatch.setattr(cpu_scan, "CHUNK_BYTES", TEST_CHUNK_BYTES)
     rng = np.random.default_rng(shape[axis])
+    waiting = cpu_scan.PATIENCE
     for operation, reverse, exclusive in VARIANTS:
         x = random_values(rng, shape, dtype, operation)
         runs = []
-        for pieces, in_place in [(1, False), (3, False), (3, True), (2, True)]:
+        for pieces, in_place, patience in [(1, False, 0), (3, False, 0), (3, True, 0), (2, True, waiting)]:
+            monkeypatch.setattr(cpu_scan, "PATIENCE", patience)
             out = x.copy() if in_place else poisoned(shape, dtype)
             cpu_scan.cumulative(operation, out if in_place else x, out, axis, reverse, exclusive, compiled=compiled,
                                 pieces=pieces)

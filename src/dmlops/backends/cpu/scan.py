@@ -401,6 +401,9 @@ HALF_LANES = 8  # FLOAT16 converted 8 at a time (F16C: 128 bits of halves, 256 o
 # the bits depend on the line's type and length only. The compiled engine's threads take the chunks in order
 # (scan_chunks): a chunk read from memory for its total stays in L2 (1 MiB a core: the chunk in and out) for its scan.
 CHUNK_BYTES = 256 << 10
+# Pauses a thread spins for the carry before its chunk before it makes that carry itself (about 50-150 µs, where a
+# chunk's total takes 10-20): a thread that is not running (the cores busy with other work) holds up no other.
+PATIENCE = 4096
 
 
 def chunk_length(x3, lanes: int) -> int:
@@ -412,8 +415,8 @@ def chunk_length(x3, lanes: int) -> int:
 
 def compiled_chunks(loops, operation, x3, out3, accumulation, reverse, exclusive, lanes, chunk, threads):
     """(view of x3, view of out3, scan(x view, out view)): lines cut into chunks scanned by scan_chunks on
-    ``threads`` threads at once (no more than there are chunks), each call with tickets, carries and flags of its
-    own, and each thread with its own scratch."""
+    ``threads`` threads at once (no more than there are chunks), each call with tickets, states, totals and carries
+    of its own, and each thread with its own scratch."""
     element = "value"
     if x3.dtype == np.float16:
         x3, out3, element = x3.view(np.uint16), out3.view(np.uint16), "half"
@@ -422,10 +425,11 @@ def compiled_chunks(loops, operation, x3, out3, accumulation, reverse, exclusive
     tickets = count * -(-length // chunk)
     threads = min(threads, tickets)
     constants = (operation, element, accumulation.type(IDENTITIES[operation]), neutral_of(operation, accumulation),
-                 reverse, exclusive, lanes, chunk)
+                 reverse, exclusive, lanes, chunk, PATIENCE, threads)
 
-    def shared():  # tickets taken, carries, their flags
-        return np.zeros(1, np.int64), np.empty(tickets, accumulation), np.zeros(tickets, np.int64)
+    def shared():  # tickets taken; each chunk's state, total and carry
+        return (np.zeros(1, np.int64), np.zeros(tickets, np.int64), np.empty(tickets, accumulation),
+                np.empty(tickets, accumulation))
 
     def scratch():
         return np.empty((4, lanes), accumulation)

@@ -285,12 +285,15 @@ def add_vectors(typing_context, operation, element, source, at, groups, reverse,
 
 
 @intrinsic
-def scan_vectors(typing_context, operation, element, source, target, at, count, tally, neutral, reverse, exclusive):
+def scan_vectors(typing_context, operation, element, source, target, at, count, tally, neutral, reverse, exclusive,
+                 ahead):
     """target = the scan of ``count`` vectors of source from index at (reverse: of those that end at at, walked
     down, each from its end) from the running value tally (exclusive: each lane gets the running value before it),
     in tally's type (FLOAT16 read and written as its bits); returns the running value after them. Within a vector,
     the running values come from log2(lanes) shifted copies combined (a tree); the running value is kept as a
-    vector of its copies (one operation from one vector to the next, no trip through a scalar register)."""
+    vector of its copies (one operation from one vector to the next, no trip through a scalar register). With
+    ``ahead`` > 0, source ``ahead`` elements further in the walk is fetched into the cache meanwhile (a prefetch: a
+    hint that never faults, wherever it points)."""
     if not literals(operation, element):
         return None
     half = element.literal_value == "half"
@@ -314,10 +317,18 @@ def scan_vectors(typing_context, operation, element, source, target, at, count, 
 
         neutrals = splat(context.cast(builder, arguments[7], signature.args[7], tally))
         running = cgutils.alloca_once_value(builder, splat(arguments[6]))
+        ahead = arguments[10]
+        data = context.make_array(signature.args[2])(context, builder, arguments[2]).data
+        byte = ir.IntType(8).as_pointer()
+        prefetch = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VoidType(), [byte, int32, int32, int32]), "llvm.prefetch.p0")
         with cgutils.for_range(builder, arguments[5]) as loop:
             step = builder.mul(loop.index, int64(lanes))
             at = builder.select(reverse, builder.sub(arguments[4], builder.add(step, int64(lanes))),
                                 builder.add(arguments[4], step))
+            with builder.if_then(builder.icmp_signed(">", ahead, int64(0)), likely=True):
+                later = builder.gep(data, [builder.select(reverse, builder.sub(at, ahead), builder.add(at, ahead))])
+                builder.call(prefetch, [builder.bitcast(later, byte), int32(0), int32(3), int32(1)])
             load, store = vector_access(context, builder, tally, half, lanes, at)
             value = load(signature.args[2], arguments[2])
             by = 1
@@ -329,7 +340,7 @@ def scan_vectors(typing_context, operation, element, source, target, at, count, 
             builder.store(combine(before, builder.select(reverse, lane(value, 0), lane(value, lanes - 1))), running)
         return builder.extract_element(builder.load(running), int32(0))
 
-    return tally(operation, element, source, target, at, count, tally, neutral, reverse, exclusive), codegen
+    return tally(operation, element, source, target, at, count, tally, neutral, reverse, exclusive, ahead), codegen
 
 
 @intrinsic
@@ -342,16 +353,19 @@ def as_type_of(typing_context, value, like):
 
 
 @compiled
-def scan_span(source, target, operation, element, tally, neutral, reverse, exclusive, first, last, lanes):
+def scan_span(source, target, operation, element, tally, neutral, reverse, exclusive, first, last, lanes, ahead=0):
     """Scan source[first:last] (1-D, contiguous) into target from the running value tally, vectors of lanes
-    elements then single ones, in the walk's direction; returns the running value after."""
+    elements then single ones, in the walk's direction, fetching source ``ahead`` elements further meanwhile
+    (scan_vectors); returns the running value after."""
     vectors = (last - first) // lanes
     if reverse:
-        tally = scan_vectors(operation, element, source, target, last, vectors, tally, neutral, True, exclusive)
+        tally = scan_vectors(operation, element, source, target, last, vectors, tally, neutral, True, exclusive,
+                             ahead)
         for j in range(last - vectors * lanes - 1, first - 1, -1):
             tally = scan_element(operation, element, source, target, j, tally, exclusive)
     else:
-        tally = scan_vectors(operation, element, source, target, first, vectors, tally, neutral, False, exclusive)
+        tally = scan_vectors(operation, element, source, target, first, vectors, tally, neutral, False, exclusive,
+                             ahead)
         for j in range(first + vectors * lanes, last):
             tally = scan_element(operation, element, source, target, j, tally, exclusive)
     return tally
@@ -413,25 +427,25 @@ def take_ticket(typing_context, tickets):
 
 
 @intrinsic
-def publish(typing_context, flags, at):
-    """flags[at] = 1 (int64) through a release store: what this thread wrote before it (a carry) is seen by any
-    thread that has read the flag set (``published``)."""
+def publish(typing_context, states, at, state):
+    """states[at] = state (int64) through a release store: what this thread wrote before it (a total, a carry) is
+    seen by any thread that has read that state (``state_of``)."""
     def codegen(context, builder, signature, arguments):
         data = context.make_array(signature.args[0])(context, builder, arguments[0]).data
-        builder.store_atomic(ir.Constant(ir.IntType(64), 1), builder.gep(data, [arguments[1]]), "release", 8)
+        builder.store_atomic(context.cast(builder, arguments[2], signature.args[2], numba.int64),
+                             builder.gep(data, [arguments[1]]), "release", 8)
         return context.get_dummy_value()
-    return numba.types.none(flags, at), codegen
+    return numba.types.none(states, at, state), codegen
 
 
 @intrinsic
-def published(typing_context, flags, at):
-    """flags[at] != 0, through an acquire load: read from memory at every call (a spin loop's plain load may be
-    hoisted out of it), and what its publisher wrote before setting it is seen after."""
+def state_of(typing_context, states, at):
+    """states[at] (int64) through an acquire load: read from memory at every call (a spin loop's plain load may be
+    hoisted out of it), and what its publisher wrote before storing it is seen after."""
     def codegen(context, builder, signature, arguments):
         data = context.make_array(signature.args[0])(context, builder, arguments[0]).data
-        flag = builder.load_atomic(builder.gep(data, [arguments[1]]), "acquire", 8)
-        return builder.icmp_unsigned("!=", flag, ir.Constant(ir.IntType(64), 0))
-    return numba.types.boolean(flags, at), codegen
+        return builder.load_atomic(builder.gep(data, [arguments[1]]), "acquire", 8)
+    return numba.int64(states, at), codegen
 
 
 @intrinsic
@@ -446,17 +460,28 @@ def spin_pause(typing_context):
     return numba.types.none(), codegen
 
 
+# A chunk's states: its total published (TOTAL), then its carry (CARRY).
+TOTAL, CARRY = 1, 2
+
+
 @compiled
-def scan_chunks(x, out, operation, element, identity, neutral, reverse, exclusive, lanes, chunk, tickets, carries,
-                flags, totals):
+def chunk_bounds(length, chunk, c, reverse):
+    """(first, last): the indices of chunk c of a line of length, chunks counted in the walk's order."""
+    start, stop = c * chunk, min(c * chunk + chunk, length)
+    return (length - stop, length - start) if reverse else (start, stop)
+
+
+@compiled
+def scan_chunks(x, out, operation, element, identity, neutral, reverse, exclusive, lanes, chunk, patience, threads,
+                tickets, states, totals, carries, scratch):
     """Q = 1, lines contiguous (x, out {P, L}), each cut into chunks of ``chunk`` elements in the walk's order (the
     last one shorter), scanned by every thread that runs this at once: each takes the next ticket, (line, chunk c)
-    in order, makes the chunk's total (chunk_total: from memory into the cache), waits until the running value after
-    chunk c - 1 is published, publishes carry_c = carry_{c-1} ⊕ total_c (carries[line, c] then flags[line, c]),
-    then scans the chunk from carry_{c-1} (scan_span, reading it again from the cache). A thread waits only for an
-    earlier ticket, taken by a thread that is running it: no deadlock, whatever the number of threads. The carries
-    are the same sequence whoever makes them: the bits depend on neither the threads nor their timing.
-    tickets ({1}, int64) and flags ({P × chunks}, int64) start at 0; totals ({4, lanes}) is this thread's own."""
+    in order, makes the chunk's total (chunk_total: from memory into the cache), publishes it, finds the running
+    value after chunk c - 1 (carry_before), publishes carry_c = carry_{c-1} ⊕ total_c, then scans the chunk from
+    carry_{c-1} (scan_span, reading it again from the cache). The carries are one sequence whoever makes them: the
+    bits depend on neither the number of threads nor their timing. tickets ({1}) and states ({P × chunks}) are int64
+    and start at 0; totals and carries ({P × chunks}) are of the accumulation type; scratch ({4, lanes}) is this
+    thread's own."""
     count, length = x.shape
     chunks = (length + chunk - 1) // chunk
     while True:
@@ -465,27 +490,57 @@ def scan_chunks(x, out, operation, element, identity, neutral, reverse, exclusiv
             return
         p, c = ticket // chunks, ticket % chunks
         source, target = x[p], out[p]
-        start, stop = c * chunk, min(c * chunk + chunk, length)  # positions in the walk
-        first, last = (length - stop, length - start) if reverse else (start, stop)
+        first, last = chunk_bounds(length, chunk, c, reverse)
         total = neutral
-        if c + 1 < chunks:  # (nobody waits for the last chunk's carry)
-            total = chunk_total(source, operation, element, neutral, reverse, first, last, totals)
-        carry = neutral
-        if c > 0:
-            while not published(flags, ticket - 1):
-                spin_pause()
-            carry = carries[ticket - 1]
+        if c + 1 < chunks:  # (nobody needs the last chunk's carry)
+            total = chunk_total(source, operation, element, neutral, reverse, first, last, scratch)
+            totals[ticket] = total
+            publish(states, ticket, TOTAL)
+        carry = carry_before(source, operation, element, neutral, reverse, chunk, patience, ticket, c, states,
+                             totals, carries, scratch)
         if c + 1 < chunks:
             carries[ticket] = as_type_of(combine(operation, carry, total), neutral)
-            publish(flags, ticket)
+            publish(states, ticket, CARRY)
         head = length - 1 if reverse else 0
         kept = source[head]
-        scan_span(source, target, operation, element, carry, neutral, reverse, exclusive, first, last, lanes)
+        # the chunk this thread is likely to take next (threads tickets on: the line's, or the next line's where lines
+        # follow one another in memory) fetched into the cache meanwhile, for its total
+        scan_span(source, target, operation, element, carry, neutral, reverse, exclusive, first, last, lanes,
+                  threads * chunk)
         if c == 0:  # the line's first output as the walk writes it
             if exclusive:
                 store(element, target, head, identity)
             else:
                 target[head] = kept
+
+
+@compiled
+def carry_before(source, operation, element, neutral, reverse, chunk, patience, ticket, c, states, totals, carries,
+                 scratch):
+    """The running value after chunk c - 1 of the line (the neutral element before chunk 0): its carry once
+    published. A thread that has waited ``patience`` pauses for it makes it itself, as its owner does, from the latest
+    carry published before it and the totals after that one (its own total where one is not published yet): the
+    same operations on the same values, so the same bits, and no thread waits long for one that is not running."""
+    if c == 0:
+        return neutral
+    for _ in range(patience):
+        if state_of(states, ticket - 1) == CARRY:
+            return carries[ticket - 1]
+        spin_pause()
+    line_start = ticket - c  # the ticket of the line's chunk 0
+    known = ticket - 1  # the latest chunk before whose carry is published, else line_start - 1
+    while known >= line_start and state_of(states, known) != CARRY:
+        known -= 1
+    carry = neutral if known < line_start else carries[known]
+    length = source.shape[0]
+    for m in range(known + 1, ticket):
+        if state_of(states, m) >= TOTAL:
+            total = totals[m]
+        else:
+            first, last = chunk_bounds(length, chunk, m - line_start, reverse)
+            total = chunk_total(source, operation, element, neutral, reverse, first, last, scratch)
+        carry = as_type_of(combine(operation, carry, total), neutral)
+    return carry
 
 
 if STREAM_STORES:
