@@ -31,6 +31,7 @@ The compiled engine's rows are timed once its loops are loaded. A first quantize
 calls after it until that is loaded; the array API's kept run then switches to the compiled code.
 
     python benchmarks/cpu.py --rows matmul     # only the quantized matmul (or: scans, small, first)
+    python benchmarks/cpu.py --rows scans --shape 1-D     # only the scans of that shape
 """
 
 from __future__ import annotations
@@ -121,9 +122,11 @@ def numpy_scan(x, axis, reverse, exclusive):
     return tally.astype(x.dtype, copy=False)
 
 
-def scan_rows(repeats: int, copy: float):
+def scan_rows(repeats: int, copy: float, shapes=None):
     rng = np.random.default_rng(1)
     for shape, axis, label in SCAN_SHAPES:
+        if shapes and not any(name in label for name in shapes):
+            continue
         for dtype in (np.float32, np.float16):
             x = rng.standard_normal(shape, dtype=np.float32).astype(dtype)
             out = np.empty_like(x)
@@ -357,6 +360,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--rows", choices=["all", "scans", "matmul", "small", "first"], default="all")
+    parser.add_argument("--shape", action="append", help="only the scan rows whose shape names this (repeatable)")
     arguments = parser.parse_args()
     repeats = arguments.repeats
     kernel = cpu_integer_gemm.KERNEL
@@ -379,7 +383,7 @@ def main():
         print("| scan (cumulative sum) | type | variant | dmlops GB/s | dmlops 1 core | "
               "dmlops cached stores | dmlops NumPy-only | ONNX Runtime | NumPy | dmlops / ORT | dmlops / copy |")
         print("|---|---|---|---|---|---|---|---|---|---|---|")
-        scan_rows(repeats, copy)
+        scan_rows(repeats, copy, arguments.shape)
     if arguments.rows not in ("all", "matmul"):
         return
     print("\n| quantized matmul M × K × N | dmlops GOPS | dmlops 1 core | dmlops NumPy-only | ONNX Runtime | "
