@@ -38,7 +38,7 @@ TYPES = [np.float32, np.float16, np.float64, np.int32, np.uint32, np.int64, np.u
 # Lengths along the axis: short lines, around a vector's width (4 or 8 lanes) and VECTOR_LINE, none of them
 # multiples of anything but by chance.
 LENGTHS = [1, 2, 3, 4, 5, 7, 8, 9, 17, 63, 65, cpu_scan.VECTOR_LINE - 1, cpu_scan.VECTOR_LINE,
-           cpu_scan.VECTOR_LINE + 1, cpu_scan.VECTOR_LINE + 3, cpu_scan.VECTOR_LINE + 7, 251, 1001]
+           cpu_scan.VECTOR_LINE + 1, cpu_scan.VECTOR_LINE + 3, cpu_scan.VECTOR_LINE + 7, 251, 1001, 2311]
 
 
 def fresh_values(rng, shape, dtype, operation, specials: bool) -> np.ndarray:
@@ -72,7 +72,9 @@ def scan_cases(draw):
                 operation=draw(st.sampled_from(["sum", "product"])), reverse=draw(st.booleans()),
                 exclusive=draw(st.booleans()), layout=draw(st.sampled_from(["contiguous", "strided", "transposed"])),
                 in_place=draw(st.booleans()), specials=draw(st.booleans()), pieces=draw(st.sampled_from([None, 1, 3])),
-                chunk_bytes=draw(st.sampled_from([cpu_scan.CHUNK_BYTES, 64, 100, 136])),  # chunks of 8 to 68 elements
+                # chunks of 8 to 68 elements, and of 128 to 2048 (of 8 groups of four vectors or more: see
+                # chunk_totals_numpy)
+                chunk_bytes=draw(st.sampled_from([cpu_scan.CHUNK_BYTES, 64, 100, 136, 1024, 4096])),
                 seed=draw(st.integers(0, 2**32 - 1)))
 
 

@@ -354,17 +354,17 @@ def walk_vectors_numpy(ufunc, x, out, accumulation, exclusive, lanes, tally) -> 
 
 def chunk_totals_numpy(ufunc, x, accumulation, neutral, lanes) -> np.ndarray:
     """The totals {lines} of x {lines, n} combined as chunk_total combines them: groups of four vectors into four
-    chains of lanes (each from the neutral element, one group after another), then those lanes chain by chain,
-    then the elements left, in order."""
+    chains of lanes (each from the neutral element, one group after another: a reduction over the groups' axis,
+    which NumPy makes row by row where that axis is not the innermost), then those lanes chain by chain, then the
+    elements left, in order."""
     size, length = x.shape
     width = 4 * lanes
     groups = length // width
-    chains = np.empty((size, groups + 1, width), accumulation)
-    chains[:, 0] = neutral
-    chains[:, 1:] = x[:, :groups * width].reshape(size, groups, width)
-    ufunc.accumulate(chains, axis=1, out=chains)
+    rows = np.empty((size, groups, width), accumulation)
+    rows[...] = x[:, :groups * width].reshape(size, groups, width)
     rest = np.empty((size, 1 + width + length - groups * width), accumulation)
-    rest[:, 0], rest[:, 1:width + 1], rest[:, width + 1:] = neutral, chains[:, -1], x[:, groups * width:]
+    rest[:, 0], rest[:, width + 1:] = neutral, x[:, groups * width:]
+    ufunc.reduce(rows, axis=1, dtype=accumulation, out=rest[:, 1:width + 1], initial=neutral)
     ufunc.accumulate(rest, axis=1, out=rest)
     return rest[:, -1]
 
