@@ -26,7 +26,8 @@ A large view is cut into independent pieces (lines before the axis, else lines a
 once: both engines release the GIL. Contiguous lines of two chunks (CHUNK_BYTES) or more are cut into chunks
 instead, each scanned from a carry made of the totals of the chunks before it, in both engines, so that the bits do
 not depend on the number of cores. The compiled engine's threads take the chunks in order, on all cores, each chunk
-read from memory once for its total and again from the cache for its scan (scan_chunks).
+read from memory once for its total and again from the cache for its scan (one thread alone makes the totals in its
+scans' pass: scan_chunks).
 """
 
 from __future__ import annotations

@@ -286,17 +286,20 @@ def add_vectors(typing_context, operation, element, source, at, groups, reverse,
 
 @intrinsic
 def scan_vectors(typing_context, operation, element, source, target, at, count, tally, neutral, reverse, exclusive,
-                 ahead):
+                 ahead, chains):
     """target = the scan of ``count`` vectors of source from index at (reverse: of those that end at at, walked
     down, each from its end) from the running value tally (exclusive: each lane gets the running value before it),
     in tally's type (FLOAT16 read and written as its bits); returns the running value after them. Within a vector,
     the running values come from log2(lanes) shifted copies combined (a tree); the running value is kept as a
     vector of its copies (one operation from one vector to the next, no trip through a scalar register). With
     ``ahead`` > 0, source ``ahead`` elements further in the walk is fetched into the cache meanwhile (a prefetch: a
-    hint that never faults, wherever it points)."""
+    hint that never faults, wherever it points). Where ``chains`` is an array ({4, lanes}, not None), the vectors of
+    whole groups of four are also combined into its rows as add_vectors combines them (the chunk's total made in
+    the same pass)."""
     if not literals(operation, element):
         return None
     half = element.literal_value == "half"
+    with_chains = isinstance(chains, numba.types.Array)
 
     def codegen(context, builder, signature, arguments):
         lanes, combine, splat = vector_operations(context, builder, operation.literal_value, tally)
@@ -322,6 +325,9 @@ def scan_vectors(typing_context, operation, element, source, target, at, count, 
         byte = ir.IntType(8).as_pointer()
         prefetch = cgutils.get_or_insert_function(
             builder.module, ir.FunctionType(ir.VoidType(), [byte, int32, int32, int32]), "llvm.prefetch.p0")
+        if with_chains:
+            chain_rows = context.make_array(signature.args[11])(context, builder, arguments[11]).data
+            grouped = builder.and_(arguments[5], int64(-4))  # the vectors of whole groups of four
         with cgutils.for_range(builder, arguments[5]) as loop:
             step = builder.mul(loop.index, int64(lanes))
             at = builder.select(reverse, builder.sub(arguments[4], builder.add(step, int64(lanes))),
@@ -331,6 +337,12 @@ def scan_vectors(typing_context, operation, element, source, target, at, count, 
                 builder.call(prefetch, [builder.bitcast(later, byte), int32(0), int32(3), int32(1)])
             load, store = vector_access(context, builder, tally, half, lanes, at)
             value = load(signature.args[2], arguments[2])
+            if with_chains:
+                with builder.if_then(builder.icmp_signed("<", loop.index, grouped), likely=True):
+                    row = builder.bitcast(builder.gep(chain_rows, [builder.mul(builder.and_(loop.index, int64(3)),
+                                                                               int64(lanes))]),
+                                          value.type.as_pointer())
+                    builder.store(combine(builder.load(row, align=1), value), row, align=1)  # (any alignment)
             by = 1
             while by < lanes:
                 value = combine(value, shifted(value, by))
@@ -340,7 +352,8 @@ def scan_vectors(typing_context, operation, element, source, target, at, count, 
             builder.store(combine(before, builder.select(reverse, lane(value, 0), lane(value, lanes - 1))), running)
         return builder.extract_element(builder.load(running), int32(0))
 
-    return tally(operation, element, source, target, at, count, tally, neutral, reverse, exclusive, ahead), codegen
+    return (tally(operation, element, source, target, at, count, tally, neutral, reverse, exclusive, ahead, chains),
+            codegen)
 
 
 @intrinsic
@@ -353,19 +366,20 @@ def as_type_of(typing_context, value, like):
 
 
 @compiled
-def scan_span(source, target, operation, element, tally, neutral, reverse, exclusive, first, last, lanes, ahead=0):
+def scan_span(source, target, operation, element, tally, neutral, reverse, exclusive, first, last, lanes, ahead,
+              chains):
     """Scan source[first:last] (1-D, contiguous) into target from the running value tally, vectors of lanes
-    elements then single ones, in the walk's direction, fetching source ``ahead`` elements further meanwhile
-    (scan_vectors); returns the running value after."""
+    elements then single ones, in the walk's direction, fetching source ``ahead`` elements further meanwhile and
+    combining its vectors into ``chains`` where it is not None (scan_vectors); returns the running value after."""
     vectors = (last - first) // lanes
     if reverse:
         tally = scan_vectors(operation, element, source, target, last, vectors, tally, neutral, True, exclusive,
-                             ahead)
+                             ahead, chains)
         for j in range(last - vectors * lanes - 1, first - 1, -1):
             tally = scan_element(operation, element, source, target, j, tally, exclusive)
     else:
         tally = scan_vectors(operation, element, source, target, first, vectors, tally, neutral, False, exclusive,
-                             ahead)
+                             ahead, chains)
         for j in range(first + vectors * lanes, last):
             tally = scan_element(operation, element, source, target, j, tally, exclusive)
     return tally
@@ -388,7 +402,7 @@ def scan_lines_vectors(x, out, operation, element, identity, neutral, reverse, e
     for p in range(x.shape[0]):
         source, target = x[p], out[p]
         head = source[first]
-        scan_span(source, target, operation, element, neutral, neutral, reverse, exclusive, 0, length, lanes)
+        scan_span(source, target, operation, element, neutral, neutral, reverse, exclusive, 0, length, lanes, 0, None)
         if exclusive:
             store(element, target, first, identity)
         else:
@@ -396,21 +410,29 @@ def scan_lines_vectors(x, out, operation, element, identity, neutral, reverse, e
 
 
 @compiled
-def chunk_total(source, operation, element, neutral, reverse, first, last, totals):
+def chunk_total(source, operation, element, neutral, reverse, first, last, chains):
     """source[first:last] combined in the walk's order of its positions (reverse: from last - 1 down): vector by
-    vector into the rows of totals ({4, lanes}: four independent chains, so that one vector's operation need not
+    vector into the rows of chains ({4, lanes}: four independent chains, so that one vector's operation need not
     wait for the last one's; chain k takes vectors k, k + 4, ...), then the lanes chain by chain, then the elements
     left, each in the walk's order (NumPy's engine combines them so: chunk_totals_numpy)."""
-    lanes = totals.shape[1]
+    chains[:] = neutral
+    groups = (last - first) // (4 * chains.shape[1])
+    add_vectors(operation, element, source, last if reverse else first, groups, reverse, chains)
+    return chains_total(source, operation, element, neutral, reverse, first, last, chains)
+
+
+@compiled
+def chains_total(source, operation, element, neutral, reverse, first, last, chains):
+    """chunk_total's end: the lanes of chains (the groups of four vectors of source[first:last] combined) chain by
+    chain, then the elements after the groups."""
+    lanes = chains.shape[1]
     width = 4 * lanes
-    totals[:] = neutral
     groups = (last - first) // width
-    add_vectors(operation, element, source, last if reverse else first, groups, reverse, totals)
     total = neutral
     for chain in range(4):
         for j in range(lanes):
             lane = lanes - 1 - j if reverse else j  # a vector read backwards holds the walk's lanes last first
-            total = as_type_of(combine(operation, total, totals[chain, lane]), neutral)
+            total = as_type_of(combine(operation, total, chains[chain, lane]), neutral)
     for k in range(groups * width, last - first):
         i = last - 1 - k if reverse else first + k
         total = as_type_of(combine(operation, total, load(element, source, i)), neutral)
@@ -478,8 +500,9 @@ def scan_chunks(x, out, operation, element, identity, neutral, reverse, exclusiv
     last one shorter), scanned by every thread that runs this at once: each takes the next ticket, (line, chunk c)
     in order, makes the chunk's total (chunk_total: from memory into the cache), publishes it, finds the running
     value after chunk c - 1 (carry_before), publishes carry_c = carry_{c-1} ⊕ total_c, then scans the chunk from
-    carry_{c-1} (scan_span, reading it again from the cache). The carries are one sequence whoever makes them: the
-    bits depend on neither the number of threads nor their timing. tickets ({1}) and states ({P × chunks}) are int64
+    carry_{c-1} (scan_span, reading it again from the cache, and fetching the chunk it is likely to take next). A
+    thread alone needs to publish nothing: it makes each chunk's total in its scan's pass, the chunk read once. The
+    carries are one sequence whoever makes them: the bits depend on neither the number of threads nor their timing. tickets ({1}) and states ({P × chunks}) are int64
     and start at 0; totals and carries ({P × chunks}) are of the accumulation type; scratch ({4, lanes}) is this
     thread's own."""
     count, length = x.shape
@@ -491,22 +514,32 @@ def scan_chunks(x, out, operation, element, identity, neutral, reverse, exclusiv
         p, c = ticket // chunks, ticket % chunks
         source, target = x[p], out[p]
         first, last = chunk_bounds(length, chunk, c, reverse)
-        total = neutral
-        if c + 1 < chunks:  # (nobody needs the last chunk's carry)
-            total = chunk_total(source, operation, element, neutral, reverse, first, last, scratch)
-            totals[ticket] = total
-            publish(states, ticket, TOTAL)
-        carry = carry_before(source, operation, element, neutral, reverse, chunk, patience, ticket, c, states,
-                             totals, carries, scratch)
-        if c + 1 < chunks:
-            carries[ticket] = as_type_of(combine(operation, carry, total), neutral)
-            publish(states, ticket, CARRY)
         head = length - 1 if reverse else 0
         kept = source[head]
-        # the chunk this thread is likely to take next (threads tickets on: the line's, or the next line's where lines
-        # follow one another in memory) fetched into the cache meanwhile, for its total
-        scan_span(source, target, operation, element, carry, neutral, reverse, exclusive, first, last, lanes,
-                  threads * chunk)
+        needed = c + 1 < chunks  # (nobody needs the last chunk's carry)
+        if threads == 1:  # nobody waits: the chunk's total made in its scan's pass, the chunk read once
+            carry = neutral if c == 0 else carries[ticket - 1]
+            scratch[:] = neutral
+            scan_span(source, target, operation, element, carry, neutral, reverse, exclusive, first, last, lanes, 0,
+                      scratch)
+            if needed:
+                total = chains_total(source, operation, element, neutral, reverse, first, last, scratch)
+                carries[ticket] = as_type_of(combine(operation, carry, total), neutral)
+        else:
+            total = neutral
+            if needed:
+                total = chunk_total(source, operation, element, neutral, reverse, first, last, scratch)
+                totals[ticket] = total
+                publish(states, ticket, TOTAL)
+            carry = carry_before(source, operation, element, neutral, reverse, chunk, patience, ticket, c, states,
+                                 totals, carries, scratch)
+            if needed:
+                carries[ticket] = as_type_of(combine(operation, carry, total), neutral)
+                publish(states, ticket, CARRY)
+            # the chunk this thread is likely to take next (threads tickets on: the line's, or the next line's where
+            # lines follow one another in memory) fetched into the cache meanwhile, for its total
+            scan_span(source, target, operation, element, carry, neutral, reverse, exclusive, first, last, lanes,
+                      threads * chunk, None)
         if c == 0:  # the line's first output as the walk writes it
             if exclusive:
                 store(element, target, head, identity)
