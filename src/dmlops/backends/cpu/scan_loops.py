@@ -471,6 +471,15 @@ def state_of(typing_context, states, at):
 
 
 @intrinsic
+def memory_fence(typing_context):
+    """A full fence: no load or store of this thread moves across it."""
+    def codegen(context, builder, signature, arguments):
+        builder.fence("seq_cst")
+        return context.get_dummy_value()
+    return numba.types.none(), codegen
+
+
+@intrinsic
 def spin_pause(typing_context):
     """The processor's hint that this is a spin loop (x86: pause, which also keeps the loop from flooding the
     memory system with loads); nothing elsewhere."""
@@ -501,8 +510,9 @@ def scan_chunks(x, out, operation, element, identity, neutral, reverse, exclusiv
     in order, makes the chunk's total (chunk_total: from memory into the cache), publishes it, finds the running
     value after chunk c - 1 (carry_before), publishes carry_c = carry_{c-1} ⊕ total_c, then scans the chunk from
     carry_{c-1} (scan_span, reading it again from the cache, and fetching the chunk it is likely to take next). A
-    thread alone needs to publish nothing: it makes each chunk's total in its scan's pass, the chunk read once. The
-    carries are one sequence whoever makes them: the bits depend on neither the number of threads nor their timing. tickets ({1}) and states ({P × chunks}) are int64
+    thread alone makes the total of a chunk of whole groups of four vectors in its scan's pass instead, the chunk
+    read once. The carries are one sequence whoever
+    makes them: the bits depend on neither the number of threads nor their timing. tickets ({1}) and states ({P × chunks}) are int64
     and start at 0; totals and carries ({P × chunks}) are of the accumulation type; scratch ({4, lanes}) is this
     thread's own."""
     count, length = x.shape
@@ -517,14 +527,17 @@ def scan_chunks(x, out, operation, element, identity, neutral, reverse, exclusiv
         head = length - 1 if reverse else 0
         kept = source[head]
         needed = c + 1 < chunks  # (nobody needs the last chunk's carry)
-        if threads == 1:  # nobody waits: the chunk's total made in its scan's pass, the chunk read once
+        # a thread alone makes the total of a chunk of whole groups of four vectors in its scan's pass, the chunk
+        # read once (elements after the groups would be read after their outputs are written: in place, overwritten)
+        if threads == 1 and ((last - first) % (4 * lanes) == 0 or not needed):
             carry = neutral if c == 0 else carries[ticket - 1]
             scratch[:] = neutral
             scan_span(source, target, operation, element, carry, neutral, reverse, exclusive, first, last, lanes, 0,
                       scratch)
-            if needed:
-                total = chains_total(source, operation, element, neutral, reverse, first, last, scratch)
-                carries[ticket] = as_type_of(combine(operation, carry, total), neutral)
+            if needed:  # (published as the others are, though nobody waits)
+                totals[ticket] = chains_total(source, operation, element, neutral, reverse, first, last, scratch)
+                carries[ticket] = as_type_of(combine(operation, carry, totals[ticket]), neutral)
+                publish(states, ticket, CARRY)
         else:
             total = neutral
             if needed:
@@ -536,6 +549,7 @@ def scan_chunks(x, out, operation, element, identity, neutral, reverse, exclusiv
             if needed:
                 carries[ticket] = as_type_of(combine(operation, carry, total), neutral)
                 publish(states, ticket, CARRY)
+            memory_fence()  # the chunk's outputs written after its state is seen (see carry_before)
             # the chunk this thread is likely to take next (threads tickets on: the line's, or the next line's where
             # lines follow one another in memory) fetched into the cache meanwhile, for its total
             scan_span(source, target, operation, element, carry, neutral, reverse, exclusive, first, last, lanes,
@@ -567,11 +581,15 @@ def carry_before(source, operation, element, neutral, reverse, chunk, patience, 
     carry = neutral if known < line_start else carries[known]
     length = source.shape[0]
     for m in range(known + 1, ticket):
-        if state_of(states, m) >= TOTAL:
-            total = totals[m]
-        else:
+        total = neutral
+        if state_of(states, m) < TOTAL:
             first, last = chunk_bounds(length, chunk, m - line_start, reverse)
             total = chunk_total(source, operation, element, neutral, reverse, first, last, scratch)
+            # read while its owner had not published the chunk's total, so before it wrote any output there (in
+            # place, over the input): unless it has published it since
+            memory_fence()
+        if state_of(states, m) >= TOTAL:
+            total = totals[m]
         carry = as_type_of(combine(operation, carry, total), neutral)
     return carry
 
