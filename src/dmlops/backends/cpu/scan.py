@@ -211,8 +211,7 @@ def scan_numpy(operation, x3, out3, accumulation, reverse, exclusive, lanes=0, c
     """Scan (P, L, Q) views with NumPy calls, through scratch blocks where the input must be converted (FLOAT16)
     or kept (exclusive in place): blocks of lines, each walked along the axis in segments with a carry. Lines of
     ``vector_lanes`` (lanes > 0) walk vectors, as the compiled engine does, to its bits, in chunks of
-    ``chunk_length`` (chunk > 0). As quiet as the compiled
-    loops: no warnings of overflows or NaNs."""
+    ``chunk_length`` (chunk > 0). As quiet as the compiled loops: no warnings of overflows or NaNs."""
     with np.errstate(all="ignore"):
         scan_views_numpy(operation, x3, out3, accumulation, reverse, exclusive, lanes, chunk)
 
@@ -402,8 +401,8 @@ HALF_LANES = 8  # FLOAT16 converted 8 at a time (F16C: 128 bits of halves, 256 o
 # the bits depend on the line's type and length only. The compiled engine's threads take the chunks in order
 # (scan_chunks): a chunk read from memory for its total stays in L2 (1 MiB a core: the chunk in and out) for its scan.
 CHUNK_BYTES = 256 << 10
-# Pauses a thread spins for the carry before its chunk before it makes that carry itself (about 50-150 µs, where a
-# chunk's total takes 10-20): a thread that is not running (the cores busy with other work) holds up no other.
+# Pauses a thread spins for the carry before its chunk before it makes that carry itself (about 100 µs on Zen 4, where
+# a chunk's total takes 10-20): a thread that is not running (the cores busy with other work) holds up no other.
 PATIENCE = 4096
 
 

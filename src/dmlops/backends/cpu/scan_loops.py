@@ -511,10 +511,9 @@ def scan_chunks(x, out, operation, element, identity, neutral, reverse, exclusiv
     value after chunk c - 1 (carry_before), publishes carry_c = carry_{c-1} ⊕ total_c, then scans the chunk from
     carry_{c-1} (scan_span, reading it again from the cache, and fetching the chunk it is likely to take next). A
     thread alone makes the total of a chunk of whole groups of four vectors in its scan's pass instead, the chunk
-    read once. The carries are one sequence whoever
-    makes them: the bits depend on neither the number of threads nor their timing. tickets ({1}) and states ({P × chunks}) are int64
-    and start at 0; totals and carries ({P × chunks}) are of the accumulation type; scratch ({4, lanes}) is this
-    thread's own."""
+    read once. The carries are one sequence whoever makes them: the bits depend on neither the number of threads
+    nor their timing. tickets ({1}) and states ({P × chunks}) are int64 and start at 0; totals and carries
+    ({P × chunks}) are of the accumulation type; scratch ({4, lanes}) is this thread's own."""
     count, length = x.shape
     chunks = (length + chunk - 1) // chunk
     while True:
