@@ -8,9 +8,9 @@ call does not decide a row. Each timed call starts after the thread pools of the
 short call (under 0.1 s) right after an untimed one of its own, with its pool awake. Scans count 2·n·itemsize bytes (read once, written once) and are compared with the
 floor, this machine's copy bandwidth (``np.copyto`` of 256 MiB). NumPy has no reverse or exclusive scan: it flips,
 scans, flips back and subtracts the input (exclusive sums). dmlops runs as installed (its compiled engine where
-numba is installed, large scans on all cores), on one core, with one long line in segments on all cores (the same
-as installed for the other rows), with ordinary stores only (no streaming stores past the cache for large outputs
-along an outer axis), and with its NumPy-only engine.
+numba is installed, large scans on all cores: a long line's chunks taken by a thread a core), on one core (the same
+chunks, one after another), with ordinary stores only (no streaming stores past the cache for large outputs along an
+outer axis), and with its NumPy-only engine.
 
 The quantized matmul counts 2·M·N·K operations and is compared with float32 BLAS (sgemm) of the same size, the
 ceiling of an exact product made through it: n×n×n, and M × 4096 × 4096 for M = 1, 16, 128 (one token to a batch
@@ -31,6 +31,7 @@ The compiled engine's rows are timed once its loops are loaded. A first quantize
 calls after it until that is loaded; the array API's kept run then switches to the compiled code.
 
     python benchmarks/cpu.py --rows matmul     # only the quantized matmul (or: scans, small, first)
+    python benchmarks/cpu.py --rows scans --shape 1-D     # only the scans of that shape
 """
 
 from __future__ import annotations
@@ -121,9 +122,11 @@ def numpy_scan(x, axis, reverse, exclusive):
     return tally.astype(x.dtype, copy=False)
 
 
-def scan_rows(repeats: int, copy: float):
+def scan_rows(repeats: int, copy: float, shapes=None):
     rng = np.random.default_rng(1)
     for shape, axis, label in SCAN_SHAPES:
+        if shapes and not any(name in label for name in shapes):
+            continue
         for dtype in (np.float32, np.float16):
             x = rng.standard_normal(shape, dtype=np.float32).astype(dtype)
             out = np.empty_like(x)
@@ -140,7 +143,6 @@ def scan_rows(repeats: int, copy: float):
                 times = median_times({
                     "dmlops": lambda: dmlops.cumulative_sum(x, axis, reverse=reverse, exclusive=exclusive, out=out),
                     "dmlops 1 core": dmlops_scan(pieces=1),
-                    "dmlops segments": dmlops_scan(segments=True),
                     "dmlops cached stores": dmlops_scan(stream=False),
                     "dmlops NumPy-only": dmlops_scan(compiled=False),
                     "ONNX Runtime": lambda: session.run(None, {"x": x}),
@@ -150,7 +152,6 @@ def scan_rows(repeats: int, copy: float):
                 dml, ort = rates["dmlops"], rates["ONNX Runtime"]
                 variant = "reverse + exclusive" if reverse else "plain"
                 print(f"| {label} | {np.dtype(dtype).name} | {variant} | {dml:.2f} | {rates['dmlops 1 core']:.2f} | "
-                      f"{rates['dmlops segments']:.2f} | "
                       f"{rates['dmlops cached stores']:.2f} | {rates['dmlops NumPy-only']:.2f} | {ort:.2f} | "
                       f"{rates['NumPy']:.2f} | {dml / ort:.2f} | {dml / copy:.2f} |", flush=True)
 
@@ -359,6 +360,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--rows", choices=["all", "scans", "matmul", "small", "first"], default="all")
+    parser.add_argument("--shape", action="append", help="only the scan rows whose shape names this (repeatable)")
     arguments = parser.parse_args()
     repeats = arguments.repeats
     kernel = cpu_integer_gemm.KERNEL
@@ -378,10 +380,10 @@ def main():
     if arguments.rows in ("all", "scans"):
         copy = copy_bandwidth(repeats)
         print(f"\nFloor: copy bandwidth {copy:.2f} GB/s (bytes read + written)\n")
-        print("| scan (cumulative sum) | type | variant | dmlops GB/s | dmlops 1 core | dmlops segments | "
+        print("| scan (cumulative sum) | type | variant | dmlops GB/s | dmlops 1 core | "
               "dmlops cached stores | dmlops NumPy-only | ONNX Runtime | NumPy | dmlops / ORT | dmlops / copy |")
-        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-        scan_rows(repeats, copy)
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
+        scan_rows(repeats, copy, arguments.shape)
     if arguments.rows not in ("all", "matmul"):
         return
     print("\n| quantized matmul M × K × N | dmlops GOPS | dmlops 1 core | dmlops NumPy-only | ONNX Runtime | "

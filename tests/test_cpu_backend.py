@@ -454,27 +454,36 @@ def test_compiled_lines_are_deterministic_and_keep_the_first_element(dtype, leng
                                       expected[:, first].view(f"u{out.itemsize}"))
 
 
-@COMPILED
-@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int32, np.uint64], ids=lambda t: np.dtype(t).name)
-@pytest.mark.parametrize("length", [128, 131, 1000])
-@pytest.mark.parametrize("in_place", [False, True])
-def test_one_long_line_in_segments_on_all_cores(monkeypatch, dtype, length, in_place):
-    """A line of many segments (shrunk to 64 elements): the segments' totals, then the segments scanned from them
-    on all cores; in place too; the same bits on every run."""
-    monkeypatch.setattr(cpu_scan, "SEGMENT", 64)
-    rng = np.random.default_rng(length)
+# Chunks of 32 and of 37 eight-byte elements: float32 lines cut every 64 or 74 elements, FLOAT16 every 128 or 148,
+# 8-byte types every 32 or 37 (whole groups of four vectors, whose totals a thread makes in its scans' pass where it
+# can, or not a multiple of a vector); lines of one chunk and a bit, of two and a bit, of many and a tail.
+TEST_CHUNK_BYTES = [32 * 8, 37 * 8]
+
+
+@pytest.mark.parametrize("compiled", ENGINES)
+@pytest.mark.parametrize("dtype", SCAN_TYPES + [np.float64], ids=lambda t: np.dtype(t).name)
+@pytest.mark.parametrize("shape, axis", [((150,), 0), ((301,), 0), ((3, 1000), 1), ((2, 2, 301), 2)])
+@pytest.mark.parametrize("chunk_bytes", TEST_CHUNK_BYTES)
+def test_long_lines_in_chunks(monkeypatch, compiled, dtype, shape, axis, chunk_bytes):
+    """Contiguous lines of two chunks or more (CHUNK_BYTES shrunk), scanned chunk by chunk from the carries of the
+    chunks' totals: the reference's values, in place too; the same bits from one thread as from several that take
+    the chunks (and the lines) by ticket, run after run, and as from threads that make the carries they wait for
+    themselves at once (PATIENCE 0)."""
+    monkeypatch.setattr(cpu_scan, "CHUNK_BYTES", chunk_bytes)
+    rng = np.random.default_rng(shape[axis])
+    waiting = cpu_scan.PATIENCE
     for operation, reverse, exclusive in VARIANTS:
-        x = random_values(rng, length, dtype, operation)
-        if operation == "product" and x.dtype.kind == "f":
-            x = (np.sign(x) * rng.uniform(0.99, 1.01, length)).astype(dtype)  # a product of 1000 stays finite
+        x = random_values(rng, shape, dtype, operation)
         runs = []
-        for _ in range(2):
-            source = x.copy()
-            out = source if in_place else poisoned(x.shape, dtype)
-            cpu_scan.cumulative(operation, source, out, 0, reverse, exclusive, compiled=True, segments=True)
-            runs.append(out.view(f"u{out.itemsize}").copy())
-        np.testing.assert_array_equal(runs[0], runs[1])
-        assert_cumulative_matches(out, operation, x, 0, reverse, exclusive)
+        for pieces, in_place, patience in [(1, False, waiting), (3, True, 0), (1, True, waiting), (2, False, 0)]:
+            monkeypatch.setattr(cpu_scan, "PATIENCE", patience)
+            out = x.copy() if in_place else poisoned(shape, dtype)
+            cpu_scan.cumulative(operation, out if in_place else x, out, axis, reverse, exclusive, compiled=compiled,
+                                pieces=pieces)
+            runs.append(out.view(f"u{out.itemsize}"))
+        for run in runs[1:]:
+            np.testing.assert_array_equal(run, runs[0])
+        assert_cumulative_matches(out, operation, x, axis, reverse, exclusive)
 
 
 @COMPILED

@@ -3,7 +3,8 @@ process does not wait for numba.
 
 NumPy's engine walks contiguous lines of VECTOR_LINE or more a vector at a time as the compiled loop does, so that
 a result never depends on whether numba is installed or loaded yet: every data type, axis, direction and exclusive
-setting, lines around the vector's width and VECTOR_LINE, strided and in place, compared bit for bit. The quantized
+setting, lines around the vector's width and VECTOR_LINE, lines cut into chunks (CHUNK_BYTES shrunk), strided and in
+place, on one thread or several, compared bit for bit. The quantized
 matmul's NumPy path (exact sums from float32 BLAS, NumPy's requantization) and its compiled one (integer kernels,
 the compiled requantization) likewise, every type combination and parameter form. The compiled code loads in a
 background thread started by the first call (DMLOPS_NUMBA), checked in fresh processes.
@@ -37,7 +38,7 @@ TYPES = [np.float32, np.float16, np.float64, np.int32, np.uint32, np.int64, np.u
 # Lengths along the axis: short lines, around a vector's width (4 or 8 lanes) and VECTOR_LINE, none of them
 # multiples of anything but by chance.
 LENGTHS = [1, 2, 3, 4, 5, 7, 8, 9, 17, 63, 65, cpu_scan.VECTOR_LINE - 1, cpu_scan.VECTOR_LINE,
-           cpu_scan.VECTOR_LINE + 1, cpu_scan.VECTOR_LINE + 3, cpu_scan.VECTOR_LINE + 7, 251, 1001]
+           cpu_scan.VECTOR_LINE + 1, cpu_scan.VECTOR_LINE + 3, cpu_scan.VECTOR_LINE + 7, 251, 1001, 2311]
 
 
 def fresh_values(rng, shape, dtype, operation, specials: bool) -> np.ndarray:
@@ -72,7 +73,10 @@ def scan_cases(draw):
     return dict(shape=tuple(shape), axis=axis, dtype=np.dtype(draw(st.sampled_from(TYPES))),
                 operation=draw(st.sampled_from(["sum", "product"])), reverse=draw(st.booleans()),
                 exclusive=draw(st.booleans()), layout=draw(st.sampled_from(["contiguous", "strided", "transposed"])),
-                in_place=draw(st.booleans()), specials=draw(st.booleans()), pieces=draw(st.sampled_from([None, 3])),
+                in_place=draw(st.booleans()), specials=draw(st.booleans()), pieces=draw(st.sampled_from([None, 1, 3])),
+                # chunks of 8 to 68 elements, and of 128 to 2048 (of 8 groups of four vectors or more: see
+                # chunk_totals_numpy)
+                chunk_bytes=draw(st.sampled_from([cpu_scan.CHUNK_BYTES, 64, 100, 136, 1024, 4096])),
                 seed=draw(st.integers(0, 2**32 - 1)))
 
 
@@ -92,8 +96,10 @@ def laid_out(values: np.ndarray, layout: str) -> np.ndarray:
 def run_engine(case, x: np.ndarray, compiled: bool) -> np.ndarray:
     source = laid_out(x, case["layout"])
     out = source if case["in_place"] else laid_out(np.full(x.shape, 7, x.dtype), case["layout"])
-    cpu_scan.cumulative(case["operation"], source, out, case["axis"], case["reverse"], case["exclusive"],
-                        compiled=compiled, pieces=case["pieces"])
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(cpu_scan, "CHUNK_BYTES", case["chunk_bytes"])
+        cpu_scan.cumulative(case["operation"], source, out, case["axis"], case["reverse"], case["exclusive"],
+                            compiled=compiled, pieces=case["pieces"])
     return out
 
 
@@ -102,7 +108,7 @@ def bits(array: np.ndarray) -> np.ndarray:
 
 
 @COMPILED
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=250, deadline=None)
 @given(scan_cases())
 def test_engines_give_the_same_bits(case):
     x = fresh_values(np.random.default_rng(case["seed"]), case["shape"], case["dtype"], case["operation"],

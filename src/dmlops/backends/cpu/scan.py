@@ -23,8 +23,11 @@ The compiled loops (scan_loops) are loaded by the first call that could run them
 run NumPy's engine until they are loaded.
 
 A large view is cut into independent pieces (lines before the axis, else lines after it) that threads scan at
-once: both engines release the GIL. A long line, alone or one of fewer lines than cores, is cut into segments of a
-fixed length: their totals, then the segments scanned from them, on all cores.
+once: both engines release the GIL. Contiguous lines of two chunks (CHUNK_BYTES) or more are cut into chunks
+instead, each scanned from a carry made of the totals of the chunks before it, in both engines, so that the bits do
+not depend on the number of cores. The compiled engine's threads take the chunks in order, on all cores, each chunk
+read from memory once for its total and again from the cache for its scan (one thread alone makes the totals in its
+scans' pass: scan_chunks).
 """
 
 from __future__ import annotations
@@ -64,48 +67,45 @@ IDENTITIES = {operation.value: operation.identity for operation in CumulativeOpe
 
 
 def cumulative(operation: str, x: np.ndarray, out: np.ndarray, axis: int, reverse: bool, exclusive: bool,
-               compiled: bool | None = None, pieces: int | None = None, stream: bool | None = None,
-               segments: bool | None = None) -> None:
+               compiled: bool | None = None, pieces: int | None = None, stream: bool | None = None) -> None:
     """out = the running sum or product of x along axis; out may be x itself (in place).
 
     ``compiled`` picks the engine (None: the compiled one where its loops are loaded, ``LOOPS``, and can run x's
     type; True waits for them to load);
     ``pieces``, into how many independent scans (of lines before the axis) each view is cut for the cores (None:
     by the view's size); ``stream``, whether the compiled engine may write rows with streaming stores (None: where
-    out has STREAM_BYTES or more); ``segments``, whether the compiled engine scans a long line alone (or one of
-    fewer lines than cores) in segments on all cores (None: SEGMENTED_LINES; the segments' totals make float bits
-    of their own, which NumPy's engine does not give).
+    out has STREAM_BYTES or more). Lines cut into chunks (chunk_length) are taken by ``pieces`` threads (None: one
+    a core).
     """
     loops = compiled_loops(x.dtype, compiled)
-    for stage in stages(operation, x, out, axis, reverse, exclusive, loops, pieces, stream, segments):
+    for stage in stages(operation, x, out, axis, reverse, exclusive, loops, pieces, stream):
         run_in_pieces([functools.partial(scan, x_view, out_view) for x_view, out_view, scan in stage], len(stage) > 1)
 
 
 def prepare(operation: str, x: np.ndarray, out: np.ndarray, axis: int, reverse: bool, exclusive: bool,
-            compiled: bool | None = None, pieces: int | None = None, stream: bool | None = None,
-            segments: bool | None = None):
+            compiled: bool | None = None, pieces: int | None = None, stream: bool | None = None):
     """run(x, out): ``cumulative`` with these options, for arrays laid out as x and out are (dtypes, shapes,
     strides; out may be x or not). What depends on nothing else is decided here, once: the engine, the 3-D views,
     their pieces and the compiled loops' entry points; a run makes its arrays' views and calls the loops (a
     64-element scan: under a microsecond of Python a view, where finding all that again took about 30 µs). A run
     prepared for NumPy's engine while the compiled loops were loading is prepared again once they are loaded."""
     def prepare_run(x, out):
-        return prepared_run(operation, x, out, axis, reverse, exclusive, compiled, pieces, stream, segments)
+        return prepared_run(operation, x, out, axis, reverse, exclusive, compiled, pieces, stream)
     return prepare_run(x, out) if compiled is not None else LOOPS.prepared(prepare_run, x, out)
 
 
 def prepared_run(operation: str, x: np.ndarray, out: np.ndarray, axis: int, reverse: bool, exclusive: bool,
-                 compiled: bool | None, pieces: int | None, stream: bool | None, segments: bool | None):
+                 compiled: bool | None, pieces: int | None, stream: bool | None):
     """prepare's run(x, out), with the engine found now (NumPy's while the compiled loops are loading)."""
     loops = compiled_loops(x.dtype, compiled)
     kept = [[(viewer(x, x_view), viewer(out, out_view), scan) for x_view, out_view, scan in stage]
-            for stage in stages(operation, x, out, axis, reverse, exclusive, loops, pieces, stream, segments)]
+            for stage in stages(operation, x, out, axis, reverse, exclusive, loops, pieces, stream)]
     # the compiled loops were compiled for arrays as aligned as these (numba's types say whether they are)
     aligned = x.flags.aligned, out.flags.aligned
 
     def run(x, out):
         if loops is not None and (x.flags.aligned, out.flags.aligned) != aligned:
-            cumulative(operation, x, out, axis, reverse, exclusive, compiled, pieces, stream, segments)
+            cumulative(operation, x, out, axis, reverse, exclusive, compiled, pieces, stream)
             return
         for stage in kept:
             run_in_pieces([functools.partial(scan, x_view(x), out_view(out)) for x_view, out_view, scan in stage],
@@ -131,7 +131,7 @@ def warm_up(loops) -> None:
 LOOPS = Loader(f"{__package__}.scan_loops", warm_up)
 
 
-def stages(operation, x, out, axis, reverse, exclusive, loops=None, pieces=None, stream=None, segments=None):
+def stages(operation, x, out, axis, reverse, exclusive, loops=None, pieces=None, stream=None):
     """``cumulative``'s scan of x into out as stages run one after another, each a list of pieces (view of x, view
     of out, scan(x view, out view)) run at once; ``loops``: the compiled loops that scan them (None: NumPy's
     engine)."""
@@ -141,15 +141,16 @@ def stages(operation, x, out, axis, reverse, exclusive, loops=None, pieces=None,
     accumulation = ACCUMULATION_DTYPE.get(DataType.from_numpy(x.dtype), x.dtype)
     found = []
     for x3, out3 in views_3d((x, out), axis):
-        if use_compiled and (SEGMENTED_LINES if segments is None else segments) and x3.shape[2] == 1 and \
-                x3.shape[0] < CORES and x3.shape[1] >= 2 * SEGMENT and contiguous_lines(x3[:, :, 0], out3[:, :, 0]):
-            def scan(x_line, out_line):
-                scan_segmented(loops, operation, x_line, out_line, accumulation, reverse, exclusive)
-            found += [[(x3[line, :, 0], out3[line, :, 0], scan)] for line in range(x3.shape[0])]
+        lanes = vector_lanes(x3, out3, accumulation)
+        chunk = chunk_length(x3, lanes)
+        parallel = CORES > 1 and x3.size >= PARALLEL_ELEMENTS
+        if use_compiled and chunk:  # every line at once, its chunks taken by a thread a core
+            found.append([compiled_chunks(loops, operation, x3, out3, accumulation, reverse, exclusive, lanes, chunk,
+                                          pieces or (CORES if parallel else 1))])
             continue
         count = pieces
         if count is None:
-            count = PIECES_PER_CORE * CORES if CORES > 1 and x3.size >= PARALLEL_ELEMENTS else 1
+            count = PIECES_PER_CORE * CORES if parallel else 1
         stage = []
         for first, last in cut(x3.shape[0], count, 1):
             if use_compiled:
@@ -158,7 +159,7 @@ def stages(operation, x, out, axis, reverse, exclusive, loops=None, pieces=None,
             else:
                 stage.append((x3[first:last], out3[first:last], functools.partial(
                     scan_numpy, operation, accumulation=accumulation, reverse=reverse, exclusive=exclusive,
-                    lanes=vector_lanes(x3, out3, accumulation))))
+                    lanes=lanes, chunk=chunk)))
         found.append(stage)
     return found
 
@@ -206,21 +207,21 @@ def merge(arrays, dims):
 # -- the NumPy engine ---------------------------------------------------------------------------------------------
 
 
-def scan_numpy(operation, x3, out3, accumulation, reverse, exclusive, lanes=0) -> None:
+def scan_numpy(operation, x3, out3, accumulation, reverse, exclusive, lanes=0, chunk=0) -> None:
     """Scan (P, L, Q) views with NumPy calls, through scratch blocks where the input must be converted (FLOAT16)
     or kept (exclusive in place): blocks of lines, each walked along the axis in segments with a carry. Lines of
-    ``vector_lanes`` (lanes > 0) walk vectors, as the compiled engine does, to its bits. As quiet as the compiled
-    loops: no warnings of overflows or NaNs."""
+    ``vector_lanes`` (lanes > 0) walk vectors, as the compiled engine does, to its bits, in chunks of
+    ``chunk_length`` (chunk > 0). As quiet as the compiled loops: no warnings of overflows or NaNs."""
     with np.errstate(all="ignore"):
-        scan_views_numpy(operation, x3, out3, accumulation, reverse, exclusive, lanes)
+        scan_views_numpy(operation, x3, out3, accumulation, reverse, exclusive, lanes, chunk)
 
 
-def scan_views_numpy(operation, x3, out3, accumulation, reverse, exclusive, lanes) -> None:
+def scan_views_numpy(operation, x3, out3, accumulation, reverse, exclusive, lanes, chunk) -> None:
     if lanes:
         x2, out2 = x3[:, :, 0], out3[:, :, 0]
         if reverse:
             x2, out2 = x2[:, ::-1], out2[:, ::-1]
-        scan_vectors_numpy(operation, x2, out2, accumulation, exclusive, lanes)
+        scan_vectors_numpy(operation, x2, out2, accumulation, exclusive, lanes, chunk)
         return
     p_size, length, q_size = x3.shape
     if accumulation == x3.dtype and not (exclusive and np.shares_memory(x3, out3)):
@@ -290,51 +291,82 @@ def scan_lines_numpy(ufunc, identity, x, out, carry, fresh, exclusive) -> None:
         carry[...] = out[:, -1]
 
 
-def scan_vectors_numpy(operation, x, out, accumulation, exclusive, lanes) -> None:
+def scan_vectors_numpy(operation, x, out, accumulation, exclusive, lanes, chunk) -> None:
     """The compiled engine's walk of contiguous lines (scan_span, VECTOR_LINE) in NumPy calls, the same operations
     in the same order, so that its bits do not depend on the engine: x, out {P, L} walked forwards (a reverse walk
-    comes as flipped views); out may be x. Blocks of lines and vectors are copied lanes first ({lines, lanes,
-    vectors}: each lane a contiguous row), so that the tree within each vector is log2(lanes) calls on rows, and the
-    running value before each vector one ``accumulate`` over the vectors' totals."""
+    comes as flipped views); out may be x. Lines cut into chunks (chunk > 0, chunk_length) walk each chunk from the
+    carry before it, carry_c = carry_{c-1} ⊕ the total of chunk c (chunk_totals_numpy), as scan_chunks does."""
     ufunc = UFUNCS[operation]
     identity, neutral = accumulation.type(IDENTITIES[operation]), neutral_of(operation, accumulation)
     count, length = x.shape
-    vectors = length // lanes
     head = x[:, 0].copy()  # the first output of an inclusive line: the input as it is
     rows = max(1, BLOCK_ELEMENTS // length)
-    per_block = max(1, BLOCK_ELEMENTS // (rows * lanes))  # vectors of a block
+    step = chunk or length
     for p0 in range(0, count, rows):
         lines = slice(p0, min(p0 + rows, count))
-        size = lines.stop - lines.start
-        tally = np.full(size, neutral, accumulation)
-        for v0 in range(0, vectors, per_block):
-            block = min(per_block, vectors - v0)
-            span = slice(v0 * lanes, (v0 + block) * lanes)
-            values = np.empty((size, lanes, block), accumulation)
-            values[...] = x[lines, span].reshape(size, block, lanes).transpose(0, 2, 1)
-            by = 1
-            while by < lanes:  # lane j ⊕= lane j - by (NumPy reads the overlapping rows before writing them)
-                ufunc(values[:, by:], values[:, :-by], out=values[:, by:])
-                by *= 2
-            # the running value before each vector, then the one after the block: tally ⊕ total, in order
-            chain = np.empty((size, block + 1), accumulation)
-            chain[:, 0], chain[:, 1:] = tally, values[:, -1]
-            ufunc.accumulate(chain, axis=1, out=chain)
-            before = chain[:, None, :-1]
-            if exclusive:  # lane j gets the tally ⊕ lane j - 1; lane 0, the tally (⊕ the neutral element)
-                ufunc(before, values[:, :-1], out=values[:, 1:])
-                values[:, 0] = before[:, 0]
-            else:
-                ufunc(before, values, out=values)
-            out[lines, span].reshape(size, block, lanes)[...] = values.transpose(0, 2, 1)
-            tally = chain[:, -1]
-        rest = slice(vectors * lanes, length)  # elements after the last vector, one after another
-        if rest.stop > rest.start:
-            chain = np.empty((size, rest.stop - rest.start + 1), accumulation)
-            chain[:, 0], chain[:, 1:] = tally, x[lines, rest]
-            ufunc.accumulate(chain, axis=1, out=chain)
-            out[lines, rest] = chain[:, :-1] if exclusive else chain[:, 1:]
+        carry = np.full(lines.stop - lines.start, neutral, accumulation)
+        for start in range(0, length, step):
+            span = slice(start, min(start + step, length))
+            last = span.stop == length  # (nobody needs the carry after the last chunk)
+            total = None if last else chunk_totals_numpy(ufunc, x[lines, span], accumulation, neutral, lanes)
+            walk_vectors_numpy(ufunc, x[lines, span], out[lines, span], accumulation, exclusive, lanes, carry)
+            if not last:
+                carry = ufunc(carry, total)
     out[:, 0] = identity if exclusive else head
+
+
+def walk_vectors_numpy(ufunc, x, out, accumulation, exclusive, lanes, tally) -> None:
+    """x, out {lines, n} walked a vector of lanes at a time from the running values ``tally`` {lines}, then the
+    elements after the last vector one after another (scan_span). Blocks of lines and vectors are copied lanes
+    first ({lines, lanes, vectors}: each lane a contiguous row), so that the tree within each vector is log2(lanes)
+    calls on rows, and the running value before each vector one ``accumulate`` over the vectors' totals."""
+    size, length = x.shape
+    vectors = length // lanes
+    per_block = max(1, BLOCK_ELEMENTS // (size * lanes))  # vectors of a block
+    for v0 in range(0, vectors, per_block):
+        block = min(per_block, vectors - v0)
+        span = slice(v0 * lanes, (v0 + block) * lanes)
+        values = np.empty((size, lanes, block), accumulation)
+        values[...] = x[:, span].reshape(size, block, lanes).transpose(0, 2, 1)
+        by = 1
+        while by < lanes:  # lane j ⊕= lane j - by (NumPy reads the overlapping rows before writing them)
+            ufunc(values[:, by:], values[:, :-by], out=values[:, by:])
+            by *= 2
+        # the running value before each vector, then the one after the block: tally ⊕ total, in order
+        chain = np.empty((size, block + 1), accumulation)
+        chain[:, 0], chain[:, 1:] = tally, values[:, -1]
+        ufunc.accumulate(chain, axis=1, out=chain)
+        before = chain[:, None, :-1]
+        if exclusive:  # lane j gets the tally ⊕ lane j - 1; lane 0, the tally (⊕ the neutral element)
+            ufunc(before, values[:, :-1], out=values[:, 1:])
+            values[:, 0] = before[:, 0]
+        else:
+            ufunc(before, values, out=values)
+        out[:, span].reshape(size, block, lanes)[...] = values.transpose(0, 2, 1)
+        tally = chain[:, -1]
+    rest = slice(vectors * lanes, length)  # elements after the last vector, one after another
+    if rest.stop > rest.start:
+        chain = np.empty((size, rest.stop - rest.start + 1), accumulation)
+        chain[:, 0], chain[:, 1:] = tally, x[:, rest]
+        ufunc.accumulate(chain, axis=1, out=chain)
+        out[:, rest] = chain[:, :-1] if exclusive else chain[:, 1:]
+
+
+def chunk_totals_numpy(ufunc, x, accumulation, neutral, lanes) -> np.ndarray:
+    """The totals {lines} of x {lines, n} combined as chunk_total combines them: groups of four vectors into four
+    chains of lanes (each from the neutral element, one group after another: a reduction over the groups' axis,
+    which NumPy makes row by row where that axis is not the innermost), then those lanes chain by chain, then the
+    elements left, in order."""
+    size, length = x.shape
+    width = 4 * lanes
+    groups = length // width
+    rows = np.empty((size, groups, width), accumulation)
+    rows[...] = x[:, :groups * width].reshape(size, groups, width)
+    rest = np.empty((size, 1 + width + length - groups * width), accumulation)
+    rest[:, 0], rest[:, width + 1:] = neutral, x[:, groups * width:]
+    ufunc.reduce(rows, axis=1, dtype=accumulation, out=rest[:, 1:width + 1], initial=neutral)
+    ufunc.accumulate(rest, axis=1, out=rest)
+    return rest[:, -1]
 
 
 def vector_lanes(x3, out3, accumulation: np.dtype) -> int:
@@ -371,52 +403,51 @@ SHORT_LINE = 16
 # 4.8 GB/s).
 HALF_BLOCK = 2048
 HALF_LANES = 8  # FLOAT16 converted 8 at a time (F16C: 128 bits of halves, 256 of floats)
-# A line this long or longer, alone or with fewer lines than cores, can be cut into segments of this many elements
-# (so that the bits do not depend on the number of cores): their totals are made on all cores, then the segments
-# are scanned on all cores, each from the combined totals of the segments before it.
-SEGMENT = 1 << 20
-# Whether it is, by default. Not: on the Zen 4 machine (shared) one core's vector walk of one 2^26 line already ran
-# at the copy floor (float32 1.05-1.07 of np.copyto, FLOAT16 0.58), and the totals' extra read made the segmented
-# scan slower (0.63-0.66, FLOAT16 0.43-0.46): each of the two cores then scanned at half its speed alone, the
-# memory being the limit. It pays where a core walks a line slower than memory does.
-SEGMENTED_LINES = False
+# Contiguous lines (walked by vectors) of two chunks or more are cut into chunks of this many bytes of input, in the
+# walk's order, the last one shorter: each chunk is scanned from a carry, the running value after the chunks before
+# it made of their totals (carry_c = carry_{c-1} ⊕ total_c), in both engines, whatever the number of cores, so that
+# the bits depend on the line's type and length only. The compiled engine's threads take the chunks in order
+# (scan_chunks): a chunk read from memory for its total stays in L2 (1 MiB a core: the chunk in and out) for its scan.
+CHUNK_BYTES = 256 << 10
+# Pauses a thread spins for the carry before its chunk before it makes that carry itself (about 100 µs on Zen 4, where
+# a chunk's total takes 10-20): a thread that is not running (the cores busy with other work) holds up no other.
+PATIENCE = 4096
 
-def scan_segmented(loops, operation, x_line, out_line, accumulation, reverse, exclusive) -> None:
-    """One long contiguous line on all cores: the totals of its SEGMENT-long pieces, then each piece scanned from the
-    combined totals of those before it in the walk (combined in the walk's order, so the bits do not depend on which
-    thread took what)."""
+
+def chunk_length(x3, lanes: int) -> int:
+    """The elements of a chunk for (P, L, Q) views whose lines are cut into chunks (walked by vectors:
+    ``vector_lanes`` > 0; L of two chunks or more), else 0."""
+    chunk = max(1, CHUNK_BYTES // x3.itemsize)
+    return chunk if lanes and x3.shape[1] >= 2 * chunk else 0
+
+
+def compiled_chunks(loops, operation, x3, out3, accumulation, reverse, exclusive, lanes, chunk, threads):
+    """(view of x3, view of out3, scan(x view, out view)): lines cut into chunks scanned by scan_chunks on
+    ``threads`` threads at once (no more than there are chunks), each call with tickets, states, totals and carries
+    of its own, and each thread with its own scratch."""
     element = "value"
-    if x_line.dtype == np.float16:
-        x_line, out_line, element = x_line.view(np.uint16), out_line.view(np.uint16), "half"
-    length = x_line.shape[0]
-    identity, neutral = accumulation.type(IDENTITIES[operation]), neutral_of(operation, accumulation)
-    lanes = VECTOR_BYTES // accumulation.itemsize
-    bounds = [(start, min(start + SEGMENT, length)) for start in range(0, length, SEGMENT)]
-    if reverse:
-        bounds.reverse()  # in the walk's order
-    totals = [neutral] * len(bounds)
-    first = length - 1 if reverse else 0
-    head = x_line[first]
+    if x3.dtype == np.float16:
+        x3, out3, element = x3.view(np.uint16), out3.view(np.uint16), "half"
+    x2, out2 = x3[:, :, 0], out3[:, :, 0]
+    count, length = x2.shape
+    tickets = count * -(-length // chunk)
+    threads = min(threads, tickets)
+    constants = (operation, element, accumulation.type(IDENTITIES[operation]), neutral_of(operation, accumulation),
+                 reverse, exclusive, lanes, chunk, PATIENCE, threads)
 
-    def total(index):
-        totals[index] = accumulation.type(call(loops.segment_total, x_line, operation, element, neutral, *bounds[index],
-                                               np.empty((4, lanes), accumulation)))
+    def shared():  # tickets taken; each chunk's state, total and carry
+        return (np.zeros(1, np.int64), np.zeros(tickets, np.int64), np.empty(tickets, accumulation),
+                np.empty(tickets, accumulation))
 
-    def scan(pieces):
-        tally = neutral
-        for index in range(pieces[0]):
-            tally = combine_scalar(operation, accumulation, tally, totals[index])
-        for index in range(*pieces):  # (the running value comes back as a Python number: its type again)
-            tally = accumulation.type(call(loops.scan_span, x_line, out_line, operation, element, tally, neutral,
-                                           reverse, exclusive, *bounds[index], lanes))
+    def scratch():
+        return np.empty((4, lanes), accumulation)
 
-    groups = cut(len(bounds), PIECES_PER_CORE * CORES, 1)
-    run_in_pieces([functools.partial(total, index) for index in range(len(bounds) - 1)], True,
-                  then=[functools.partial(scan, group) for group in groups])
-    if exclusive:
-        out_line[first] = identity if element == "value" else np.float16(identity).view(np.uint16)
-    else:
-        out_line[first] = head
+    entry = entry_point(loops.scan_chunks, x2, out2, *constants, *shared(), scratch())
+
+    def scan(x2, out2):
+        state = shared()
+        run_in_pieces([lambda: entry(x2, out2, *constants, *state, scratch()) for _ in range(threads)], threads > 1)
+    return x2, out2, scan
 
 
 def neutral_of(operation: str, accumulation: np.dtype):
@@ -424,11 +455,6 @@ def neutral_of(operation: str, accumulation: np.dtype):
     if operation == "sum" and accumulation.kind == "f":
         return accumulation.type(-0.0)
     return accumulation.type(IDENTITIES[operation])
-
-
-def combine_scalar(operation, accumulation, a, b):
-    with np.errstate(over="ignore", invalid="ignore"):
-        return accumulation.type(UFUNCS[operation](accumulation.type(a), accumulation.type(b), dtype=accumulation))
 
 
 def contiguous_lines(x2, out2) -> bool:

@@ -3,11 +3,13 @@ so that importing dmlops or a first call never waits for numba. scan decides whi
 
 from __future__ import annotations
 
+import functools
 import platform
 
 import numba
 import numpy as np
 from llvmlite import ir
+from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
 from .compiled import target_features
@@ -245,46 +247,74 @@ def convert_vector(typing_context, source, target, at):
     return numba.types.none(source, target, at), codegen
 
 
+def combining(builder, operation: str, tally):
+    """combine(a, b): the operation ("sum", "product") on values or vectors of tally's numba type."""
+    instruction = {"sum": ("fadd", "add"), "product": ("fmul", "mul")}[operation]
+    name = instruction[0 if isinstance(tally, numba.types.Float) else 1]
+    return lambda a, b: getattr(builder, name)(a, b)
+
+
+def vector_operations(context, builder, operation: str, tally):
+    """(lanes, combine(a, b), splat(value)) for vectors of tally's type (VECTOR_BYTES)."""
+    lanes = VECTOR_BYTES // (tally.bitwidth // 8)
+    return lanes, combining(builder, operation, tally), lambda value: splat(builder, value, lanes)
+
+
+def literals(*arguments) -> bool:
+    return all(isinstance(argument, numba.types.StringLiteral) for argument in arguments)
+
+
 @intrinsic
-def add_vector(typing_context, operation, element, source, at, totals):
-    """totals ⊕= source[at:at + lanes] lane by lane (totals: lanes elements of the accumulation type)."""
-    if not (isinstance(operation, numba.types.StringLiteral) and isinstance(element, numba.types.StringLiteral)):
+def add_vectors(typing_context, operation, element, source, at, groups, reverse, totals):
+    """totals[k] ⊕= the vectors k, k + 4, k + 8, ... of source from index at (reverse: of those that end at at,
+    walked down; each read as it lies), 4 × groups vectors in all, lane by lane (totals {4, lanes}, the
+    accumulation type): four chains in registers, so that one vector's operation need not wait for the last one's."""
+    if not literals(operation, element):
         return None
     tally = totals.dtype
-    lanes = VECTOR_BYTES // (tally.bitwidth // 8)
-    instruction = {"sum": ("fadd", "add"), "product": ("fmul", "mul")}[operation.literal_value]
 
     def codegen(context, builder, signature, arguments):
-        load, _ = vector_access(context, builder, tally, element.literal_value == "half", lanes, arguments[3])
-        _, store_totals = vector_access(context, builder, tally, False, lanes, ir.Constant(ir.IntType(64), 0))
-        load_totals, _ = vector_access(context, builder, tally, False, lanes, ir.Constant(ir.IntType(64), 0))
-        combined = getattr(builder, instruction[0 if isinstance(tally, numba.types.Float) else 1])(
-            load_totals(signature.args[4], arguments[4]), load(signature.args[2], arguments[2]))
-        store_totals(signature.args[4], arguments[4], combined)
+        lanes, combine, _ = vector_operations(context, builder, operation.literal_value, tally)
+        int64 = ir.IntType(64)
+        access = functools.partial(vector_access, context, builder, tally)
+        chains = [cgutils.alloca_once_value(builder, access(False, lanes, int64(k * lanes))[0](
+            signature.args[6], arguments[6])) for k in range(4)]
+        with cgutils.for_range(builder, arguments[4]) as loop:
+            group = builder.mul(loop.index, int64(4 * lanes))
+            for k, chain in enumerate(chains):
+                at = builder.select(arguments[5], builder.sub(arguments[3], builder.add(group, int64((k + 1) * lanes))),
+                                    builder.add(arguments[3], builder.add(group, int64(k * lanes))))
+                load, _ = access(element.literal_value == "half", lanes, at)
+                builder.store(combine(builder.load(chain), load(signature.args[2], arguments[2])), chain)
+        for k, chain in enumerate(chains):
+            access(False, lanes, int64(k * lanes))[1](signature.args[6], arguments[6], builder.load(chain))
         return context.get_dummy_value()
 
-    return numba.types.none(operation, element, source, at, totals), codegen
+    return numba.types.none(operation, element, source, at, groups, reverse, totals), codegen
 
 
 @intrinsic
-def scan_vector(typing_context, operation, element, source, target, at, tally, neutral, reverse, exclusive):
-    """target[at:at + lanes] = the scan of source[at:at + lanes] from tally (reverse: walked from its end;
-    exclusive: each lane gets the running value before it), in tally's type (FLOAT16 read and written as its
-    bits); returns the running value after the vector. lanes = VECTOR_BYTES // tally's size."""
-    if not (isinstance(operation, numba.types.StringLiteral) and isinstance(element, numba.types.StringLiteral)):
+def scan_vectors(typing_context, operation, element, source, target, at, count, tally, neutral, reverse, exclusive,
+                 ahead, chains):
+    """target = the scan of ``count`` vectors of source from index at (reverse: of those that end at at, walked
+    down, each from its end) from the running value tally (exclusive: each lane gets the running value before it),
+    in tally's type (FLOAT16 read and written as its bits); returns the running value after them. Within a vector,
+    the running values come from log2(lanes) shifted copies combined (a tree); the running value is kept as a
+    vector of its copies (one operation from one vector to the next, no trip through a scalar register). With
+    ``ahead`` > 0, source ``ahead`` elements further in the walk is fetched into the cache meanwhile (a prefetch: a
+    hint that never faults, wherever it points). Where ``chains`` is an array ({4, lanes}, not None), the vectors of
+    whole groups of four are also combined into its rows as add_vectors combines them (the chunk's total made in
+    the same pass)."""
+    if not literals(operation, element):
         return None
-    floating = isinstance(tally, numba.types.Float)
     half = element.literal_value == "half"
-    lanes = VECTOR_BYTES // (tally.bitwidth // 8)
-    instruction = {"sum": ("fadd", "add"), "product": ("fmul", "mul")}[operation.literal_value]
+    with_chains = isinstance(chains, numba.types.Array)
 
     def codegen(context, builder, signature, arguments):
-        int32 = ir.IntType(32)
+        lanes, combine, splat = vector_operations(context, builder, operation.literal_value, tally)
+        int32, int64 = ir.IntType(32), ir.IntType(64)
         mask = ir.VectorType(int32, lanes)
-        load, store = vector_access(context, builder, tally, half, lanes, arguments[4])
-
-        def combine(a, b):
-            return getattr(builder, instruction[0 if floating else 1])(a, b)
+        reverse, exclusive = arguments[8], arguments[9]
 
         def shifted(value, by):
             """The lanes moved by ``by`` away from the walk's start, the neutral element coming in."""
@@ -292,21 +322,47 @@ def scan_vector(typing_context, operation, element, source, target, at, tally, n
                        [i + by if i + by < lanes else lanes + i for i in range(lanes)]]
             forward, backward = (builder.shuffle_vector(value, neutrals, ir.Constant(mask, index))
                                  for index in indices)
-            return builder.select(arguments[7], backward, forward)
+            return builder.select(reverse, backward, forward)
 
-        neutrals = splat(builder, context.cast(builder, arguments[6], signature.args[6], tally), lanes)
-        value = load(signature.args[2], arguments[2])
-        by = 1
-        while by < lanes:
-            value = combine(value, shifted(value, by))
-            by *= 2
-        total = builder.select(arguments[7], builder.extract_element(value, int32(0)),
-                               builder.extract_element(value, int32(lanes - 1)))
-        store(signature.args[3], arguments[3],
-              combine(splat(builder, arguments[5], lanes), builder.select(arguments[8], shifted(value, 1), value)))
-        return combine(arguments[5], total)
+        def lane(value, index):  # every lane a copy of lane ``index``
+            return builder.shuffle_vector(value, value, ir.Constant(mask, [index] * lanes))
 
-    return tally(operation, element, source, target, at, tally, neutral, reverse, exclusive), codegen
+        neutrals = splat(context.cast(builder, arguments[7], signature.args[7], tally))
+        running = cgutils.alloca_once_value(builder, splat(arguments[6]))
+        ahead = arguments[10]
+        data = context.make_array(signature.args[2])(context, builder, arguments[2]).data
+        byte = ir.IntType(8).as_pointer()
+        prefetch = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VoidType(), [byte, int32, int32, int32]), "llvm.prefetch.p0")
+        if with_chains:
+            chain_rows = context.make_array(signature.args[11])(context, builder, arguments[11]).data
+            grouped = builder.and_(arguments[5], int64(-4))  # the vectors of whole groups of four
+        with cgutils.for_range(builder, arguments[5]) as loop:
+            step = builder.mul(loop.index, int64(lanes))
+            at = builder.select(reverse, builder.sub(arguments[4], builder.add(step, int64(lanes))),
+                                builder.add(arguments[4], step))
+            with builder.if_then(builder.icmp_signed(">", ahead, int64(0)), likely=True):
+                later = builder.gep(data, [builder.select(reverse, builder.sub(at, ahead), builder.add(at, ahead))])
+                builder.call(prefetch, [builder.bitcast(later, byte), int32(0), int32(3), int32(1)])
+            load, store = vector_access(context, builder, tally, half, lanes, at)
+            value = load(signature.args[2], arguments[2])
+            if with_chains:
+                with builder.if_then(builder.icmp_signed("<", loop.index, grouped), likely=True):
+                    row = builder.bitcast(builder.gep(chain_rows, [builder.mul(builder.and_(loop.index, int64(3)),
+                                                                               int64(lanes))]),
+                                          value.type.as_pointer())
+                    builder.store(combine(builder.load(row, align=1), value), row, align=1)  # (any alignment)
+            by = 1
+            while by < lanes:
+                value = combine(value, shifted(value, by))
+                by *= 2
+            before = builder.load(running)
+            store(signature.args[3], arguments[3], combine(before, builder.select(exclusive, shifted(value, 1), value)))
+            builder.store(combine(before, builder.select(reverse, lane(value, 0), lane(value, lanes - 1))), running)
+        return builder.extract_element(builder.load(running), int32(0))
+
+    return (tally(operation, element, source, target, at, count, tally, neutral, reverse, exclusive, ahead, chains),
+            codegen)
 
 
 # Transposes of blocks whose lines are not a power of two long: one shuffle a vector up to this many lines and
@@ -326,10 +382,8 @@ def scan_lines_block(typing_context, operation, element, source, target, at, ide
     if not all(isinstance(literal, numba.types.StringLiteral) for literal in (operation, element, length)):
         return None
     tally = identity
-    floating = isinstance(tally, numba.types.Float)
     half = element.literal_value == "half"
     size, lanes = int(length.literal_value), VECTOR_BYTES // (source.dtype.bitwidth // 8)  # lines a block
-    instruction = {"sum": ("fadd", "add"), "product": ("fmul", "mul")}[operation.literal_value]
 
     def codegen(context, builder, signature, arguments):
         # transposed as loaded (FLOAT16 as its bits: half the shuffles' bytes), then converted a column at a time
@@ -347,6 +401,7 @@ def scan_lines_block(typing_context, operation, element, source, target, at, ide
             return builder.bitcast(builder.fptrunc(value, halves), columns[0].type) if half else value
 
         identities = narrowed(splat(builder, arguments[5], lanes))
+        combine = combining(builder, operation.literal_value, tally)
 
         def write(reverse, exclusive):
             # the first output column: the identity, or the input's column as loaded (its bits, a signalling NaN's
@@ -357,7 +412,7 @@ def scan_lines_block(typing_context, operation, element, source, target, at, ide
             for j in order[1:]:
                 if exclusive:
                     outputs[j] = narrowed(running)
-                running = getattr(builder, instruction[0 if floating else 1])(running, widened(columns[j]))
+                running = combine(running, widened(columns[j]))
                 if not exclusive:
                     outputs[j] = narrowed(running)
             for (_, store), vector in zip(accessors, transposed(builder, [outputs[j] for j in range(size)], size,
@@ -462,22 +517,21 @@ def as_type_of(typing_context, value, like):
 
 
 @compiled
-def scan_span(source, target, operation, element, tally, neutral, reverse, exclusive, first, last, lanes):
+def scan_span(source, target, operation, element, tally, neutral, reverse, exclusive, first, last, lanes, ahead,
+              chains):
     """Scan source[first:last] (1-D, contiguous) into target from the running value tally, vectors of lanes
-    elements then single ones, in the walk's direction; returns the running value after."""
+    elements then single ones, in the walk's direction, fetching source ``ahead`` elements further meanwhile and
+    combining its vectors into ``chains`` where it is not None (scan_vectors); returns the running value after."""
+    vectors = (last - first) // lanes
     if reverse:
-        i = last
-        while i - lanes >= first:
-            i -= lanes
-            tally = scan_vector(operation, element, source, target, i, tally, neutral, True, exclusive)
-        for j in range(i - 1, first - 1, -1):
+        tally = scan_vectors(operation, element, source, target, last, vectors, tally, neutral, True, exclusive,
+                             ahead, chains)
+        for j in range(last - vectors * lanes - 1, first - 1, -1):
             tally = scan_element(operation, element, source, target, j, tally, exclusive)
     else:
-        i = first
-        while i + lanes <= last:
-            tally = scan_vector(operation, element, source, target, i, tally, neutral, False, exclusive)
-            i += lanes
-        for j in range(i, last):
+        tally = scan_vectors(operation, element, source, target, first, vectors, tally, neutral, False, exclusive,
+                             ahead, chains)
+        for j in range(first + vectors * lanes, last):
             tally = scan_element(operation, element, source, target, j, tally, exclusive)
     return tally
 
@@ -499,7 +553,7 @@ def scan_lines_vectors(x, out, operation, element, identity, neutral, reverse, e
     for p in range(x.shape[0]):
         source, target = x[p], out[p]
         head = source[first]
-        scan_span(source, target, operation, element, neutral, neutral, reverse, exclusive, 0, length, lanes)
+        scan_span(source, target, operation, element, neutral, neutral, reverse, exclusive, 0, length, lanes, 0, None)
         if exclusive:
             store(element, target, first, identity)
         else:
@@ -507,25 +561,187 @@ def scan_lines_vectors(x, out, operation, element, identity, neutral, reverse, e
 
 
 @compiled
-def segment_total(source, operation, element, neutral, first, last, totals):
-    """source[first:last] combined: vector by vector into the rows of totals ({4, lanes}: four independent
-    chains, so that one vector's operation need not wait for the last one's), then the lanes and the elements
-    left, in order."""
-    lanes = totals.shape[1]
-    totals[:] = neutral
+def chunk_total(source, operation, element, neutral, reverse, first, last, chains):
+    """source[first:last] combined in the walk's order of its positions (reverse: from last - 1 down): vector by
+    vector into the rows of chains ({4, lanes}: four independent chains, so that one vector's operation need not
+    wait for the last one's; chain k takes vectors k, k + 4, ...), then the lanes chain by chain, then the elements
+    left, each in the walk's order (NumPy's engine combines them so: chunk_totals_numpy)."""
+    chains[:] = neutral
+    groups = (last - first) // (4 * chains.shape[1])
+    add_vectors(operation, element, source, last if reverse else first, groups, reverse, chains)
+    return chains_total(source, operation, element, neutral, reverse, first, last, chains)
+
+
+@compiled
+def chains_total(source, operation, element, neutral, reverse, first, last, chains):
+    """chunk_total's end: the lanes of chains (the groups of four vectors of source[first:last] combined) chain by
+    chain, then the elements after the groups."""
+    lanes = chains.shape[1]
     width = 4 * lanes
-    end = first + (last - first) // width * width
-    for i in range(first, end, width):
-        for chain in range(4):
-            add_vector(operation, element, source, i + chain * lanes, totals[chain])
+    groups = (last - first) // width
     total = neutral
     for chain in range(4):
         for j in range(lanes):
-            total = as_type_of(combine(operation, total, totals[chain, j]), neutral)
-    for i in range(end, last):
+            lane = lanes - 1 - j if reverse else j  # a vector read backwards holds the walk's lanes last first
+            total = as_type_of(combine(operation, total, chains[chain, lane]), neutral)
+    for k in range(groups * width, last - first):
+        i = last - 1 - k if reverse else first + k
         total = as_type_of(combine(operation, total, load(element, source, i)), neutral)
     return total
 
+
+@intrinsic
+def take_ticket(typing_context, tickets):
+    """tickets[0] += 1 (int64), atomically; returns the value before: each ticket is taken by one thread."""
+    def codegen(context, builder, signature, arguments):
+        data = context.make_array(signature.args[0])(context, builder, arguments[0]).data
+        return builder.atomic_rmw("add", data, ir.Constant(ir.IntType(64), 1), "monotonic")
+    return numba.int64(tickets), codegen
+
+
+@intrinsic
+def publish(typing_context, states, at, state):
+    """states[at] = state (int64) through a release store: what this thread wrote before it (a total, a carry) is
+    seen by any thread that has read that state (``state_of``)."""
+    def codegen(context, builder, signature, arguments):
+        data = context.make_array(signature.args[0])(context, builder, arguments[0]).data
+        builder.store_atomic(context.cast(builder, arguments[2], signature.args[2], numba.int64),
+                             builder.gep(data, [arguments[1]]), "release", 8)
+        return context.get_dummy_value()
+    return numba.types.none(states, at, state), codegen
+
+
+@intrinsic
+def state_of(typing_context, states, at):
+    """states[at] (int64) through an acquire load: read from memory at every call (a spin loop's plain load may be
+    hoisted out of it), and what its publisher wrote before storing it is seen after."""
+    def codegen(context, builder, signature, arguments):
+        data = context.make_array(signature.args[0])(context, builder, arguments[0]).data
+        return builder.load_atomic(builder.gep(data, [arguments[1]]), "acquire", 8)
+    return numba.int64(states, at), codegen
+
+
+@intrinsic
+def memory_fence(typing_context):
+    """A full fence: no load or store of this thread moves across it."""
+    def codegen(context, builder, signature, arguments):
+        builder.fence("seq_cst")
+        return context.get_dummy_value()
+    return numba.types.none(), codegen
+
+
+@intrinsic
+def spin_pause(typing_context):
+    """The processor's hint that this is a spin loop (x86: pause, which also keeps the loop from flooding the
+    memory system with loads); nothing elsewhere."""
+    def codegen(context, builder, signature, arguments):
+        if platform.machine().lower() in ("x86_64", "amd64"):
+            pause = builder.module.declare_intrinsic("llvm.x86.sse2.pause", fnty=ir.FunctionType(ir.VoidType(), []))
+            builder.call(pause, [])
+        return context.get_dummy_value()
+    return numba.types.none(), codegen
+
+
+# A chunk's states: its total published (TOTAL), then its carry (CARRY).
+TOTAL, CARRY = 1, 2
+
+
+@compiled
+def chunk_bounds(length, chunk, c, reverse):
+    """(first, last): the indices of chunk c of a line of length, chunks counted in the walk's order."""
+    start, stop = c * chunk, min(c * chunk + chunk, length)
+    return (length - stop, length - start) if reverse else (start, stop)
+
+
+@compiled
+def scan_chunks(x, out, operation, element, identity, neutral, reverse, exclusive, lanes, chunk, patience, threads,
+                tickets, states, totals, carries, scratch):
+    """Q = 1, lines contiguous (x, out {P, L}), each cut into chunks of ``chunk`` elements in the walk's order (the
+    last one shorter), scanned by every thread that runs this at once: each takes the next ticket, (line, chunk c)
+    in order, makes the chunk's total (chunk_total: from memory into the cache), publishes it, finds the running
+    value after chunk c - 1 (carry_before), publishes carry_c = carry_{c-1} ⊕ total_c, then scans the chunk from
+    carry_{c-1} (scan_span, reading it again from the cache, and fetching the chunk it is likely to take next). A
+    thread alone makes the total of a chunk of whole groups of four vectors in its scan's pass instead, the chunk
+    read once. The carries are one sequence whoever makes them: the bits depend on neither the number of threads
+    nor their timing. tickets ({1}) and states ({P × chunks}) are int64 and start at 0; totals and carries
+    ({P × chunks}) are of the accumulation type; scratch ({4, lanes}) is this thread's own."""
+    count, length = x.shape
+    chunks = (length + chunk - 1) // chunk
+    while True:
+        ticket = take_ticket(tickets)
+        if ticket >= count * chunks:
+            return
+        p, c = ticket // chunks, ticket % chunks
+        source, target = x[p], out[p]
+        first, last = chunk_bounds(length, chunk, c, reverse)
+        head = length - 1 if reverse else 0
+        kept = source[head]
+        needed = c + 1 < chunks  # (nobody needs the last chunk's carry)
+        # a thread alone makes the total of a chunk of whole groups of four vectors in its scan's pass, the chunk
+        # read once (elements after the groups would be read after their outputs are written: in place, overwritten)
+        if threads == 1 and ((last - first) % (4 * lanes) == 0 or not needed):
+            carry = neutral if c == 0 else carries[ticket - 1]
+            scratch[:] = neutral
+            scan_span(source, target, operation, element, carry, neutral, reverse, exclusive, first, last, lanes, 0,
+                      scratch)
+            if needed:  # (published as the others are, though nobody waits)
+                totals[ticket] = chains_total(source, operation, element, neutral, reverse, first, last, scratch)
+                carries[ticket] = as_type_of(combine(operation, carry, totals[ticket]), neutral)
+                publish(states, ticket, CARRY)
+        else:
+            total = neutral
+            if needed:
+                total = chunk_total(source, operation, element, neutral, reverse, first, last, scratch)
+                totals[ticket] = total
+                publish(states, ticket, TOTAL)
+            carry = carry_before(source, operation, element, neutral, reverse, chunk, patience, ticket, c, states,
+                                 totals, carries, scratch)
+            if needed:
+                carries[ticket] = as_type_of(combine(operation, carry, total), neutral)
+                publish(states, ticket, CARRY)
+            memory_fence()  # the chunk's outputs written after its state is seen (see carry_before)
+            # the chunk this thread is likely to take next (threads tickets on: the line's, or the next line's where
+            # lines follow one another in memory) fetched into the cache meanwhile, for its total
+            scan_span(source, target, operation, element, carry, neutral, reverse, exclusive, first, last, lanes,
+                      threads * chunk, None)
+        if c == 0:  # the line's first output as the walk writes it
+            if exclusive:
+                store(element, target, head, identity)
+            else:
+                target[head] = kept
+
+
+@compiled
+def carry_before(source, operation, element, neutral, reverse, chunk, patience, ticket, c, states, totals, carries,
+                 scratch):
+    """The running value after chunk c - 1 of the line (the neutral element before chunk 0): its carry once
+    published. A thread that has waited ``patience`` pauses for it makes it itself, as its owner does, from the latest
+    carry published before it and the totals after that one (its own total where one is not published yet): the
+    same operations on the same values, so the same bits, and no thread waits long for one that is not running."""
+    if c == 0:
+        return neutral
+    for _ in range(patience):
+        if state_of(states, ticket - 1) == CARRY:
+            return carries[ticket - 1]
+        spin_pause()
+    line_start = ticket - c  # the ticket of the line's chunk 0
+    known = ticket - 1  # the latest chunk before whose carry is published, else line_start - 1
+    while known >= line_start and state_of(states, known) != CARRY:
+        known -= 1
+    carry = neutral if known < line_start else carries[known]
+    length = source.shape[0]
+    for m in range(known + 1, ticket):
+        total = neutral
+        if state_of(states, m) < TOTAL:
+            first, last = chunk_bounds(length, chunk, m - line_start, reverse)
+            total = chunk_total(source, operation, element, neutral, reverse, first, last, scratch)
+            # read while its owner had not published the chunk's total, so before it wrote any output there (in
+            # place, over the input): unless it has published it since
+            memory_fence()
+        if state_of(states, m) >= TOTAL:
+            total = totals[m]
+        carry = as_type_of(combine(operation, carry, total), neutral)
+    return carry
 
 
 if STREAM_STORES:
@@ -544,8 +760,6 @@ if STREAM_STORES:
                 return None
             dtype = source.dtype
             lanes = VECTOR_BYTES // (dtype.bitwidth // 8) if vector else 1
-            floating = isinstance(dtype, numba.types.Float)
-            instruction = {"sum": ("fadd", "add"), "product": ("fmul", "mul")}[operation.literal_value]
 
             def codegen(context, builder, signature, arguments):
                 def pointer(array_type, array, value_type):
@@ -558,7 +772,7 @@ if STREAM_STORES:
                                                   for k in (1, 2, 3))
                 value = builder.load(source_at, align=1)  # x may sit anywhere
                 before = builder.load(tally_at, align=dtype.bitwidth // 8)
-                after = getattr(builder, instruction[0 if floating else 1])(before, value)
+                after = combining(builder, operation.literal_value, dtype)(before, value)
                 builder.store(after, tally_at, align=dtype.bitwidth // 8)
                 # one float alone: movntss / movntsd, SSE4A's (elsewhere an ordinary store: see streams)
                 stored = builder.store(builder.select(arguments[5], before, after), target_at,
