@@ -62,10 +62,11 @@ BLOCK_BYTES = 32 << 10  # k_block × a block's columns of B, which the kernel st
 PANEL_BYTES = 256 << 10  # a panel of B's column blocks, kept in L2
 TILE_ROWS = 32  # rows of B packed across its column blocks at a time (a multiple of 4)
 PARALLEL_PACKING = 1 << 20  # B of this many elements or more is packed on every core, however few rows A has
-# Below this many elements, B is packed by the calling thread before the rows are handed out (2048 × 2048: 0.2 ms of a
-# 20 ms product), so that the threads never wait for one another within a call: on virtual machines whose idle cores
-# are halted and whose scheduler packs threads onto few cores, a thread that slept until the others' packing ended
-# was often woken onto their core, and a 1024³ product ran at one core's speed (benchmarks/RESULTS.md).
+# Below this many elements, B is packed by the calling thread before the rows are handed out (1024 × 1024: 0.05–0.16
+# ms of a 3 ms product), so that no thread waits for the others between packing B and the rows: on virtual machines
+# whose idle cores are halted and whose scheduler packs threads onto few cores, a thread that slept until the
+# others' packing ended was often woken onto their core, and a 1024³ product ran at one core's speed
+# (benchmarks/RESULTS.md).
 STAGED_PACKING = 1 << 22
 # A of at most this many rows is multiplied with B as it lies (``direct_products``), where the kernel can: packing B
 # would be most of the call (a 16 × 256 × 64 product through the array API: 12 µs so, 15.6 packing B). Each 4 rows
