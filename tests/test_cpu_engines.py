@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from dmlops.backends.cpu import qmatmul as cpu_qmatmul, scan as cpu_scan
 
 from checks import assert_cumulative_matches
-from strategies import random_scales
+from strategies import random_scales, random_values
 
 SCAN_LOOPS = cpu_scan.LOOPS.wait()  # loaded now: None without numba
 COMPILED = pytest.mark.skipif(SCAN_LOOPS is None, reason="no numba")
@@ -42,18 +42,12 @@ LENGTHS = [1, 2, 3, 4, 5, 7, 8, 9, 17, 63, 65, cpu_scan.VECTOR_LINE - 1, cpu_sca
 
 
 def fresh_values(rng, shape, dtype, operation, specials: bool) -> np.ndarray:
-    """Full-range integers; floats near 1 in magnitude for products (long ones stay finite), normal ones for sums;
-    with ``specials``, some signed zeros, infinities and NaNs among them."""
+    """strategies.random_values in a shape: full-range integers, floats near 1 in magnitude for products (long ones
+    stay finite), normal ones for sums; with ``specials``, some signed zeros, infinities and NaNs among them."""
     dtype = np.dtype(dtype)
-    if dtype.kind in "iu":
-        info = np.iinfo(dtype)
-        return rng.integers(info.min, info.max, shape, dtype=dtype, endpoint=True)
-    if operation == "product":
-        values = rng.uniform(0.97, 1.03, shape) * rng.choice([-1.0, 1.0], shape)
-    else:
-        values = rng.standard_normal(shape) * 4
-    values = values.astype(dtype)
-    if specials:
+    small = operation == "product" and dtype.kind == "f"
+    values = random_values(rng, dtype, int(np.prod(shape)), small=small).reshape(shape)
+    if specials and dtype.kind == "f":
         where = rng.random(shape)
         values[where < 0.1] = -0.0
         values[(where >= 0.1) & (where < 0.12)] = 0.0

@@ -142,34 +142,26 @@ def scan_half_lines(x, out, operation, identity, reverse, exclusive, widened, sc
     for first in range(0, x.shape[0], widened.shape[0]):
         count = min(widened.shape[0], x.shape[0] - first)
         start, size = first * length, count * length
-        widen(flat_x[start:start + size], flat_widened)
+        convert(flat_x[start:start + size], flat_widened)
         for p in range(count):
             heads[p] = x[first + p, head]
         scan_lines_compiled(widened[:count], scanned[:count], operation, "value", identity, reverse, exclusive)
-        narrow(flat_scanned[:size], flat_out[start:start + size])
+        convert(flat_scanned[:size], flat_out[start:start + size])
         if not exclusive:
             for p in range(count):
                 out[first + p, head] = heads[p]
 
 
 @compiled
-def widen(bits, values):
-    """values[:bits.size] = the FLOAT16 bits as float32, a vector at a time."""
-    size = bits.shape[0]
-    for i in range(0, size - size % HALF_LANES, HALF_LANES):
-        convert_vector(bits, values, i)
-    for i in range(size - size % HALF_LANES, size):
-        values[i] = half_to_float(bits[i])
-
-
-@compiled
-def narrow(values, bits):
-    """bits[:values.size] = the float32 values rounded to FLOAT16 bits, a vector at a time."""
-    size = values.shape[0]
-    for i in range(0, size - size % HALF_LANES, HALF_LANES):
-        convert_vector(values, bits, i)
-    for i in range(size - size % HALF_LANES, size):
-        bits[i] = float_to_half(values[i])
+def convert(source, target):
+    """target[:source.size] = source converted, FLOAT16 bits to float32 or float32 to FLOAT16 bits, a vector at a
+    time, then the elements left one at a time."""
+    size = source.shape[0]
+    whole = size - size % HALF_LANES
+    for i in range(0, whole, HALF_LANES):
+        convert_vector(source, target, i)
+    for i in range(whole, size):
+        convert_element(source, target, i)
 
 
 @compiled
@@ -227,24 +219,26 @@ def vector_access(context, builder, tally, half, lanes, at):
     return load, store
 
 
-@intrinsic
-def convert_vector(typing_context, source, target, at):
-    """target[at:at + 8] = source[at:at + 8] converted: FLOAT16 bits to float32, or float32 to FLOAT16 bits
-    (one vcvtph2ps / vcvtps2ph: LLVM leaves the conversion loops element by element)."""
-    widen = source.dtype == numba.types.uint16
+def converting(lanes: int):
+    """An intrinsic convert(source, target, at): target[at:at + lanes] = source[at:at + lanes] converted, FLOAT16
+    bits to float32 or float32 to FLOAT16 bits (8 lanes: one vcvtph2ps / vcvtps2ph, where LLVM leaves conversion
+    loops element by element)."""
+    @intrinsic
+    def convert(typing_context, source, target, at):
+        widen = source.dtype == numba.types.uint16
 
-    def codegen(context, builder, signature, arguments):
-        lanes = HALF_LANES
-        if widen:
-            load, _ = vector_access(context, builder, numba.types.float32, True, lanes, arguments[2])
-            _, store = vector_access(context, builder, numba.types.float32, False, lanes, arguments[2])
-        else:
-            load, _ = vector_access(context, builder, numba.types.float32, False, lanes, arguments[2])
-            _, store = vector_access(context, builder, numba.types.float32, True, lanes, arguments[2])
-        store(signature.args[1], arguments[1], load(signature.args[0], arguments[0]))
-        return context.get_dummy_value()
+        def codegen(context, builder, signature, arguments):
+            load, _ = vector_access(context, builder, numba.types.float32, widen, lanes, arguments[2])
+            _, store = vector_access(context, builder, numba.types.float32, not widen, lanes, arguments[2])
+            store(signature.args[1], arguments[1], load(signature.args[0], arguments[0]))
+            return context.get_dummy_value()
 
-    return numba.types.none(source, target, at), codegen
+        return numba.types.none(source, target, at), codegen
+
+    return convert
+
+
+convert_vector, convert_element = converting(HALF_LANES), converting(1)
 
 
 def combining(builder, operation: str, tally):
