@@ -39,21 +39,22 @@ Cache blocking: ``rows`` rows × ``k_block`` of A stay in L1 while the kernel wa
 
 from __future__ import annotations
 
-import functools
 import os
 from dataclasses import dataclass
 
 import numpy as np
 
 from ...types import ValidationError
-from .compiled import call, target_features
-from .pieces import CORES, PIECES_PER_CORE, cut, run_in_pieces
+from .compiled import KeptCalls, call, target_features
+from .pieces import CORES, run_on_cores
 
 try:
     import numba
     from llvmlite import ir
     from numba.core import types
     from numba.extending import intrinsic, overload
+
+    from .atomics import count_up, spin_pause, state_of, take_ticket
 except ImportError:  # NumPy alone is enough; the float32 path is used instead
     numba = None
 
@@ -62,12 +63,6 @@ BLOCK_BYTES = 32 << 10  # k_block × a block's columns of B, which the kernel st
 PANEL_BYTES = 256 << 10  # a panel of B's column blocks, kept in L2
 TILE_ROWS = 32  # rows of B packed across its column blocks at a time (a multiple of 4)
 PARALLEL_PACKING = 1 << 20  # B of this many elements or more is packed on every core, however few rows A has
-# Below this many elements, B is packed by the calling thread before the rows are handed out (1024 × 1024: 0.05–0.16
-# ms of a 3 ms product), so that no thread waits for the others between packing B and the rows: on virtual machines
-# whose idle cores are halted and whose scheduler packs threads onto few cores, a thread that slept until the
-# others' packing ended was often woken onto their core, and a 1024³ product ran at one core's speed
-# (benchmarks/RESULTS.md).
-STAGED_PACKING = 1 << 22
 # A of at most this many rows is multiplied with B as it lies (``direct_products``), where the kernel can: packing B
 # would be most of the call (a 16 × 256 × 64 product through the array API: 12 µs so, 15.6 packing B). Each 4 rows
 # of A read and interleave B again, which costs more than packing it where B comes from memory, B of PARALLEL_PACKING
@@ -197,112 +192,59 @@ def scratch_layouts(kernel: Kernel, m: int, k: int, n: int):
 
 
 def integer_product(kernel: Kernel, a, a_zero_point, b, b_zero_point, buffers, pieces: int = 1, finish=None,
-                    calls=call):
+                    calls=None):
     """Σ_k (a − za)(b − zb) for a {M, K} and b {K, N}, the zero points vectors of M and N or None (0): int32 {M, N}
     (a view of the sums buffer) where K ≤ INT32_CHUNK, else float64 {M, N}, the chunks' sums added exactly.
 
-    ``buffers`` are scratch arrays of ``scratch_layouts`` (for min(K, INT32_CHUNK) or more). Where A has at least
-    as many rows as B has columns, B is packed (by this thread, or on the cores where it has STAGED_PACKING elements
-    or more), then the rows are cut into ``pieces`` that each pack their rows of A, make their sums and, where given,
-    call ``finish(result, rows)`` (a slice) while those sums are in cache; else A is packed, then B's columns are
-    cut into pieces that each pack their part of B and multiply it by all of A, then this thread finishes the rows.
-    Threads take the pieces in turn (the compiled loops release the GIL); ``calls`` calls the compiled loops
-    (``compiled.call``, or a run's ``KeptCalls``)."""
-    if a.shape[1] > INT32_CHUNK:
-        total = np.zeros((a.shape[0], b.shape[1]))
-        for start in range(0, a.shape[1], INT32_CHUNK):
+    ``buffers`` are scratch arrays of ``scratch_layouts`` (for min(K, INT32_CHUNK) or more). The work is cut into
+    stages of pieces (``product_pieces``; their layout ``products_layout``, their numbers ``stage_counts``), which
+    this thread and, where ``pieces`` > 1, the pool's threads take in turn, each thread in one compiled call. Where
+    ``finish`` gives requantize_rows' arguments (a_scale, b_scale, output_scale, zero_point, low, high, out), each
+    piece of rows requantizes its sums into out while they are in cache. ``calls`` is a run's ``KeptCalls`` (None:
+    new ones)."""
+    calls = KeptCalls() if calls is None else calls
+    m, k = a.shape
+    if k > INT32_CHUNK:
+        total = np.zeros((m, b.shape[1]))
+        for start in range(0, k, INT32_CHUNK):
             # (the chunks may be of other types than one another: not ``calls``)
             total += integer_product(kernel, a[:, start:start + INT32_CHUNK], a_zero_point,
                                      b[start:start + INT32_CHUNK], b_zero_point, buffers, pieces)
         if finish is not None:
-            finish(total, slice(0, a.shape[0]))
+            call(requantize_rows, total, np.zeros((0, 2)), np.zeros((2, 1)), *finish, 0, m)
         return total
-    m, k = a.shape
-    n = b.shape[1]
-    a_packed, b_packed, sums = buffers[:3]
-    result = sums[:m, :n]
-    if products_path(kernel, a, b) == "direct":
-        direct_product(kernel, a, a_zero_point, b, b_zero_point, buffers, pieces, calls)
-        if finish is not None:
-            finish(result, slice(0, m))
-        return result
-    length = padded(k, kernel.group)
-    b_groups = b_packed.view(np.int32).reshape(b_packed.shape[:3])  # each group of B in one int32
-    if kernel.bytes:
-        row_sums, column_terms = buffers[3:]
-        a_centre, b_centre = (128 if a.dtype == np.int8 else 0), (128 if b.dtype == np.uint8 else 0)
-        alpha, beta = shifts(a_centre, a_zero_point, m, b_centre, b_zero_point, n)
-        zb = np.zeros(n, np.int32) if b_zero_point is None else b_zero_point.astype(np.int32)
-        a_bits = a.view(np.uint8)  # the moves into range are xors of the bits
+    layout = products_layout(kernel, a, b)
+    counts = stage_counts(kernel, layout, m, k, b.shape[1], pieces)
+    arguments = (kernel.name, layout, np.zeros(1 + len(counts), np.int64), counts, a, a_zero_point, b, b_zero_point,
+                 tuple(buffers), finish)
+    run_on_cores(calls.entry(multiply_in_pieces, *arguments, True), arguments, pieces > 1)
+    return buffers[2][:m, :b.shape[1]]
 
-        def pack_a(first, last):
-            calls(pack_rows_bytes, a_bits, np.uint8(a_centre), a_packed, row_sums, first, last)
 
-        def pack_b(first, last):
-            calls(pack_columns_bytes, kernel.name, kernel.vector_bits // 8, b, np.uint8(b_centre), zb, b_groups,
-                  column_terms, first, last)
+def products_layout(kernel: Kernel, a, b) -> str:
+    """``product_pieces``' layout: "direct" (``products_path``), else the path and the cut: by rows where A has at
+    least as many rows as B has columns, else by columns (strips of B, each read once by all of A)."""
+    path = products_path(kernel, a, b)
+    if path == "direct":
+        return path
+    return f"{path} {'columns' if a.shape[0] < b.shape[1] else 'rows'}"
 
-        def correct(first, last):
-            calls(correct_rows, sums, row_sums, alpha, beta, column_terms, first, last)
-    else:
-        za = np.zeros(m, a.dtype) if a_zero_point is None else a_zero_point
-        zb = np.zeros(n, b.dtype) if b_zero_point is None else b_zero_point
 
-        def pack_a(first, last):
-            calls(pack_rows, a, za, a_packed, first, last)
+def stage_counts(kernel: Kernel, layout: str, m: int, k: int, n: int, pieces: int):
+    """The pieces of each of ``product_pieces``' stages (int64), for a product cut into about ``pieces`` pieces
+    (one: every stage in one piece). A B of PARALLEL_PACKING elements or more is packed in a piece a core; strips
+    of B's columns are two a core at most (a piece's strip of B is read a part of each row at a time, and narrower
+    strips were read slower: 128 × 4096 × 4096 on 2 Zen 4 cores, 6.9 ms in 4 pieces, 7.6 in 8, 9.2 in 64)."""
+    def count(size, wanted, multiple=1):
+        return max(1, min(-(-size // multiple), wanted))
 
-        def pack_b(first, last):
-            calls(pack_columns, b, zb, b_groups, first, last)
-
-        correct = None
-
+    if layout == "direct":
+        return np.array([1, count(n // 64, pieces), count(m, pieces)], np.int64)
     blocks = padded(n, kernel.columns) // kernel.columns
-    padded_rows = padded(m, kernel.rows)
-
-    def multiply(first_row, end_row, first_block, end_block):
-        calls(multiply_rows, kernel.name, a_packed, b_packed, sums, first_row, end_row, first_block, end_block, length,
-              kernel.rows, kernel.k_block, kernel.group, kernel.panel_blocks)
-
-    def finish_rows(first, last):
-        rows = slice(first, min(last, m))  # every piece holds rows of a: there is less than a piece of padding
-        if correct is not None:
-            correct(rows.start, rows.stop)
-        if finish is not None:
-            finish(result, rows)
-
-    if m < n:
-        # Fewer rows of A than columns of B: each piece packs column blocks of B and multiplies every row of A by
-        # them, so that B is read once (pieces of rows would each read all of it; 128 × 4096 × 4096: 16 MiB a
-        # piece); then this thread corrects and finishes the rows (not in a second stage of pieces: see
-        # STAGED_PACKING). Two pieces a core: a piece's strip of B is read a part of each row at a time, and narrower
-        # strips were read slower (128 × 4096 × 4096 on 2 cores: 6.9 ms in 4 pieces, 7.6 in 8, 9.2 in 64).
-        pack_a(0, padded_rows)
-
-        def columns_piece(first_block, end_block):
-            pack_b(first_block, end_block)
-            multiply(0, padded_rows, first_block, end_block)
-        strips = min(pieces, 2 * CORES)
-        run_in_pieces([functools.partial(columns_piece, *block_range) for block_range in cut(blocks, strips, 1)],
-                      strips > 1)
-        finish_rows(0, m)
-        return result
-
-    def rows_piece(first, last):
-        pack_a(first, last)
-        multiply(first, last, 0, blocks)
-        finish_rows(first, last)
-
-    if k * n < STAGED_PACKING:
-        pack_b(0, blocks)
-        run_in_pieces([functools.partial(rows_piece, *rows) for rows in cut(padded_rows, pieces, kernel.rows)],
-                      pieces > 1)
-        return result
-    # B in one piece a core (a piece costs about 10 µs to hand out), then the rows, in one hand-out: the threads are
-    # woken once, and the rows start as soon as B is packed
-    run_in_pieces([functools.partial(pack_b, *block_range) for block_range in cut(blocks, CORES, 1)],
-                  max(pieces, CORES) > 1,
-                  then=[functools.partial(rows_piece, *rows) for rows in cut(padded_rows, pieces, kernel.rows)])
-    return result
+    if layout.endswith("columns"):
+        return np.array([1, count(blocks, min(pieces, 2 * CORES)), count(m, pieces)], np.int64)
+    b_pieces = count(blocks, CORES) if pieces > 1 and k * n >= PARALLEL_PACKING else 1
+    return np.array([b_pieces, count(padded(m, kernel.rows), pieces, kernel.rows)], np.int64)
 
 
 def products_path(kernel: Kernel, a, b) -> str:
@@ -314,42 +256,6 @@ def products_path(kernel: Kernel, a, b) -> str:
     if kernel.direct and m <= rows and k % 4 == 0 and n % 64 == 0 and b.strides[1] == 1:
         return "direct"
     return "bytes" if kernel.bytes else "words"
-
-
-def exact_sums(kernel, path, a, a_zero_point, b, b_zero_point, buffers):
-    """(Compiled code only.) integer_product's sums in one piece on this thread: int32 {M, N}, a view of the sums
-    buffer, for K ≤ INT32_CHUNK; ``kernel`` and ``path`` (``products_path``) literal strings, the zero points
-    numbers, vectors or None, ``buffers`` the tuple of ``scratch_layouts``."""
-    raise NotImplementedError("exact_sums is called from compiled code only")
-
-
-def direct_product(kernel: Kernel, a, a_zero_point, b, b_zero_point, buffers, pieces: int, calls=call) -> None:
-    """integer_product's sums for a byte kernel that reads B as it lies (rows contiguous, K a multiple of 4, N of 64):
-    A packed here, then the column blocks of 64 on the cores, each block's sums and column sums of B' made at once."""
-    m, k = a.shape
-    n = b.shape[1]
-    a_packed, _, sums, row_sums, column_terms = buffers
-    a_centre, b_centre = (128 if a.dtype == np.int8 else 0), (128 if b.dtype == np.uint8 else 0)
-    calls(pack_rows_bytes, a.view(np.uint8), np.uint8(a_centre), a_packed, row_sums, 0, m)
-    b_bits = b.view(np.uint8)
-    blocks = n // 64
-    count = max(1, min(blocks, PIECES_PER_CORE * CORES if k * n >= PARALLEL_PACKING else pieces))
-    run_in_pieces([functools.partial(calls, multiply_direct, kernel.name, a_packed, b_bits, np.uint8(b_centre), sums,
-                                     column_terms, m, first, last, k // 4) for first, last in cut(blocks, count, 1)],
-                  count > 1)
-    alpha, beta = shifts(a_centre, a_zero_point, m, b_centre, b_zero_point, n)
-    column_terms[:n] += np.multiply(beta, np.int32(k))
-    calls(correct_rows, sums, row_sums, alpha, beta, column_terms, 0, m)
-
-
-def shifts(a_centre: int, a_zero_point, m: int, b_centre: int, b_zero_point, n: int):
-    """(α, β) of the byte kernels, int32 vectors: α = ca + za (per row of A), β = cb − zb (per column of B). (By
-    ufuncs with NumPy scalars: an operator with a Python int takes a microsecond more, each.)"""
-    alpha = np.full(m, a_centre, np.int32) if a_zero_point is None else \
-        np.add(a_zero_point, np.int32(a_centre), dtype=np.int32)
-    beta = np.full(n, b_centre, np.int32) if b_zero_point is None else \
-        np.subtract(np.int32(b_centre), b_zero_point, dtype=np.int32)
-    return alpha, beta
 
 
 if numba is not None:
@@ -797,51 +703,230 @@ if numba is not None:
             for j in range(beta.shape[0]):
                 row[j] = np.int32(row[j] + beta[j] * row_sum - shift * column_terms[j])
 
-    @overload(exact_sums, jit_options={"nogil": True})
-    def exact_sums_compiled(kernel, path, a, a_zero_point, b, b_zero_point, buffers):
-        if not (isinstance(kernel, types.StringLiteral) and isinstance(path, types.StringLiteral)):
+    @compiled
+    def requantize_rows(product, row_terms, column_terms, a_scale, b_scale, output_scale, zero_point, low, high,
+                        out, first, last):
+        """out[first:last] = requantize() of product + row_terms @ column_terms ({M, 2} @ {2, N}; no rows: no terms)
+        there, element by element, in its order of operations: the multiplier (sa·sb)/so in float64, recomputed only
+        where the row's scales change; rint rounds half to even."""
+        columns = out.shape[1]
+        multiplier = np.empty(columns)
+        sums = np.empty(columns)
+        for m in range(first, last):
+            if m == first or a_scale[m] != a_scale[m - 1] or output_scale[m] != output_scale[m - 1]:
+                sa, so = np.float64(a_scale[m]), np.float64(output_scale[m])
+                for j in range(columns):
+                    multiplier[j] = (sa * np.float64(b_scale[j])) / so
+            if row_terms.shape[0] == 0:  # the sums as they are (a third faster than adding terms of 0)
+                requantize_row(product[m], multiplier, zero_point[m], low, high, out[m])
+                continue
+            row_sum, row_shift = row_terms[m, 0], row_terms[m, 1]
+            source = product[m]
+            for j in range(columns):
+                sums[j] = np.float64(source[j]) + (row_sum * column_terms[0, j] + row_shift * column_terms[1, j])
+            requantize_row(sums, multiplier, zero_point[m], low, high, out[m])
+
+
+    @compiled
+    def requantize_row(sums, multiplier, zero, low, high, target):
+        for j in range(target.shape[0]):
+            value = np.rint(np.float64(sums[j]) * multiplier[j]) + zero
+            value = value if value > low else low  # comparisons, not min/max, so that the loop is vectorised
+            target[j] = value if value < high else high
+
+    @compiled
+    def piece_bounds(size, count, multiple, piece):
+        """(first, last) of piece ``piece`` of ``pieces.cut(size, count, multiple)``, count no more than its ranges."""
+        blocks = (size + multiple - 1) // multiple
+        return multiple * (blocks * piece // count), min(size, multiple * (blocks * (piece + 1) // count))
+
+    @compiled
+    def next_piece(state, counts):
+        """(stage, piece) of the next ticket (state[0]) among the stages' pieces (counts), once every piece of the
+        stage before it has ended (state[1 + stage]: the pieces of that stage ended); (-1, 0) where none is left.
+        Tickets are taken in order, so a thread that waits here waits for pieces that other threads are running."""
+        ticket = take_ticket(state)
+        for stage in range(counts.shape[0]):
+            if ticket < counts[stage]:
+                while stage > 0 and state_of(state, stage) < counts[stage - 1]:
+                    spin_pause()
+                return stage, ticket
+            ticket -= counts[stage]
+        return -1, 0
+
+    @compiled
+    def piece_ended(state, counts, stage, wait):
+        """Count a piece of ``stage`` ended, and take the next: (stage, piece) as ``next_piece``. Where none is left
+        and ``wait``, first wait until every piece of the last stage has ended (their outputs then seen here)."""
+        count_up(state, 1 + stage)
+        stage, piece = next_piece(state, counts)
+        last = counts.shape[0] - 1
+        while stage < 0 and wait and state_of(state, 1 + last) < counts[last]:
+            spin_pause()
+        return stage, piece
+
+    def pack_a(layout, a, a_zero, buffers, first, last):
+        """(Compiled code only.) A's rows [first, last) packed for the kernel of ``layout`` (``product_pieces``),
+        a_zero the int32 vector of A's zero points."""
+        raise NotImplementedError("pack_a is called from compiled code only")
+
+    def pack_b(kernel, layout, b, b_zero, buffers, first, last):
+        """(Compiled code only.) B's column blocks [first, last) packed, and their column terms made."""
+        raise NotImplementedError("pack_b is called from compiled code only")
+
+    def correct(layout, buffers, alpha, beta, first, last):
+        """(Compiled code only.) The sums of rows [first, last) corrected for the byte kernels' moves into range."""
+        raise NotImplementedError("correct is called from compiled code only")
+
+    def finish_rows(finish, sums, first, last):
+        """(Compiled code only.) Rows [first, last) of the sums requantized into the output, where ``finish``
+        gives requantize_rows' arguments (a_scale, b_scale, output_scale, zero_point, low, high, out); else
+        nothing."""
+        raise NotImplementedError("finish_rows is called from compiled code only")
+
+    def literal(value):
+        """A literal string's value, else None (numba first asks an overload with the arguments not as literals)."""
+        return value.literal_value if isinstance(value, types.StringLiteral) else None
+
+    def flip(operand, centred):
+        """The byte kernels' move of an operand into range (integer_product): its bits xor 128 where its type is
+        ``centred`` (int8 for A, uint8 for B), else 0."""
+        return np.uint8(128 if operand.dtype == centred else 0)
+
+    @overload(pack_a, jit_options={"nogil": True})
+    def pack_a_compiled(layout, a, a_zero, buffers, first, last):
+        if literal(layout) is None:
+            return None
+        if literal(layout).startswith("words"):
+            return lambda layout, a, a_zero, buffers, first, last: pack_rows(a, a_zero, buffers[0], first, last)
+        a_flip = flip(a, types.int8)
+        return lambda layout, a, a_zero, buffers, first, last: pack_rows_bytes(a.view(np.uint8), a_flip, buffers[0],
+                                                                               buffers[3], first, last)
+
+    @overload(pack_b, jit_options={"nogil": True})
+    def pack_b_compiled(kernel, layout, b, b_zero, buffers, first, last):
+        if literal(layout) is None or literal(kernel) is None:
+            return None
+        if literal(layout).startswith("words"):
+            def pack_words(kernel, layout, b, b_zero, buffers, first, last):
+                pack_columns(b, b_zero, buffers[1].view(np.int32).reshape(buffers[1].shape[:3]), first, last)
+            return pack_words
+        vector, b_flip = KERNELS_BY_NAME[kernel.literal_value].vector_bits // 8, flip(b, types.uint8)
+
+        def pack_bytes(kernel, layout, b, b_zero, buffers, first, last):
+            pack_columns_bytes(kernel, vector, b, b_flip, b_zero, buffers[1].view(np.int32).reshape(
+                buffers[1].shape[:3]), buffers[4], first, last)
+        return pack_bytes
+
+    @overload(correct, jit_options={"nogil": True})
+    def correct_compiled(layout, buffers, alpha, beta, first, last):
+        if literal(layout) is None:
+            return None
+        if literal(layout).startswith("words"):  # 16-bit products of operands shifted by their zero points: nothing to correct
+            return lambda layout, buffers, alpha, beta, first, last: None
+        return lambda layout, buffers, alpha, beta, first, last: correct_rows(buffers[2], buffers[3], alpha, beta,
+                                                                              buffers[4], first, last)
+
+    @overload(finish_rows, jit_options={"nogil": True})
+    def finish_rows_compiled(finish, sums, first, last):
+        if isinstance(finish, types.NoneType):
+            return lambda finish, sums, first, last: None
+
+        def requantize(finish, sums, first, last):
+            a_scale, b_scale, output_scale, zero_point, low, high, out = finish
+            requantize_rows(sums, np.zeros((0, 2)), np.zeros((2, 1)), a_scale, b_scale, output_scale, zero_point,
+                            low, high, out, first, last)
+        return requantize
+
+    def product_pieces(kernel, layout, state, counts, a, a_zero_point, b, b_zero_point, buffers, finish, wait):
+        """(Compiled code only.) integer_product's work, taken piece by piece by every thread that runs this at
+        once (``next_piece``); the call with ``wait`` returns once every piece has ended. ``kernel`` and ``layout``
+        literal strings: the layout is "direct", or the path and the cut, as "bytes rows" (``products_layout``).
+        The stages and their pieces (``counts``):
+
+        - rows: B's column blocks packed; then pieces of rows, each packs its rows of A, makes their sums against
+          every block, corrects them and finishes them (``finish_rows``) while they are in cache;
+        - columns: A packed; then strips of B's column blocks, each packed and multiplied by every row of A (B is
+          read once); then pieces of rows corrected and finished;
+        - direct: A packed; then column blocks of 64 multiplied with B as it lies, their column terms made; then
+          pieces of rows corrected and finished.
+
+        The zero points are numbers, vectors of M or N, or None (0); ``buffers`` the tuple of ``scratch_layouts``;
+        ``state`` int64 {1 + stages} of zeros, the same array for every thread of one call."""
+        raise NotImplementedError("product_pieces is called from compiled code only")
+
+    @overload(product_pieces, jit_options={"nogil": True})
+    def product_pieces_compiled(kernel, layout, state, counts, a, a_zero_point, b, b_zero_point, buffers, finish,
+                                wait):
+        if literal(kernel) is None or literal(layout) is None:
             return None
         spec = KERNELS_BY_NAME[kernel.literal_value]
         rows, group, k_block, panel_blocks = spec.rows, spec.group, spec.k_block, spec.panel_blocks
-        vector = spec.vector_bits // 8
-        # the byte kernels' moves into range (integer_product): A' = a + ca, B' = b − cb
-        a_flip, b_flip = np.uint8(128 if a.dtype == types.int8 else 0), np.uint8(128 if b.dtype == types.uint8 else 0)
-        a_centre, b_centre = np.int32(a_flip), np.int32(b_flip)
+        a_centre, b_centre = np.int32(flip(a, types.int8)), np.int32(flip(b, types.uint8))
 
-        def direct(kernel, path, a, a_zero_point, b, b_zero_point, buffers):
+        def by_rows(kernel, layout, state, counts, a, a_zero_point, b, b_zero_point, buffers, finish, wait):
+            (m, k), n, blocks = a.shape, b.shape[1], buffers[1].shape[0]
+            padded_rows, length = (m + rows - 1) // rows * rows, (k + group - 1) // group * group
+            a_zero, b_zero = as_vector(a_zero_point, m, np.int32), as_vector(b_zero_point, n, np.int32)
+            alpha, beta = a_zero + a_centre, b_centre - b_zero
+            stage, piece = next_piece(state, counts)
+            while stage >= 0:
+                if stage == 0:
+                    first, last = piece_bounds(blocks, counts[0], 1, piece)
+                    pack_b(kernel, layout, b, b_zero, buffers, first, last)
+                else:
+                    first, last = piece_bounds(padded_rows, counts[1], rows, piece)
+                    pack_a(layout, a, a_zero, buffers, first, last)
+                    multiply_rows(kernel, buffers[0], buffers[1], buffers[2], first, last, 0, blocks, length, rows,
+                                  k_block, group, panel_blocks)
+                    correct(layout, buffers, alpha, beta, first, min(last, m))
+                    finish_rows(finish, buffers[2], first, min(last, m))
+                stage, piece = piece_ended(state, counts, stage, wait)
+
+        def by_columns(kernel, layout, state, counts, a, a_zero_point, b, b_zero_point, buffers, finish, wait):
+            (m, k), n, blocks = a.shape, b.shape[1], buffers[1].shape[0]
+            padded_rows, length = (m + rows - 1) // rows * rows, (k + group - 1) // group * group
+            a_zero, b_zero = as_vector(a_zero_point, m, np.int32), as_vector(b_zero_point, n, np.int32)
+            alpha, beta = a_zero + a_centre, b_centre - b_zero
+            stage, piece = next_piece(state, counts)
+            while stage >= 0:
+                if stage == 0:
+                    pack_a(layout, a, a_zero, buffers, 0, padded_rows)
+                elif stage == 1:
+                    first, last = piece_bounds(blocks, counts[1], 1, piece)
+                    pack_b(kernel, layout, b, b_zero, buffers, first, last)
+                    multiply_rows(kernel, buffers[0], buffers[1], buffers[2], 0, padded_rows, first, last, length,
+                                  rows, k_block, group, panel_blocks)
+                else:
+                    first, last = piece_bounds(m, counts[2], 1, piece)
+                    correct(layout, buffers, alpha, beta, first, last)
+                    finish_rows(finish, buffers[2], first, last)
+                stage, piece = piece_ended(state, counts, stage, wait)
+
+        def direct(kernel, layout, state, counts, a, a_zero_point, b, b_zero_point, buffers, finish, wait):
             (m, k), n = a.shape, b.shape[1]
             a_packed, sums, row_sums, column_terms = buffers[0], buffers[2], buffers[3], buffers[4]
-            pack_rows_bytes(a.view(np.uint8), a_flip, a_packed, row_sums, 0, m)
-            multiply_direct(kernel, a_packed, b.view(np.uint8), b_flip, sums, column_terms, m, 0, n // 64, k // 4)
             alpha = as_vector(a_zero_point, m, np.int32) + a_centre
             beta = b_centre - as_vector(b_zero_point, n, np.int32)
-            column_terms[:n] += beta * np.int32(k)
-            correct_rows(sums, row_sums, alpha, beta, column_terms, 0, m)
-            return sums[:m, :n]
+            stage, piece = next_piece(state, counts)
+            while stage >= 0:
+                if stage == 0:
+                    pack_rows_bytes(a.view(np.uint8), np.uint8(a_centre), a_packed, row_sums, 0, m)
+                elif stage == 1:
+                    first, last = piece_bounds(n // 64, counts[1], 1, piece)
+                    multiply_direct(kernel, a_packed, b.view(np.uint8), np.uint8(b_centre), sums, column_terms, m,
+                                    first, last, k // 4)
+                    for j in range(64 * first, 64 * last):
+                        column_terms[j] += beta[j] * np.int32(k)
+                else:
+                    first, last = piece_bounds(m, counts[2], 1, piece)
+                    correct_rows(sums, row_sums, alpha, beta, column_terms, first, last)
+                    finish_rows(finish, sums, first, last)
+                stage, piece = piece_ended(state, counts, stage, wait)
 
-        def packed_bytes(kernel, path, a, a_zero_point, b, b_zero_point, buffers):
-            (m, k), n = a.shape, b.shape[1]
-            a_packed, b_packed, sums, row_sums, column_terms = buffers
-            b_zero = as_vector(b_zero_point, n, np.int32)
-            pack_columns_bytes(kernel, vector, b, b_flip, b_zero, b_packed.view(np.int32).reshape(b_packed.shape[:3]),
-                               column_terms, 0, b_packed.shape[0])
-            padded_rows = -(-m // rows) * rows
-            pack_rows_bytes(a.view(np.uint8), a_flip, a_packed, row_sums, 0, padded_rows)
-            multiply_rows(kernel, a_packed, b_packed, sums, 0, padded_rows, 0, b_packed.shape[0], -(-k // group) * group,
-                          rows, k_block, group, panel_blocks)
-            correct_rows(sums, row_sums, as_vector(a_zero_point, m, np.int32) + a_centre, b_centre - b_zero,
-                         column_terms, 0, m)
-            return sums[:m, :n]
+        return {"direct": direct, "rows": by_rows, "columns": by_columns}[layout.literal_value.split()[-1]]
 
-        def packed_words(kernel, path, a, a_zero_point, b, b_zero_point, buffers):
-            (m, k), n = a.shape, b.shape[1]
-            a_packed, b_packed, sums = buffers[0], buffers[1], buffers[2]
-            pack_columns(b, as_vector(b_zero_point, n, np.int32),
-                         b_packed.view(np.int32).reshape(b_packed.shape[:3]), 0, b_packed.shape[0])
-            padded_rows = -(-m // rows) * rows
-            pack_rows(a, as_vector(a_zero_point, m, np.int32), a_packed, 0, padded_rows)
-            multiply_rows(kernel, a_packed, b_packed, sums, 0, padded_rows, 0, b_packed.shape[0], -(-k // group) * group,
-                          rows, k_block, group, panel_blocks)
-            return sums[:m, :n]
-
-        return {"direct": direct, "bytes": packed_bytes, "words": packed_words}[path.literal_value]
+    @compiled
+    def multiply_in_pieces(kernel, layout, state, counts, a, a_zero_point, b, b_zero_point, buffers, finish, wait):
+        """product_pieces, called from Python."""
+        product_pieces(kernel, layout, state, counts, a, a_zero_point, b, b_zero_point, buffers, finish, wait)

@@ -84,11 +84,7 @@ def run_in_pieces(calls, threads: bool, then=()) -> None:
         HELPER_IDS.add(threading.get_native_id())
         take()
 
-    allowed = os.sched_getaffinity(0) if CURRENT_CORE is not None else set()
-    others = allowed - {CURRENT_CORE()} if allowed else set()
-    if others:  # see the note at CURRENT_CORE
-        for helper in HELPER_IDS:
-            os.sched_setaffinity(helper, others)
+    keep_helpers_off_this_core()
     helpers = [PIECE_THREADS.submit(take_as_helper) for _ in range(HELPERS)]
     try:
         take()
@@ -97,6 +93,34 @@ def run_in_pieces(calls, threads: bool, then=()) -> None:
     for error in errors:
         if error is not None:
             raise error
+
+
+def run_on_cores(entry, arguments, threads: bool) -> None:
+    """entry(*arguments, True) on this thread and, where ``threads``, entry(*arguments, False) on each of the pool's
+    threads at once: a compiled call (it releases the GIL) whose threads take its pieces of work by tickets
+    (``atomics``), and whose call with True returns once every piece has ended, whichever threads took them. The
+    pool's calls are not waited for: a thread woken late finds no ticket left and returns without touching the
+    arrays (so each call has a ticket counter of its own), and this thread waits only while another runs a piece,
+    never for a thread to wake up."""
+    if threads:
+        keep_helpers_off_this_core()
+        for _ in range(HELPERS):
+            PIECE_THREADS.submit(take_tickets_as_helper, entry, arguments)
+    entry(*arguments, True)
+
+
+def take_tickets_as_helper(entry, arguments) -> None:
+    HELPER_IDS.add(threading.get_native_id())
+    entry(*arguments, False)
+
+
+def keep_helpers_off_this_core() -> None:
+    """The pool's threads restricted to the cores other than this thread's (see the note at CURRENT_CORE)."""
+    allowed = os.sched_getaffinity(0) if CURRENT_CORE is not None else set()
+    others = allowed - {CURRENT_CORE()} if allowed else set()
+    if others:
+        for helper in HELPER_IDS:
+            os.sched_setaffinity(helper, others)
 
 
 def cut(size: int, pieces: int, multiple: int):

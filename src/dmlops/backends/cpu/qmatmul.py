@@ -98,18 +98,25 @@ def prepare(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, ou
         integer_gemm = loops.integer_gemm
         calls = KeptCalls()
         # the packed operands and the int32 sums, written afresh for each matrix of the batch; each piece of rows is
-        # requantized as soon as its sums are made, while they are in cache
+        # requantized (compiled) as soon as its sums are made, while they are in cache
         layouts = integer_gemm.scratch_layouts(kernel, m, min(k, integer_gemm.INT32_CHUNK), n)
-        product_pieces = pieces_for(m * n * k, PARALLEL_MULTIPLY_ADDS)
+        large_b = k * n >= integer_gemm.PARALLEL_PACKING  # reading it is work for every core, however few rows A has
+        product_pieces = pieces_for(m * n * k, 0 if large_b else PARALLEL_MULTIPLY_ADDS)
+        low, high = output_bounds(out.dtype)
 
         def run(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point, out):
             buffers = scratch(layouts)
             zero_point = zero if output_zero_point is None else output_zero_point
+            # contiguous vectors, so that one compiled loop serves every parameter form
+            requantization = (np.ascontiguousarray(a_scale, np.float32), np.ascontiguousarray(b_scale, np.float32),
+                              np.ascontiguousarray(output_scale, np.float32),
+                              np.ascontiguousarray(zero_point, np.float64), low, high)
             for index in batches:
-                requantize_slice = rows_requantization(compiled, [], a_scale, b_scale, output_scale, zero_point,
-                                                       out[index], calls)
-                integer_gemm.integer_product(kernel, a[index], a_zero_point, b[index], b_zero_point, buffers,
-                                                 product_pieces, requantize_slice, calls)
+                sums = integer_gemm.integer_product(kernel, a[index], a_zero_point, b[index], b_zero_point, buffers,
+                                                    product_pieces, (*requantization, out[index]) if compiled else None,
+                                                    calls)
+                if not compiled:
+                    requantize_numpy(sums, [], a_scale, b_scale, output_scale, zero_point, out[index])
         return run
     requantize_pieces = pieces_for(m * n, PARALLEL_OUTPUTS)
 
@@ -133,8 +140,8 @@ def prepare_one_call(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_
                      compiled: bool | None = None, products: str | None = None, pieces: int | None = None):
     """product(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point, out) for one
     matrix, a {M, K}, b {K, N}, out {M, N} laid out as these are, with ``prepare``'s options: the scale checks, the
-    integer kernel's exact sums on this thread (``integer_gemm.exact_sums``) and the requantization
-    (``requantize_rows``) in one compiled call. Each scale and zero point is a vector as ``prepare`` takes it or a
+    integer kernel's exact sums on this thread (``integer_gemm.product_pieces``, every stage in one piece) and
+    their requantization in one compiled call. Each scale and zero point is a vector as ``prepare`` takes it or a
     number (per tensor), of the same form at each call; a zero point may be None (0). A zero, NaN or infinite scale
     raises before out is written. None where the product is not one piece of work for an integer kernel and the
     compiled requantization (K ≤ INT32_CHUNK, below the sizes cut for the cores, or ``pieces`` 1), or where the
@@ -150,14 +157,16 @@ def prepare_one_call(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_
         return None
     layouts = integer_gemm.scratch_layouts(kernel, *a.shape, b.shape[1])
     low, high = output_bounds(out.dtype)
-    path = integer_gemm.products_path(kernel, a, b)
+    layout = integer_gemm.products_layout(kernel, a, b)
+    counts = integer_gemm.stage_counts(kernel, layout, m, k, n, 1)
     calls = KeptCalls()
 
     def product(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point, out):
         # an absent zero point as the number 0: one compiled variant fewer for each zero point, the same sums
-        if not calls(product_in_one_call, kernel.name, path, a, a_scale, 0 if a_zero_point is None else a_zero_point,
-                     b, b_scale, 0 if b_zero_point is None else b_zero_point, output_scale,
-                     0 if output_zero_point is None else output_zero_point, low, high, out, scratch(layouts)):
+        if not calls(product_in_one_call, kernel.name, layout, counts, a, a_scale,
+                     0 if a_zero_point is None else a_zero_point, b, b_scale, 0 if b_zero_point is None else b_zero_point,
+                     output_scale, 0 if output_zero_point is None else output_zero_point, low, high, out,
+                     scratch(layouts)):
             check_scales(a_scale, b_scale, output_scale)
     return product
 
@@ -187,8 +196,8 @@ def warm_up(loops) -> None:
     """Load the requantization of int32 sums into INT8, so that numba's compiler is initialised before a call needs
     it."""
     vector = np.ones(1, np.float32)
-    entry_point(loops.requantize_rows, np.zeros((1, 1), np.int32), np.zeros((1, 2)), np.zeros((2, 1)), vector, vector,
-                vector, np.zeros(1), 0.0, 0.0, np.zeros((1, 1), np.int8), 0, 1)
+    entry_point(loops.integer_gemm.requantize_rows, np.zeros((1, 1), np.int32), np.zeros((1, 2)), np.zeros((2, 1)),
+                vector, vector, vector, np.zeros(1), 0.0, 0.0, np.zeros((1, 1), np.int8), 0, 1)
 
 
 # The compiled code, loaded by the first call that could run it (DMLOPS_NUMBA: in the background by default).
@@ -320,7 +329,7 @@ def rows_requantization(compiled, corrections, a_scale, b_scale, output_scale, z
             requantize_numpy(product[rows], [(row_term[rows], column_term) for row_term, column_term in corrections],
                              a_scale[rows], b_scale, output_scale[rows], zero_point[rows], out[rows])
         return requantize_slice
-    requantize_rows = LOOPS.wait().requantize_rows
+    requantize_rows = LOOPS.wait().integer_gemm.requantize_rows
     low, high = output_bounds(out.dtype)
     row_terms, column_terms = np.zeros((out.shape[0] if corrections else 0, 2)), np.zeros((2, out.shape[1]))
     for i, (row_term, column_term) in enumerate(corrections):

@@ -12,6 +12,7 @@ from llvmlite import ir
 from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
+from .atomics import memory_fence, publish, spin_pause, state_of, take_ticket
 from .compiled import target_features
 from .scan import HALF_LANES, STREAM_STORES, VECTOR_BYTES
 
@@ -582,58 +583,6 @@ def chains_total(source, operation, element, neutral, reverse, first, last, chai
         i = last - 1 - k if reverse else first + k
         total = as_type_of(combine(operation, total, load(element, source, i)), neutral)
     return total
-
-
-@intrinsic
-def take_ticket(typing_context, tickets):
-    """tickets[0] += 1 (int64), atomically; returns the value before: each ticket is taken by one thread."""
-    def codegen(context, builder, signature, arguments):
-        data = context.make_array(signature.args[0])(context, builder, arguments[0]).data
-        return builder.atomic_rmw("add", data, ir.Constant(ir.IntType(64), 1), "monotonic")
-    return numba.int64(tickets), codegen
-
-
-@intrinsic
-def publish(typing_context, states, at, state):
-    """states[at] = state (int64) through a release store: what this thread wrote before it (a total, a carry) is
-    seen by any thread that has read that state (``state_of``)."""
-    def codegen(context, builder, signature, arguments):
-        data = context.make_array(signature.args[0])(context, builder, arguments[0]).data
-        builder.store_atomic(context.cast(builder, arguments[2], signature.args[2], numba.int64),
-                             builder.gep(data, [arguments[1]]), "release", 8)
-        return context.get_dummy_value()
-    return numba.types.none(states, at, state), codegen
-
-
-@intrinsic
-def state_of(typing_context, states, at):
-    """states[at] (int64) through an acquire load: read from memory at every call (a spin loop's plain load may be
-    hoisted out of it), and what its publisher wrote before storing it is seen after."""
-    def codegen(context, builder, signature, arguments):
-        data = context.make_array(signature.args[0])(context, builder, arguments[0]).data
-        return builder.load_atomic(builder.gep(data, [arguments[1]]), "acquire", 8)
-    return numba.int64(states, at), codegen
-
-
-@intrinsic
-def memory_fence(typing_context):
-    """A full fence: no load or store of this thread moves across it."""
-    def codegen(context, builder, signature, arguments):
-        builder.fence("seq_cst")
-        return context.get_dummy_value()
-    return numba.types.none(), codegen
-
-
-@intrinsic
-def spin_pause(typing_context):
-    """The processor's hint that this is a spin loop (x86: pause, which also keeps the loop from flooding the
-    memory system with loads); nothing elsewhere."""
-    def codegen(context, builder, signature, arguments):
-        if platform.machine().lower() in ("x86_64", "amd64"):
-            pause = builder.module.declare_intrinsic("llvm.x86.sse2.pause", fnty=ir.FunctionType(ir.VoidType(), []))
-            builder.call(pause, [])
-        return context.get_dummy_value()
-    return numba.types.none(), codegen
 
 
 # A chunk's states: its total published (TOTAL), then its carry (CARRY).
