@@ -1183,6 +1183,34 @@ def test_kernel_product_adds_many_chunks(monkeypatch, kernel):
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("m, k, n", [(40, 70, 33), (7, 301, 200), (3, 64, 128)])  # by rows, by columns, direct
+@pytest.mark.parametrize("helper", ["takes every piece", "starts after the call"])
+def test_product_pieces_whoever_takes_them(monkeypatch, kernel, m, k, n, helper):
+    """The pieces of a product (``product_pieces``) taken in either extreme order: a pool thread that takes every
+    ticket before the calling thread starts (which then waits for its pieces only), or one that starts after the
+    call has returned, finds no ticket left and writes nothing, neither the output nor the scratch memory."""
+    def run_on_cores(entry, arguments, threads):
+        assert threads
+        if helper == "takes every piece":
+            entry(*arguments, False)
+            entry(*arguments, True)
+            return
+        entry(*arguments, True)
+        out, buffers = arguments[-1][-1], arguments[-2]
+        before = [array.copy() for array in (out, *buffers)]
+        entry(*arguments, False)
+        for array, kept in zip((out, *buffers), before):
+            np.testing.assert_array_equal(array, kept)
+
+    monkeypatch.setattr(cpu_integer_gemm, "run_on_cores", run_on_cores)
+    rng = np.random.default_rng(m * k + n)
+    arguments, expected = quantized_case(rng, np.int8, np.uint8, np.uint8, k, (True, True, True), True, m=m, n=n)
+    out = poisoned(expected.shape, np.uint8)
+    cpu_qmatmul.quantized_linear_matmul(*arguments, out, compiled=True, products=kernel.name, pieces=3)
+    np.testing.assert_array_equal(out, expected)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("compiled", REQUANTIZATIONS)
 def test_kernel_chunks_requantized(monkeypatch, kernel, compiled):
     """Chunks of 48 along K = 301, added in float64, then requantized."""
