@@ -12,8 +12,9 @@ numba is installed, large scans on all cores: a long line's chunks taken by a th
 chunks, one after another), with ordinary stores only (no streaming stores past the cache for large outputs along an
 outer axis), and with its NumPy-only engine.
 
-The quantized matmul counts 2·M·N·K operations and is compared with float32 BLAS (sgemm) of the same size, the
-ceiling of an exact product made through it: n×n×n, and M × 4096 × 4096 for M = 1, 16, 128 (one token to a batch
+The quantized matmul counts 2·M·N·K operations and is compared with the hardware's limit for its integer kernel
+(``instruction_peak``: one core issuing nothing but the kernel's multiply-add instruction, 12 independent chains, times
+the cores) and with float32 BLAS (sgemm) of the same size, the ceiling of an exact product made through it: n×n×n, and M × 4096 × 4096 for M = 1, 16, 128 (one token to a batch
 of them through a layer of a language model). dmlops runs as installed (the integer GEMM with the kernel picked for
 the processor, named in the header, and the compiled requantization, where numba is installed), on one core, and as
 it runs with NumPy alone (float32 BLAS products, NumPy's requantization). NumPy's integer matmul never uses BLAS; it
@@ -43,9 +44,13 @@ import subprocess
 import sys
 import time
 
+import numba
 import numpy as np
 import onnx
 import onnxruntime
+from llvmlite import ir
+from numba.core import types
+from numba.extending import intrinsic
 from onnx import TensorProto, helper
 
 import dmlops
@@ -159,8 +164,62 @@ def scan_rows(repeats: int, copy: float, shapes=None):
 # -- quantized matmul ------------------------------------------------------------------------------------------
 
 
-def matmul_rows(repeats: int):
-    """uint8 A with zero point 128 (per tensor), int8 B with per-column scales, uint8 output."""
+PEAK_CHAINS = 12  # independent chains of the peak's instruction: more than its latency × its issue rate
+
+
+def instruction_peak(kernel) -> float:
+    """GOPS of one core issuing only ``kernel``'s multiply-add instruction (vpdpbusd, or vpmaddwd and an add), each
+    of PEAK_CHAINS accumulators its own operand, so that nothing is folded or hoisted: the hardware's limit for the
+    integer products (2 operations a multiply-add)."""
+    @intrinsic
+    def issue(typing_context, count):
+        def codegen(context, builder, signature, arguments):
+            lanes = ir.VectorType(ir.IntType(32), kernel.vector_bits // 32)
+            if kernel.bytes:
+                dot = builder.module.declare_intrinsic(kernel.instruction, fnty=ir.FunctionType(lanes, [lanes] * 3))
+
+                def step(total, other):
+                    return builder.call(dot, [total, total, other])
+            else:
+                words = ir.VectorType(ir.IntType(16), kernel.vector_bits // 16)
+                madd = builder.module.declare_intrinsic(kernel.instruction, fnty=ir.FunctionType(lanes, [words] * 2))
+
+                def step(total, other):
+                    return builder.add(total, builder.call(madd, [builder.bitcast(total, words),
+                                                                  builder.bitcast(other, words)]))
+            other = ir.Constant(lanes, [0x05060708] * lanes.count)
+            entry, loop, done = (builder.block, builder.append_basic_block("peak"),
+                                 builder.append_basic_block("peak_done"))
+            builder.branch(loop)
+            builder.position_at_end(loop)
+            i = builder.phi(ir.IntType(64))
+            totals = [builder.phi(lanes) for _ in range(PEAK_CHAINS)]
+            steps = [step(total, other) for total in totals]
+            following = builder.add(i, ir.Constant(ir.IntType(64), 1))
+            i.add_incoming(ir.Constant(ir.IntType(64), 0), entry)
+            i.add_incoming(following, loop)
+            for chain, (total, new) in enumerate(zip(totals, steps)):
+                total.add_incoming(ir.Constant(lanes, [chain] * lanes.count), entry)
+                total.add_incoming(new, loop)
+            builder.cbranch(builder.icmp_signed("<", following, arguments[0]), loop, done)
+            builder.position_at_end(done)
+            total = steps[0]
+            for new in steps[1:]:
+                total = builder.add(total, new)
+            return builder.extract_element(total, ir.Constant(ir.IntType(32), 0))
+        return types.int32(count), codegen
+
+    run = numba.njit(lambda count: issue(count))
+    run(10)
+    count = 20_000_000
+    seconds = median_times({"peak": lambda: run(count)}, 3)["peak"]
+    multiply_adds = kernel.vector_bits // (8 if kernel.bytes else 16)
+    return 2 * multiply_adds * PEAK_CHAINS * count / seconds / 1e9
+
+
+def matmul_rows(repeats: int, peak: float):
+    """uint8 A with zero point 128 (per tensor), int8 B with per-column scales, uint8 output; ``peak``: GOPS of every
+    core at ``instruction_peak``."""
     rng = np.random.default_rng(3)
     for m, k, n in MATMUL_SHAPES:
         a = rng.integers(0, 256, (m, k), dtype=np.uint8)
@@ -205,8 +264,8 @@ def matmul_rows(repeats: int):
         difference = np.abs(out.astype(np.int16) - session.run(None, {"a": a, "b": b})[0]).max()
         dml, ort, floor = rates["dmlops"], rates["ONNX Runtime"], rates["sgemm"]
         print(f"| {m} × {k} × {n} | {dml:.1f} | {rates['dmlops 1 core']:.1f} | {rates['dmlops NumPy-only']:.1f} | "
-              f"{ort:.1f} | {numpy_rate:.2f} | {floor:.1f} | {dml / ort:.2f} | {dml / floor:.2f} | {difference} |",
-              flush=True)
+              f"{ort:.1f} | {numpy_rate:.2f} | {floor:.1f} | {dml / ort:.2f} | {dml / peak:.2f} | {ort / peak:.2f} | "
+              f"{dml / floor:.2f} | {difference} |", flush=True)
 
 
 # -- small calls ---------------------------------------------------------------------------------------------------
@@ -386,10 +445,14 @@ def main():
         scan_rows(repeats, copy, arguments.shape)
     if arguments.rows not in ("all", "matmul"):
         return
-    print("\n| quantized matmul M × K × N | dmlops GOPS | dmlops 1 core | dmlops NumPy-only | ONNX Runtime | "
-          "NumPy int32 matmul | floor: sgemm GFLOP/s | dmlops / ORT | dmlops / sgemm | max |dmlops − ORT| |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    matmul_rows(repeats)
+    peak = instruction_peak(kernel) * os.cpu_count() if kernel else float("nan")
+    print(f"\nPeak of the {kernel.name if kernel else 'float32'} kernel's instruction: {peak:.0f} GOPS "
+          f"({os.cpu_count()} cores)\n")
+    print("| quantized matmul M × K × N | dmlops GOPS | dmlops 1 core | dmlops NumPy-only | ONNX Runtime | "
+          "NumPy int32 matmul | sgemm GFLOP/s | dmlops / ORT | dmlops / peak | ORT / peak | dmlops / sgemm | "
+          "max |dmlops − ORT| |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    matmul_rows(repeats, peak)
 
 
 if __name__ == "__main__":
