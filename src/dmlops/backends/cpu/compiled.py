@@ -110,16 +110,27 @@ def call(kernel, *args):
     return entry_point(kernel, *args)(*args)
 
 
-def entry_point(kernel, *args):
+def entry_point(kernel, *args, strided_as_any: bool = False):
     """The kernel compiled for the arguments' numba types (strings as literals): a function that takes arguments of
-    those types only, and does not check them (a kept run resolves it once for the layouts it was made for)."""
-    key = (kernel, *map(argument_key, args))
+    those types only, and does not check them (a kept run resolves it once for the layouts it was made for). With
+    ``strided_as_any``, arrays that are not C-contiguous are typed as of any layout ("A"), so that one variant
+    serves them all: for a large kernel, whose every variant takes a second or two to compile."""
+    key = (kernel, strided_as_any, *map(argument_key, args))
     entry = ENTRY_POINTS.get(key)
     if entry is None:
         import numba
 
-        entry = ENTRY_POINTS[key] = kernel.compile(tuple(numba.types.literal(arg) if isinstance(arg, str)
-                                                         else numba.typeof(arg) for arg in args))
+        def numba_type(arg):
+            if isinstance(arg, str):
+                return numba.types.literal(arg)
+            if isinstance(arg, tuple):
+                return numba.types.BaseTuple.from_types([numba_type(item) for item in arg])
+            kind = numba.typeof(arg)
+            if strided_as_any and isinstance(kind, numba.types.Array) and kind.layout != "C":
+                return kind.copy(layout="A")
+            return kind
+
+        entry = ENTRY_POINTS[key] = kernel.compile(tuple(map(numba_type, args)))
     return entry
 
 
@@ -136,11 +147,11 @@ class KeptCalls:
     def __call__(self, kernel, *args):
         return self.entry(kernel, *args)(*args)
 
-    def entry(self, kernel, *args):
-        """The entry point that call(kernel, *args) goes through."""
+    def entry(self, kernel, *args, strided_as_any: bool = False):
+        """The entry point that call(kernel, *args) goes through (``entry_point``'s)."""
         entry = self.entries.get(kernel)
         if entry is None:
-            entry = self.entries[kernel] = entry_point(kernel, *args)
+            entry = self.entries[kernel] = entry_point(kernel, *args, strided_as_any=strided_as_any)
         return entry
 
 

@@ -213,12 +213,20 @@ def integer_product(kernel: Kernel, a, a_zero_point, b, b_zero_point, buffers, p
         if finish is not None:
             call(requantize_rows, total, np.zeros((0, 2)), np.zeros((2, 1)), *finish, 0, m)
         return total
+    n = b.shape[1]
     layout = products_layout(kernel, a, b)
-    counts = stage_counts(kernel, layout, m, k, b.shape[1], pieces)
-    arguments = (kernel.name, layout, np.zeros(1 + len(counts), np.int64), counts, a, a_zero_point, b, b_zero_point,
-                 tuple(buffers), finish)
-    run_on_cores(calls.entry(multiply_in_pieces, *arguments, True), arguments, pieces > 1)
-    return buffers[2][:m, :b.shape[1]]
+    counts = stage_counts(kernel, layout, m, k, n, pieces)
+    # zero points as int32 vectors and strided operands typed as of any layout: a compiled variant of the whole
+    # product takes a second or two to compile, and each form of each argument would make another
+    arguments = (kernel.name, layout, np.zeros(1 + len(counts), np.int64), counts, a, zero_vector(a_zero_point, m), b,
+                 zero_vector(b_zero_point, n), tuple(buffers), finish)
+    run_on_cores(calls.entry(multiply_in_pieces, *arguments, True, strided_as_any=True), arguments, pieces > 1)
+    return buffers[2][:m, :n]
+
+
+def zero_vector(zero_point, length: int):
+    """A zero point vector (or None: 0) as a contiguous int32 vector of ``length``."""
+    return np.zeros(length, np.int32) if zero_point is None else np.ascontiguousarray(zero_point, np.int32)
 
 
 def products_layout(kernel: Kernel, a, b) -> str:

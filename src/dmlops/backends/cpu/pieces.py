@@ -2,6 +2,9 @@
 
 The calling thread takes pieces itself, beside a pool of threads started once and kept, so that no piece waits
 for a thread to wake where it could start at once; the compiled loops release the GIL, so the threads run at once.
+Pieces are handed out by Python (``run_in_pieces``: a piece costs microseconds to hand out), or taken by tickets
+inside one compiled call a thread (``run_on_cores``: a piece costs an atomic add, and the caller never waits for a
+thread to wake up).
 """
 
 from __future__ import annotations

@@ -30,6 +30,8 @@ def product_in_one_call(kernel, layout, counts, a, a_scale, a_zero_point, b, b_s
             if value == 0 or not np.isfinite(value):
                 return False
     finish = (a_scale, b_scale, output_scale, as_vector(output_zero_point, m, np.float64), low, high, out)
-    integer_gemm.product_pieces(kernel, layout, np.zeros(1 + counts.shape[0], np.int64), counts, a, a_zero_point, b,
-                                b_zero_point, buffers, finish, True)
+    # (zero points as int32 vectors, as integer_product passes them: one compiled product for every form)
+    integer_gemm.product_pieces(kernel, layout, np.zeros(1 + counts.shape[0], np.int64), counts, a,
+                                as_vector(a_zero_point, m, np.int32), b, as_vector(b_zero_point, n, np.int32), buffers,
+                                finish, True)
     return True
