@@ -110,27 +110,26 @@ def call(kernel, *args):
     return entry_point(kernel, *args)(*args)
 
 
-def entry_point(kernel, *args, strided_as_any: bool = False):
+def entry_point(kernel, *args, any_layout: tuple = ()):
     """The kernel compiled for the arguments' numba types (strings as literals): a function that takes arguments of
-    those types only, and does not check them (a kept run resolves it once for the layouts it was made for). With
-    ``strided_as_any``, arrays that are not C-contiguous are typed as of any layout ("A"), so that one variant
-    serves them all: for a large kernel, whose every variant takes a second or two to compile."""
-    key = (kernel, strided_as_any, *map(argument_key, args))
+    those types only, and does not check them (a kept run resolves it once for the layouts it was made for). The
+    arrays at the positions ``any_layout`` names (or in a tuple there) are typed as of any layout ("A"), so that
+    one variant serves every layout: for a large kernel, whose every variant takes a second or two to compile."""
+    key = (kernel, any_layout, *map(argument_key, args))
     entry = ENTRY_POINTS.get(key)
     if entry is None:
         import numba
 
-        def numba_type(arg):
+        def numba_type(arg, any_layout):
             if isinstance(arg, str):
                 return numba.types.literal(arg)
             if isinstance(arg, tuple):
-                return numba.types.BaseTuple.from_types([numba_type(item) for item in arg])
+                return numba.types.BaseTuple.from_types([numba_type(item, any_layout) for item in arg])
             kind = numba.typeof(arg)
-            if strided_as_any and isinstance(kind, numba.types.Array) and kind.layout != "C":
-                return kind.copy(layout="A")
-            return kind
+            return kind.copy(layout="A") if any_layout and isinstance(kind, numba.types.Array) else kind
 
-        entry = ENTRY_POINTS[key] = kernel.compile(tuple(map(numba_type, args)))
+        entry = ENTRY_POINTS[key] = kernel.compile(tuple(numba_type(arg, position in any_layout)
+                                                         for position, arg in enumerate(args)))
     return entry
 
 
@@ -147,11 +146,11 @@ class KeptCalls:
     def __call__(self, kernel, *args):
         return self.entry(kernel, *args)(*args)
 
-    def entry(self, kernel, *args, strided_as_any: bool = False):
+    def entry(self, kernel, *args, any_layout: tuple = ()):
         """The entry point that call(kernel, *args) goes through (``entry_point``'s)."""
         entry = self.entries.get(kernel)
         if entry is None:
-            entry = self.entries[kernel] = entry_point(kernel, *args, strided_as_any=strided_as_any)
+            entry = self.entries[kernel] = entry_point(kernel, *args, any_layout=any_layout)
         return entry
 
 

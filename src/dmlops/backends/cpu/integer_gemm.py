@@ -34,7 +34,14 @@ instruction), so the kernel's loop is written as LLVM IR (``block_products``), c
 
 Cache blocking: ``rows`` rows × ``k_block`` of A stay in L1 while the kernel walks a panel of column blocks of B
 (PANEL_BYTES), which stays in L2 while the kernel walks the rows; a block of B is k_block × its columns
-(BLOCK_BYTES: on Zen 4, the 512-bit kernel ran at 246 GOPS a core on 64 KiB blocks, 455 on 32 KiB ones).
+(BLOCK_BYTES: on Zen 4, the 512-bit kernel ran at 246 GOPS a core on 64 KiB blocks, 455 on 32 KiB ones; on Zen 5,
+at 1049, 0.96 of the 1089 that one core issuing nothing but `vpdpbusd` reaches).
+
+Threads: a product is one compiled call a thread (``product_pieces``), whose stages of pieces the threads take by
+tickets; each piece of rows is requantized into the output (``requantize_rows``) as soon as its sums are made,
+while they are in cache. The compiled product takes the operands and the output as their bits, with the signs of
+the operands as numbers (128 for INT8: a value is (its bits xor 128) − 128), so that one compiled variant serves
+every type.
 """
 
 from __future__ import annotations
@@ -216,17 +223,23 @@ def integer_product(kernel: Kernel, a, a_zero_point, b, b_zero_point, buffers, p
     n = b.shape[1]
     layout = products_layout(kernel, a, b)
     counts = stage_counts(kernel, layout, m, k, n, pieces)
-    # zero points as int32 vectors and strided operands typed as of any layout: a compiled variant of the whole
-    # product takes a second or two to compile, and each form of each argument would make another
-    arguments = (kernel.name, layout, np.zeros(1 + len(counts), np.int64), counts, a, zero_vector(a_zero_point, m), b,
-                 zero_vector(b_zero_point, n), tuple(buffers), finish)
-    run_on_cores(calls.entry(multiply_in_pieces, *arguments, True, strided_as_any=True), arguments, pieces > 1)
+    # the operands and the output as bits, zero points as int32 vectors, and the operands and the requantization's
+    # arrays typed as of any layout (their loops run as fast either way): a compiled variant of the whole product
+    # takes a second or two to compile, and each type and layout of each argument would make another
+    if finish is not None:
+        finish = (*finish[:-1], finish[-1].view(np.uint8))
+    arguments = (kernel.name, layout, np.zeros(1 + len(counts), np.int64), counts, *operand(a, a_zero_point, m),
+                 *operand(b, b_zero_point, n), tuple(buffers), finish)
+    entry = calls.entry(multiply_in_pieces, *arguments, True, any_layout=(4, 7, 11))  # a, b, finish
+    run_on_cores(entry, arguments, pieces > 1)
     return buffers[2][:m, :n]
 
 
-def zero_vector(zero_point, length: int):
-    """A zero point vector (or None: 0) as a contiguous int32 vector of ``length``."""
-    return np.zeros(length, np.int32) if zero_point is None else np.ascontiguousarray(zero_point, np.int32)
+def operand(x, zero_point, length: int):
+    """(bits, sign, zero points) of an operand as ``product_pieces`` takes them: its bits (uint8), 128 where it is
+    INT8 else 0, and its zero point vector (or None: 0) as a contiguous int32 vector of ``length``."""
+    return (x.view(np.uint8), np.uint8(128 if x.dtype == np.int8 else 0),
+            np.zeros(length, np.int32) if zero_point is None else np.ascontiguousarray(zero_point, np.int32))
 
 
 def products_layout(kernel: Kernel, a, b) -> str:
@@ -547,22 +560,24 @@ if numba is not None:
                         block_products(kernel, a, b, sums, i, block, k, steps, k != 0)
 
     @compiled
-    def pack_rows(a, zero_point, packed, first, last):
+    def pack_rows(a, sign, zero_point, packed, first, last):
         """packed[first:last] = a[first:last] − zero point (per row), int16, and 0 past the end of a: the padding
-        adds nothing to the sums."""
+        adds nothing to the sums. a as its bits (uint8), ``sign`` 128 where its type is INT8, else 0: a's value is
+        (its bits xor sign) − sign."""
         rows, length = a.shape
         for i in range(first, last):
             target = packed[i]
             if i < rows:
-                shift = np.int16(zero_point[i])
+                shift = np.int16(zero_point[i] + np.int32(sign))
                 for k in range(length):
-                    target[k] = np.int16(a[i, k]) - shift
+                    target[k] = np.int16(a[i, k] ^ sign) - shift
             target[length if i < rows else 0:] = 0
 
     @compiled
-    def pack_columns(b, zero_point, pairs, first, last):
+    def pack_columns(b, sign, zero_point, pairs, first, last):
         """pairs[block, k // 2, j] = b̃[k, j] in the low 16 bits and b̃[k + 1, j] in the high 16 (b̃ = b − zero point,
-        per column; j within the block) for the column blocks [first, last), and 0 past the end of b. By tiles of
+        per column; j within the block; b as its bits and its sign as pack_rows takes them) for the column blocks
+        [first, last), and 0 past the end of b. By tiles of
         TILE_ROWS rows of b, each walked block by block: the reads run along the tile's rows, which stay in cache, and
         the writes along each block (block by block over the whole of K, B was read at 8 GB/s; a tile's pairs
         across the blocks, at 2)."""
@@ -572,15 +587,15 @@ if numba is not None:
             for block in range(first, last):
                 start = block * width_of_block
                 width = min(width_of_block, columns - start)
-                shift = zero_point[start:start + width]
+                shift = zero_point[start:start + width] + np.int32(sign)
                 for pair in range(first_pair, min(first_pair + TILE_ROWS // 2, (length + 1) // 2)):
                     k = 2 * pair
                     second = k + 1 < length
                     row, next_row = b[k, start:], b[k + 1 if second else k, start:]
                     target = pairs[block, pair]
                     for j in range(width):
-                        low = (np.int32(row[j]) - np.int32(shift[j])) & 0xFFFF
-                        target[j] = low | ((np.int32(next_row[j]) - np.int32(shift[j])) << 16 if second else 0)
+                        low = (np.int32(row[j] ^ sign) - shift[j]) & 0xFFFF
+                        target[j] = low | ((np.int32(next_row[j] ^ sign) - shift[j]) << 16 if second else 0)
                     target[width:] = 0
 
     @compiled
@@ -601,14 +616,14 @@ if numba is not None:
     @intrinsic
     def pack_four_rows(typing_context, kernel, b, flip, groups, column_terms, group, column):
         """groups[column's block, group, its columns] = B' of b's rows 4·group to 4·group + 3 (B' = the bits of b xor
-        flip, read as int8: byte t of a group holds row 4·group + t) for the columns [column, column + C), C the
-        vector bytes of the byte kernel named by ``kernel`` (a literal); column_terms there += Σ of those rows of b.
+        flip, read as int8: byte t of a group holds row 4·group + t; b as its bits, flip 128 where its type is UINT8)
+        for the columns [column, column + C), C the vector bytes of the byte kernel named by ``kernel`` (a literal);
+        column_terms there += Σ of those rows of b (Σ B' + 4·flip).
         b's rows contiguous, C columns of them from column on; column a multiple of the kernel's lanes. Rows loaded
         whole and interleaved in registers (``ByteMoves``), the sums by the kernel's instruction against ones."""
         if not isinstance(kernel, types.StringLiteral):
             return None
         spec = KERNELS_BY_NAME[kernel.literal_value]
-        b_centre = 128 if b.dtype == types.uint8 else 0  # Σ b = Σ B' + 4 · that, a group
         signature = types.none(kernel, b, flip, groups, column_terms, group, column)
 
         def codegen(context, builder, signature, arguments):
@@ -636,7 +651,7 @@ if numba is not None:
                 flips) for t in range(4)]
             dot = builder.module.declare_intrinsic(spec.instruction, fnty=ir.FunctionType(lanes, [lanes] * 3))
             ones = moves.splat(constant(0x01010101, int32), lanes)
-            centres = moves.splat(constant(4 * b_centre, int32), lanes)
+            centres = moves.splat(builder.mul(builder.zext(flip, int32), constant(4, int32)), lanes)
             for u, vector in enumerate(moves.in_column_order(moves.interleaved(rows))):
                 at = builder.add(column, constant(u * count))
                 block = builder.udiv(at, constant(spec.columns))
@@ -655,16 +670,19 @@ if numba is not None:
     @compiled
     def pack_group(b, flip, groups, column_terms, group, block, start, width):
         """pack_four_rows for the columns [start, start + width) of a block, element by element (b's rows of any
-        stride, or fewer than 4 rows left: bytes past b are 0), and 0 for the block's columns past b's."""
+        stride, or fewer than 4 rows left: bytes past b are 0), and 0 for the block's columns past b's. (b's value
+        is int8(bits xor flip) + flip.)"""
         length = b.shape[0]
         first = 4 * group
         target, totals = groups[block, group], column_terms[start:start + width]
         flips = np.uint32(flip) * np.uint32(0x01010101)
+        centre = np.int32(flip)
         if first + 4 <= length:
             row0, row1, row2, row3 = b[first, start:], b[first + 1, start:], b[first + 2, start:], b[first + 3, start:]
             for j in range(width):
                 v0, v1, v2, v3 = row0[j], row1[j], row2[j], row3[j]
-                totals[j] += np.int32(v0) + np.int32(v1) + np.int32(v2) + np.int32(v3)
+                totals[j] += (np.int32(np.int8(v0 ^ flip)) + np.int32(np.int8(v1 ^ flip)) + np.int32(np.int8(v2 ^ flip))
+                              + np.int32(np.int8(v3 ^ flip)) + 4 * centre)
                 target[j] = (np.uint32(np.uint8(v0)) | np.uint32(np.uint8(v1)) << 8
                              | np.uint32(np.uint8(v2)) << 16 | np.uint32(np.uint8(v3)) << 24) ^ flips
         else:
@@ -672,7 +690,7 @@ if numba is not None:
                 word = np.uint32(0)
                 for k in range(first, length):
                     value = b[k, start + j]
-                    totals[j] += np.int32(value)
+                    totals[j] += np.int32(np.int8(value ^ flip)) + centre
                     word |= np.uint32(np.uint8(value) ^ flip) << (8 * (k - first))
                 target[j] = word
         target[width:] = 0
@@ -740,7 +758,7 @@ if numba is not None:
         for j in range(target.shape[0]):
             value = np.rint(np.float64(sums[j]) * multiplier[j]) + zero
             value = value if value > low else low  # comparisons, not min/max, so that the loop is vectorised
-            target[j] = value if value < high else high
+            target[j] = np.int32(value if value < high else high)  # (the bits of an int8 into a uint8 view too)
 
     @compiled
     def piece_bounds(size, count, multiple, piece):
@@ -773,12 +791,11 @@ if numba is not None:
             spin_pause()
         return stage, piece
 
-    def pack_a(layout, a, a_zero, buffers, first, last):
-        """(Compiled code only.) A's rows [first, last) packed for the kernel of ``layout`` (``product_pieces``),
-        a_zero the int32 vector of A's zero points."""
+    def pack_a(layout, a, a_sign, a_zero, buffers, first, last):
+        """(Compiled code only.) A's rows [first, last) packed for the kernel of ``layout`` (``product_pieces``)."""
         raise NotImplementedError("pack_a is called from compiled code only")
 
-    def pack_b(kernel, layout, b, b_zero, buffers, first, last):
+    def pack_b(kernel, layout, b, b_sign, b_zero, buffers, first, last):
         """(Compiled code only.) B's column blocks [first, last) packed, and their column terms made."""
         raise NotImplementedError("pack_b is called from compiled code only")
 
@@ -796,33 +813,34 @@ if numba is not None:
         """A literal string's value, else None (numba first asks an overload with the arguments not as literals)."""
         return value.literal_value if isinstance(value, types.StringLiteral) else None
 
-    def flip(operand, centred):
-        """The byte kernels' move of an operand into range (integer_product): its bits xor 128 where its type is
-        ``centred`` (int8 for A, uint8 for B), else 0."""
-        return np.uint8(128 if operand.dtype == centred else 0)
+    @compiled
+    def flip_of_b(b_sign):
+        """The byte kernels' move of B into range (integer_product): its bits xor 128 where its type is UINT8."""
+        return np.uint8(128 - np.int32(b_sign))
 
     @overload(pack_a, jit_options={"nogil": True})
-    def pack_a_compiled(layout, a, a_zero, buffers, first, last):
+    def pack_a_compiled(layout, a, a_sign, a_zero, buffers, first, last):
         if literal(layout) is None:
             return None
         if literal(layout).startswith("words"):
-            return lambda layout, a, a_zero, buffers, first, last: pack_rows(a, a_zero, buffers[0], first, last)
-        a_flip = flip(a, types.int8)
-        return lambda layout, a, a_zero, buffers, first, last: pack_rows_bytes(a.view(np.uint8), a_flip, buffers[0],
-                                                                               buffers[3], first, last)
+            return lambda layout, a, a_sign, a_zero, buffers, first, last: pack_rows(a, a_sign, a_zero, buffers[0],
+                                                                                     first, last)
+        # (the byte kernels' move of A into range is its sign's: A' = its bits xor 128 where it is INT8)
+        return lambda layout, a, a_sign, a_zero, buffers, first, last: pack_rows_bytes(a, a_sign, buffers[0],
+                                                                                       buffers[3], first, last)
 
     @overload(pack_b, jit_options={"nogil": True})
-    def pack_b_compiled(kernel, layout, b, b_zero, buffers, first, last):
+    def pack_b_compiled(kernel, layout, b, b_sign, b_zero, buffers, first, last):
         if literal(layout) is None or literal(kernel) is None:
             return None
         if literal(layout).startswith("words"):
-            def pack_words(kernel, layout, b, b_zero, buffers, first, last):
-                pack_columns(b, b_zero, buffers[1].view(np.int32).reshape(buffers[1].shape[:3]), first, last)
+            def pack_words(kernel, layout, b, b_sign, b_zero, buffers, first, last):
+                pack_columns(b, b_sign, b_zero, buffers[1].view(np.int32).reshape(buffers[1].shape[:3]), first, last)
             return pack_words
-        vector, b_flip = KERNELS_BY_NAME[kernel.literal_value].vector_bits // 8, flip(b, types.uint8)
+        vector = KERNELS_BY_NAME[kernel.literal_value].vector_bits // 8
 
-        def pack_bytes(kernel, layout, b, b_zero, buffers, first, last):
-            pack_columns_bytes(kernel, vector, b, b_flip, b_zero, buffers[1].view(np.int32).reshape(
+        def pack_bytes(kernel, layout, b, b_sign, b_zero, buffers, first, last):
+            pack_columns_bytes(kernel, vector, b, flip_of_b(b_sign), b_zero, buffers[1].view(np.int32).reshape(
                 buffers[1].shape[:3]), buffers[4], first, last)
         return pack_bytes
 
@@ -830,7 +848,7 @@ if numba is not None:
     def correct_compiled(layout, buffers, alpha, beta, first, last):
         if literal(layout) is None:
             return None
-        if literal(layout).startswith("words"):  # 16-bit products of operands shifted by their zero points: nothing to correct
+        if literal(layout).startswith("words"):  # 16-bit products of operands shifted by their zero points
             return lambda layout, buffers, alpha, beta, first, last: None
         return lambda layout, buffers, alpha, beta, first, last: correct_rows(buffers[2], buffers[3], alpha, beta,
                                                                               buffers[4], first, last)
@@ -846,7 +864,7 @@ if numba is not None:
                             low, high, out, first, last)
         return requantize
 
-    def product_pieces(kernel, layout, state, counts, a, a_zero_point, b, b_zero_point, buffers, finish, wait):
+    def product_pieces(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, finish, wait):
         """(Compiled code only.) integer_product's work, taken piece by piece by every thread that runs this at
         once (``next_piece``); the call with ``wait`` returns once every piece has ended. ``kernel`` and ``layout``
         literal strings: the layout is "direct", or the path and the cut, as "bytes rows" (``products_layout``).
@@ -859,50 +877,48 @@ if numba is not None:
         - direct: A packed; then column blocks of 64 multiplied with B as it lies, their column terms made; then
           pieces of rows corrected and finished.
 
-        The zero points are numbers, vectors of M or N, or None (0); ``buffers`` the tuple of ``scratch_layouts``;
+        a and b as their bits (uint8), each with its sign (128 where its type is INT8, else 0) and its zero points
+        as an int32 vector: one compiled variant serves every type. ``buffers`` the tuple of ``scratch_layouts``;
         ``state`` int64 {1 + stages} of zeros, the same array for every thread of one call."""
         raise NotImplementedError("product_pieces is called from compiled code only")
 
     @overload(product_pieces, jit_options={"nogil": True})
-    def product_pieces_compiled(kernel, layout, state, counts, a, a_zero_point, b, b_zero_point, buffers, finish,
+    def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, finish,
                                 wait):
         if literal(kernel) is None or literal(layout) is None:
             return None
         spec = KERNELS_BY_NAME[kernel.literal_value]
         rows, group, k_block, panel_blocks = spec.rows, spec.group, spec.k_block, spec.panel_blocks
-        a_centre, b_centre = np.int32(flip(a, types.int8)), np.int32(flip(b, types.uint8))
 
-        def by_rows(kernel, layout, state, counts, a, a_zero_point, b, b_zero_point, buffers, finish, wait):
-            (m, k), n, blocks = a.shape, b.shape[1], buffers[1].shape[0]
+        def by_rows(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, finish, wait):
+            (m, k), blocks = a.shape, buffers[1].shape[0]
             padded_rows, length = (m + rows - 1) // rows * rows, (k + group - 1) // group * group
-            a_zero, b_zero = as_vector(a_zero_point, m, np.int32), as_vector(b_zero_point, n, np.int32)
-            alpha, beta = a_zero + a_centre, b_centre - b_zero
+            alpha, beta = a_zero + np.int32(a_sign), np.int32(flip_of_b(b_sign)) - b_zero  # (the byte kernels')
             stage, piece = next_piece(state, counts)
             while stage >= 0:
                 if stage == 0:
                     first, last = piece_bounds(blocks, counts[0], 1, piece)
-                    pack_b(kernel, layout, b, b_zero, buffers, first, last)
+                    pack_b(kernel, layout, b, b_sign, b_zero, buffers, first, last)
                 else:
                     first, last = piece_bounds(padded_rows, counts[1], rows, piece)
-                    pack_a(layout, a, a_zero, buffers, first, last)
+                    pack_a(layout, a, a_sign, a_zero, buffers, first, last)
                     multiply_rows(kernel, buffers[0], buffers[1], buffers[2], first, last, 0, blocks, length, rows,
                                   k_block, group, panel_blocks)
                     correct(layout, buffers, alpha, beta, first, min(last, m))
                     finish_rows(finish, buffers[2], first, min(last, m))
                 stage, piece = piece_ended(state, counts, stage, wait)
 
-        def by_columns(kernel, layout, state, counts, a, a_zero_point, b, b_zero_point, buffers, finish, wait):
-            (m, k), n, blocks = a.shape, b.shape[1], buffers[1].shape[0]
+        def by_columns(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, finish, wait):
+            (m, k), blocks = a.shape, buffers[1].shape[0]
             padded_rows, length = (m + rows - 1) // rows * rows, (k + group - 1) // group * group
-            a_zero, b_zero = as_vector(a_zero_point, m, np.int32), as_vector(b_zero_point, n, np.int32)
-            alpha, beta = a_zero + a_centre, b_centre - b_zero
+            alpha, beta = a_zero + np.int32(a_sign), np.int32(flip_of_b(b_sign)) - b_zero
             stage, piece = next_piece(state, counts)
             while stage >= 0:
                 if stage == 0:
-                    pack_a(layout, a, a_zero, buffers, 0, padded_rows)
+                    pack_a(layout, a, a_sign, a_zero, buffers, 0, padded_rows)
                 elif stage == 1:
                     first, last = piece_bounds(blocks, counts[1], 1, piece)
-                    pack_b(kernel, layout, b, b_zero, buffers, first, last)
+                    pack_b(kernel, layout, b, b_sign, b_zero, buffers, first, last)
                     multiply_rows(kernel, buffers[0], buffers[1], buffers[2], 0, padded_rows, first, last, length,
                                   rows, k_block, group, panel_blocks)
                 else:
@@ -911,19 +927,18 @@ if numba is not None:
                     finish_rows(finish, buffers[2], first, last)
                 stage, piece = piece_ended(state, counts, stage, wait)
 
-        def direct(kernel, layout, state, counts, a, a_zero_point, b, b_zero_point, buffers, finish, wait):
+        def direct(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, finish, wait):
             (m, k), n = a.shape, b.shape[1]
             a_packed, sums, row_sums, column_terms = buffers[0], buffers[2], buffers[3], buffers[4]
-            alpha = as_vector(a_zero_point, m, np.int32) + a_centre
-            beta = b_centre - as_vector(b_zero_point, n, np.int32)
+            b_flip = flip_of_b(b_sign)
+            alpha, beta = a_zero + np.int32(a_sign), np.int32(b_flip) - b_zero
             stage, piece = next_piece(state, counts)
             while stage >= 0:
                 if stage == 0:
-                    pack_rows_bytes(a.view(np.uint8), np.uint8(a_centre), a_packed, row_sums, 0, m)
+                    pack_rows_bytes(a, a_sign, a_packed, row_sums, 0, m)
                 elif stage == 1:
                     first, last = piece_bounds(n // 64, counts[1], 1, piece)
-                    multiply_direct(kernel, a_packed, b.view(np.uint8), np.uint8(b_centre), sums, column_terms, m,
-                                    first, last, k // 4)
+                    multiply_direct(kernel, a_packed, b, b_flip, sums, column_terms, m, first, last, k // 4)
                     for j in range(64 * first, 64 * last):
                         column_terms[j] += beta[j] * np.int32(k)
                 else:
@@ -935,6 +950,6 @@ if numba is not None:
         return {"direct": direct, "rows": by_rows, "columns": by_columns}[layout.literal_value.split()[-1]]
 
     @compiled
-    def multiply_in_pieces(kernel, layout, state, counts, a, a_zero_point, b, b_zero_point, buffers, finish, wait):
+    def multiply_in_pieces(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, finish, wait):
         """product_pieces, called from Python."""
-        product_pieces(kernel, layout, state, counts, a, a_zero_point, b, b_zero_point, buffers, finish, wait)
+        product_pieces(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, finish, wait)
