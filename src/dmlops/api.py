@@ -129,12 +129,12 @@ def _layout(value):
     """What a plan depends on in one argument; _UNPLANNED where no plan can hold it."""
     global _tensor_type
     kind = type(value)
-    if kind is _tensor_type or getattr(kind, "planned_as_tensor", False):
-        return kind, value.dtype, value.shape, value.stride(), value.device, value.data_ptr() % 16
-    if kind is np.ndarray:
+    if kind is np.ndarray:  # (first: the commonest, and a look for an attribute a type lacks is slow)
         return kind, value.dtype, value.shape, value.strides, value.flags.writeable
     if value is None or kind is float or kind is int:
         return kind, value  # by value: validated once
+    if kind is _tensor_type or getattr(kind, "planned_as_tensor", False):
+        return kind, value.dtype, value.shape, value.stride(), value.device, value.data_ptr() % 16
     if _tensor_type is None and "torch" in sys.modules:  # torch imported since the last look: its tensors plan
         _tensor_type = sys.modules["torch"].Tensor
         return _layout(value)
