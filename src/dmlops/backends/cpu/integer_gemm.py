@@ -547,12 +547,12 @@ if numba is not None:
         return signature, codegen
 
     @compiled
-    def multiply_rows(kernel, a, b, sums, first_row, end_row, first_block, end_block, end, rows, k_block, group,
+    def multiply_rows(kernel, a, b, sums, first_row, end_row, first_block, end_block, begin, end, rows, k_block, group,
                       panel_blocks):
-        """sums[first_row:end_row, the column blocks [first_block, end_block)] = A[first_row:end_row, :end] @ those
-        blocks of B[:end] (int32), by runs of k_block and panels of panel_blocks column blocks; end a multiple of the
-        group."""
-        for k in range(0, end, k_block):
+        """sums[first_row:end_row, the column blocks [first_block, end_block)] = (those sums, where begin > 0, +)
+        A[first_row:end_row, begin:end] @ those blocks of B[begin:end] (int32), by runs of k_block and panels of
+        panel_blocks column blocks; begin a multiple of k_block, end of the group."""
+        for k in range(begin, end, k_block):
             steps = min(k_block, end - k) // group
             for panel in range(first_block, end_block, panel_blocks):
                 for i in range(first_row, end_row, rows):
@@ -574,21 +574,21 @@ if numba is not None:
             target[length if i < rows else 0:] = 0
 
     @compiled
-    def pack_columns(b, sign, zero_point, pairs, first, last):
+    def pack_columns(b, sign, zero_point, pairs, first, last, pair_begin, pair_end):
         """pairs[block, k // 2, j] = b̃[k, j] in the low 16 bits and b̃[k + 1, j] in the high 16 (b̃ = b − zero point,
         per column; j within the block; b as its bits and its sign as pack_rows takes them) for the column blocks
-        [first, last), and 0 past the end of b. By tiles of
+        [first, last) and the pairs [pair_begin, pair_end), and 0 past the end of b. By tiles of
         TILE_ROWS rows of b, each walked block by block: the reads run along the tile's rows, which stay in cache, and
         the writes along each block (block by block over the whole of K, B was read at 8 GB/s; a tile's pairs
         across the blocks, at 2)."""
         length, columns = b.shape
         width_of_block = pairs.shape[2]
-        for first_pair in range(0, (length + 1) // 2, TILE_ROWS // 2):
+        for first_pair in range(pair_begin, pair_end, TILE_ROWS // 2):
             for block in range(first, last):
                 start = block * width_of_block
                 width = min(width_of_block, columns - start)
                 shift = zero_point[start:start + width] + np.int32(sign)
-                for pair in range(first_pair, min(first_pair + TILE_ROWS // 2, (length + 1) // 2)):
+                for pair in range(first_pair, min(first_pair + TILE_ROWS // 2, pair_end)):
                     k = 2 * pair
                     second = k + 1 < length
                     row, next_row = b[k, start:], b[k + 1 if second else k, start:]
@@ -696,19 +696,22 @@ if numba is not None:
         target[width:] = 0
 
     @compiled
-    def pack_columns_bytes(kernel, vector, b, flip, zero_point, groups, column_terms, first, last):
+    def pack_columns_bytes(kernel, vector, b, flip, zero_point, groups, column_terms, first, last, group_begin,
+                           group_end):
         """groups[block, k // 4, j] = B'[k + t, j] in byte t (B' = the bits of b xor flip, read as int8; j within the
-        block) for the column blocks [first, last), and 0 past the end of b; column_terms[j] = Σ_k B'[k, j] + K·β[j],
-        which is Σ_k b[k, j] − K·zero point[j]. By tiles of rows, as pack_columns: where b's rows are contiguous,
-        ``vector`` columns at a time (``pack_four_rows``, for the kernel named by the literal ``kernel``), then the
-        columns and rows left one group of a block at a time (``pack_group``)."""
+        block) for the column blocks [first, last) and the groups [group_begin, group_end), and 0 past the end of b;
+        column_terms[j] = Σ_k B'[k, j] + K·β[j], which is Σ_k b[k, j] − K·zero point[j], once the groups of every
+        call for those blocks have covered K, in order. By tiles of rows, as pack_columns: where b's rows are
+        contiguous, ``vector`` columns at a time (``pack_four_rows``, for the kernel named by the literal
+        ``kernel``), then the columns and rows left one group of a block at a time (``pack_group``)."""
         length, columns = b.shape
         width_of_block = groups.shape[2]
-        column_terms[first * width_of_block:last * width_of_block] = 0
+        if group_begin == 0:
+            column_terms[first * width_of_block:last * width_of_block] = 0
         begin, end = first * width_of_block, min(columns, last * width_of_block)
         vector_end = begin + (end - begin) // vector * vector if b.strides[1] == 1 else begin
-        for first_group in range(0, (length + 3) // 4, TILE_ROWS // 4):
-            last_group = min(first_group + TILE_ROWS // 4, (length + 3) // 4)
+        for first_group in range(group_begin, group_end, TILE_ROWS // 4):
+            last_group = min(first_group + TILE_ROWS // 4, group_end)
             whole = min(last_group, length // 4)  # groups of 4 rows of b
             for group in range(first_group, whole):
                 for column in range(begin, vector_end, vector):
@@ -717,8 +720,9 @@ if numba is not None:
                 start = block * width_of_block
                 for group in range(first_group if start >= vector_end else whole, last_group):
                     pack_group(b, flip, groups, column_terms, group, block, start, min(width_of_block, columns - start))
-        for j in range(first * width_of_block, min(columns, last * width_of_block)):
-            column_terms[j] -= length * np.int32(zero_point[j])
+        if group_end == (length + 3) // 4:
+            for j in range(first * width_of_block, min(columns, last * width_of_block)):
+                column_terms[j] -= length * np.int32(zero_point[j])
 
     @compiled
     def correct_rows(sums, row_sums, alpha, beta, column_terms, first, last):
@@ -795,8 +799,10 @@ if numba is not None:
         """(Compiled code only.) A's rows [first, last) packed for the kernel of ``layout`` (``product_pieces``)."""
         raise NotImplementedError("pack_a is called from compiled code only")
 
-    def pack_b(kernel, layout, b, b_sign, b_zero, buffers, first, last):
-        """(Compiled code only.) B's column blocks [first, last) packed, and their column terms made."""
+    def pack_b(kernel, layout, b, b_sign, b_zero, buffers, first, last, group_begin, group_end):
+        """(Compiled code only.) B's column blocks [first, last) packed for the groups of rows [group_begin,
+        group_end) (in the kernel's groups: ``Kernel.group`` rows each), and their column terms made once calls for
+        those blocks have covered every group, in order."""
         raise NotImplementedError("pack_b is called from compiled code only")
 
     def correct(layout, buffers, alpha, beta, first, last):
@@ -830,18 +836,19 @@ if numba is not None:
                                                                                        buffers[3], first, last)
 
     @overload(pack_b, jit_options={"nogil": True})
-    def pack_b_compiled(kernel, layout, b, b_sign, b_zero, buffers, first, last):
+    def pack_b_compiled(kernel, layout, b, b_sign, b_zero, buffers, first, last, group_begin, group_end):
         if literal(layout) is None or literal(kernel) is None:
             return None
         if literal(layout).startswith("words"):
-            def pack_words(kernel, layout, b, b_sign, b_zero, buffers, first, last):
-                pack_columns(b, b_sign, b_zero, buffers[1].view(np.int32).reshape(buffers[1].shape[:3]), first, last)
+            def pack_words(kernel, layout, b, b_sign, b_zero, buffers, first, last, group_begin, group_end):
+                pack_columns(b, b_sign, b_zero, buffers[1].view(np.int32).reshape(buffers[1].shape[:3]), first, last,
+                             group_begin, group_end)
             return pack_words
         vector = KERNELS_BY_NAME[kernel.literal_value].vector_bits // 8
 
-        def pack_bytes(kernel, layout, b, b_sign, b_zero, buffers, first, last):
+        def pack_bytes(kernel, layout, b, b_sign, b_zero, buffers, first, last, group_begin, group_end):
             pack_columns_bytes(kernel, vector, b, flip_of_b(b_sign), b_zero, buffers[1].view(np.int32).reshape(
-                buffers[1].shape[:3]), buffers[4], first, last)
+                buffers[1].shape[:3]), buffers[4], first, last, group_begin, group_end)
         return pack_bytes
 
     @overload(correct, jit_options={"nogil": True})
@@ -872,8 +879,9 @@ if numba is not None:
 
         - rows: B's column blocks packed; then pieces of rows, each packs its rows of A, makes their sums against
           every block, corrects them and finishes them (``finish_rows``) while they are in cache;
-        - columns: A packed; then strips of B's column blocks, each packed and multiplied by every row of A (B is
-          read once); then pieces of rows corrected and finished;
+        - columns: A packed; then strips of B's column blocks, each packed and multiplied by every row of A a run
+          of k_block rows at a time, the run's packing still in L2 (B is read once); then pieces of rows corrected
+          and finished;
         - direct: A packed; then column blocks of 64 multiplied with B as it lies, their column terms made; then
           pieces of rows corrected and finished.
 
@@ -898,11 +906,11 @@ if numba is not None:
             while stage >= 0:
                 if stage == 0:
                     first, last = piece_bounds(blocks, counts[0], 1, piece)
-                    pack_b(kernel, layout, b, b_sign, b_zero, buffers, first, last)
+                    pack_b(kernel, layout, b, b_sign, b_zero, buffers, first, last, 0, length // group)
                 else:
                     first, last = piece_bounds(padded_rows, counts[1], rows, piece)
                     pack_a(layout, a, a_sign, a_zero, buffers, first, last)
-                    multiply_rows(kernel, buffers[0], buffers[1], buffers[2], first, last, 0, blocks, length, rows,
+                    multiply_rows(kernel, buffers[0], buffers[1], buffers[2], first, last, 0, blocks, 0, length, rows,
                                   k_block, group, panel_blocks)
                     correct(layout, buffers, alpha, beta, first, min(last, m))
                     finish_rows(finish, buffers[2], first, min(last, m))
@@ -916,11 +924,13 @@ if numba is not None:
             while stage >= 0:
                 if stage == 0:
                     pack_a(layout, a, a_sign, a_zero, buffers, 0, padded_rows)
-                elif stage == 1:
+                elif stage == 1:  # the strip a run of k_block rows at a time: packed, then multiplied from L2
                     first, last = piece_bounds(blocks, counts[1], 1, piece)
-                    pack_b(kernel, layout, b, b_sign, b_zero, buffers, first, last)
-                    multiply_rows(kernel, buffers[0], buffers[1], buffers[2], 0, padded_rows, first, last, length,
-                                  rows, k_block, group, panel_blocks)
+                    for begin in range(0, length, k_block):
+                        end = min(begin + k_block, length)
+                        pack_b(kernel, layout, b, b_sign, b_zero, buffers, first, last, begin // group, end // group)
+                        multiply_rows(kernel, buffers[0], buffers[1], buffers[2], 0, padded_rows, first, last, begin,
+                                      end, rows, k_block, group, panel_blocks)
                 else:
                     first, last = piece_bounds(m, counts[2], 1, piece)
                     correct(layout, buffers, alpha, beta, first, last)
