@@ -12,14 +12,16 @@ numba is installed, large scans on all cores: a long line's chunks taken by a th
 chunks, one after another), with ordinary stores only (no streaming stores past the cache for large outputs along an
 outer axis), and with its NumPy-only engine.
 
-The quantized matmul counts 2·M·N·K operations and is compared with the hardware's limit for its integer kernel
-(``instruction_peak``: one core issuing nothing but the kernel's multiply-add instruction, 12 independent chains, times
-the cores) and with float32 BLAS (sgemm) of the same size, the ceiling of an exact product made through it: n×n×n, and M × 4096 × 4096 for M = 1, 16, 128 (one token to a batch
-of them through a layer of a language model). dmlops runs as installed (the integer GEMM with the kernel picked for
-the processor, named in the header, and the compiled requantization, where numba is installed), on one core, and as
-it runs with NumPy alone (float32 BLAS products, NumPy's requantization). NumPy's integer matmul never uses BLAS; it
-is timed on up to 64 rows and reported as a rate. The header gives the processor's model and the flags that decide
-the kernels.
+The quantized matmul is timed in two protocols: as above, and in loops of LOOP_CALLS calls back to back, as a
+model's loop makes them (dmlops and ONNX Runtime, each call finding the threads of the call before as they left
+them). It counts 2·M·N·K operations and is compared with the hardware's limit for its integer kernel
+(``instruction_peak``: one core issuing nothing but the kernel's multiply-add instruction, 12 independent chains,
+times the cores) and with float32 BLAS (sgemm) of the same size, the ceiling of an exact product made through it:
+n×n×n, and M × 4096 × 4096 for M = 1, 16, 128 (one token to a batch of them through a layer of a language model).
+dmlops runs as installed (the integer GEMM with the kernel picked for the processor, named in the header, and the
+compiled requantization, where numba is installed), on one core, and as it runs with NumPy alone (float32 BLAS
+products, NumPy's requantization). NumPy's integer matmul never uses BLAS; it is timed on up to 64 rows and reported
+as a rate. The header gives the processor's model and the flags that decide the kernels.
 
 Small calls, repeated as in a model's loop: a 64-element float32 scan and a 16 × 256 × 64 quantized matmul (B uint8
 with a zero point, per-tensor NumPy-scalar scales) through the array API, against np.cumsum and ONNX Runtime's
@@ -95,6 +97,19 @@ def median_times(runs: dict, repeats: int) -> dict:
     return {name: float(np.median(values)) for name, values in times.items()}
 
 
+def loop_times(runs: dict, repeats: int, calls: int) -> dict:
+    """name → median seconds a call, of ``repeats`` rounds each timing a loop of ``calls`` calls back to back (as a
+    model's loop makes them: each call finds the threads of the call before as they left them)."""
+    def loop(run):
+        def calls_in_a_row():
+            for _ in range(calls):
+                run()
+        return calls_in_a_row
+
+    return {name: seconds / calls for name, seconds in median_times({name: loop(run) for name, run in runs.items()},
+                                                                     repeats).items()}
+
+
 def onnx_session(node, inputs, output, initializers=()):
     """An ONNX Runtime CPU session of one node; inputs and output are (name, dtype, shape)."""
     def info(name, dtype, shape):
@@ -164,6 +179,7 @@ def scan_rows(repeats: int, copy: float, shapes=None):
 # -- quantized matmul ------------------------------------------------------------------------------------------
 
 
+LOOP_CALLS = 20  # calls of a loop back to back, the quantized matmul's second protocol
 PEAK_CHAINS = 12  # independent chains of the peak's instruction: more than its latency × its issue rate
 
 
@@ -257,15 +273,22 @@ def matmul_rows(repeats: int, peak: float):
             "ONNX Runtime": lambda: session.run(None, {"a": a, "b": b}),
             "sgemm": lambda: sgemm_a @ sgemm_b,
         }, repeats)
+        in_a_row = loop_times({
+            "dmlops": lambda: dmlops.quantized_linear_matmul(a, a_scale, a_zero, b, b_scale, b_zero, out_scale,
+                                                             out_zero, out=out),
+            "ONNX Runtime": lambda: session.run(None, {"a": a, "b": b}),
+        }, repeats, LOOP_CALLS)
         operations = 2 * m * n * k / 1e9
         rates = {name: operations / seconds for name, seconds in times.items()}
+        loop_rates = {name: operations / seconds for name, seconds in in_a_row.items()}
         numpy_rate = operations * len(a_rows) / m / median_times({"NumPy": lambda: a_rows @ b_wide}, 1)["NumPy"]
         dmlops.quantized_linear_matmul(a, a_scale, a_zero, b, b_scale, b_zero, out_scale, out_zero, out=out)
         difference = np.abs(out.astype(np.int16) - session.run(None, {"a": a, "b": b})[0]).max()
         dml, ort, floor = rates["dmlops"], rates["ONNX Runtime"], rates["sgemm"]
         print(f"| {m} × {k} × {n} | {dml:.1f} | {rates['dmlops 1 core']:.1f} | {rates['dmlops NumPy-only']:.1f} | "
               f"{ort:.1f} | {numpy_rate:.2f} | {floor:.1f} | {dml / ort:.2f} | {dml / peak:.2f} | {ort / peak:.2f} | "
-              f"{dml / floor:.2f} | {difference} |", flush=True)
+              f"{dml / floor:.2f} | {loop_rates['dmlops']:.1f} | {loop_rates['ONNX Runtime']:.1f} | "
+              f"{loop_rates['dmlops'] / loop_rates['ONNX Runtime']:.2f} | {difference} |", flush=True)
 
 
 # -- small calls ---------------------------------------------------------------------------------------------------
@@ -450,8 +473,9 @@ def main():
           f"({os.cpu_count()} cores)\n")
     print("| quantized matmul M × K × N | dmlops GOPS | dmlops 1 core | dmlops NumPy-only | ONNX Runtime | "
           "NumPy int32 matmul | sgemm GFLOP/s | dmlops / ORT | dmlops / peak | ORT / peak | dmlops / sgemm | "
+          f"dmlops, {LOOP_CALLS} in a row | ORT, {LOOP_CALLS} in a row | in a row: dmlops / ORT | "
           "max |dmlops − ORT| |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     matmul_rows(repeats, peak)
 
 
