@@ -547,17 +547,17 @@ if numba is not None:
         return signature, codegen
 
     @compiled
-    def multiply_rows(kernel, a, b, sums, first_row, end_row, first_block, end_block, begin, end, rows, k_block, group,
-                      panel_blocks):
-        """sums[first_row:end_row, the column blocks [first_block, end_block)] = (those sums, where begin > 0, +)
-        A[first_row:end_row, begin:end] @ those blocks of B[begin:end] (int32), by runs of k_block and panels of
-        panel_blocks column blocks; begin a multiple of k_block, end of the group."""
-        for k in range(begin, end, k_block):
+    def multiply_rows(kernel, a, b, sums, first_row, end_row, first_block, end_block, end, accumulate, rows, k_block,
+                      group, panel_blocks):
+        """sums[first_row:end_row, the column blocks [first_block, end_block)] = (those sums, if accumulate, +)
+        A[first_row:end_row, :end] @ those blocks of B[:end] (int32), by runs of k_block and panels of panel_blocks
+        column blocks; end a multiple of the group."""
+        for k in range(0, end, k_block):
             steps = min(k_block, end - k) // group
             for panel in range(first_block, end_block, panel_blocks):
                 for i in range(first_row, end_row, rows):
                     for block in range(panel, min(panel + panel_blocks, end_block)):
-                        block_products(kernel, a, b, sums, i, block, k, steps, k != 0)
+                        block_products(kernel, a, b, sums, i, block, k, steps, accumulate or k != 0)
 
     @compiled
     def pack_rows(a, sign, zero_point, packed, first, last):
@@ -574,21 +574,21 @@ if numba is not None:
             target[length if i < rows else 0:] = 0
 
     @compiled
-    def pack_columns(b, sign, zero_point, pairs, first, last, pair_begin, pair_end):
+    def pack_columns(b, sign, zero_point, pairs, first, last):
         """pairs[block, k // 2, j] = b̃[k, j] in the low 16 bits and b̃[k + 1, j] in the high 16 (b̃ = b − zero point,
         per column; j within the block; b as its bits and its sign as pack_rows takes them) for the column blocks
-        [first, last) and the pairs [pair_begin, pair_end), and 0 past the end of b. By tiles of
+        [first, last), and 0 past the end of b. By tiles of
         TILE_ROWS rows of b, each walked block by block: the reads run along the tile's rows, which stay in cache, and
         the writes along each block (block by block over the whole of K, B was read at 8 GB/s; a tile's pairs
         across the blocks, at 2)."""
         length, columns = b.shape
         width_of_block = pairs.shape[2]
-        for first_pair in range(pair_begin, pair_end, TILE_ROWS // 2):
+        for first_pair in range(0, (length + 1) // 2, TILE_ROWS // 2):
             for block in range(first, last):
                 start = block * width_of_block
                 width = min(width_of_block, columns - start)
                 shift = zero_point[start:start + width] + np.int32(sign)
-                for pair in range(first_pair, min(first_pair + TILE_ROWS // 2, pair_end)):
+                for pair in range(first_pair, min(first_pair + TILE_ROWS // 2, (length + 1) // 2)):
                     k = 2 * pair
                     second = k + 1 < length
                     row, next_row = b[k, start:], b[k + 1 if second else k, start:]
@@ -696,22 +696,19 @@ if numba is not None:
         target[width:] = 0
 
     @compiled
-    def pack_columns_bytes(kernel, vector, b, flip, zero_point, groups, column_terms, first, last, group_begin,
-                           group_end):
+    def pack_columns_bytes(kernel, vector, b, flip, zero_point, groups, column_terms, first, last):
         """groups[block, k // 4, j] = B'[k + t, j] in byte t (B' = the bits of b xor flip, read as int8; j within the
-        block) for the column blocks [first, last) and the groups [group_begin, group_end), and 0 past the end of b;
-        column_terms[j] = Σ_k B'[k, j] + K·β[j], which is Σ_k b[k, j] − K·zero point[j], once the groups of every
-        call for those blocks have covered K, in order. By tiles of rows, as pack_columns: where b's rows are
-        contiguous, ``vector`` columns at a time (``pack_four_rows``, for the kernel named by the literal
-        ``kernel``), then the columns and rows left one group of a block at a time (``pack_group``)."""
+        block) for the column blocks [first, last), and 0 past the end of b; column_terms[j] = Σ_k B'[k, j] + K·β[j],
+        which is Σ_k b[k, j] − K·zero point[j]. By tiles of rows, as pack_columns: where b's rows are contiguous,
+        ``vector`` columns at a time (``pack_four_rows``, for the kernel named by the literal ``kernel``), then the
+        columns and rows left one group of a block at a time (``pack_group``)."""
         length, columns = b.shape
         width_of_block = groups.shape[2]
-        if group_begin == 0:
-            column_terms[first * width_of_block:last * width_of_block] = 0
+        column_terms[first * width_of_block:last * width_of_block] = 0
         begin, end = first * width_of_block, min(columns, last * width_of_block)
         vector_end = begin + (end - begin) // vector * vector if b.strides[1] == 1 else begin
-        for first_group in range(group_begin, group_end, TILE_ROWS // 4):
-            last_group = min(first_group + TILE_ROWS // 4, group_end)
+        for first_group in range(0, (length + 3) // 4, TILE_ROWS // 4):
+            last_group = min(first_group + TILE_ROWS // 4, (length + 3) // 4)
             whole = min(last_group, length // 4)  # groups of 4 rows of b
             for group in range(first_group, whole):
                 for column in range(begin, vector_end, vector):
@@ -720,9 +717,8 @@ if numba is not None:
                 start = block * width_of_block
                 for group in range(first_group if start >= vector_end else whole, last_group):
                     pack_group(b, flip, groups, column_terms, group, block, start, min(width_of_block, columns - start))
-        if group_end == (length + 3) // 4:
-            for j in range(first * width_of_block, min(columns, last * width_of_block)):
-                column_terms[j] -= length * np.int32(zero_point[j])
+        for j in range(first * width_of_block, min(columns, last * width_of_block)):
+            column_terms[j] -= length * np.int32(zero_point[j])
 
     @compiled
     def correct_rows(sums, row_sums, alpha, beta, column_terms, first, last):
@@ -799,10 +795,10 @@ if numba is not None:
         """(Compiled code only.) A's rows [first, last) packed for the kernel of ``layout`` (``product_pieces``)."""
         raise NotImplementedError("pack_a is called from compiled code only")
 
-    def pack_b(kernel, layout, b, b_sign, b_zero, buffers, first, last, group_begin, group_end):
-        """(Compiled code only.) B's column blocks [first, last) packed for the groups of rows [group_begin,
-        group_end) (in the kernel's groups: ``Kernel.group`` rows each), and their column terms made once calls for
-        those blocks have covered every group, in order."""
+    def pack_b(kernel, layout, b, b_sign, b_zero, groups, terms, first, last):
+        """(Compiled code only.) B's column blocks [first, last) packed into ``groups`` (laid out as the packed B of
+        ``scratch_layouts``), and their column terms (Σ_k b − K·zero point) made in ``terms`` for the byte
+        kernels."""
         raise NotImplementedError("pack_b is called from compiled code only")
 
     def correct(layout, buffers, alpha, beta, first, last):
@@ -836,20 +832,31 @@ if numba is not None:
                                                                                        buffers[3], first, last)
 
     @overload(pack_b, jit_options={"nogil": True})
-    def pack_b_compiled(kernel, layout, b, b_sign, b_zero, buffers, first, last, group_begin, group_end):
+    def pack_b_compiled(kernel, layout, b, b_sign, b_zero, groups, terms, first, last):
         if literal(layout) is None or literal(kernel) is None:
             return None
         if literal(layout).startswith("words"):
-            def pack_words(kernel, layout, b, b_sign, b_zero, buffers, first, last, group_begin, group_end):
-                pack_columns(b, b_sign, b_zero, buffers[1].view(np.int32).reshape(buffers[1].shape[:3]), first, last,
-                             group_begin, group_end)
+            def pack_words(kernel, layout, b, b_sign, b_zero, groups, terms, first, last):
+                pack_columns(b, b_sign, b_zero, groups.view(np.int32).reshape(groups.shape[:3]), first, last)
             return pack_words
         vector = KERNELS_BY_NAME[kernel.literal_value].vector_bits // 8
 
-        def pack_bytes(kernel, layout, b, b_sign, b_zero, buffers, first, last, group_begin, group_end):
-            pack_columns_bytes(kernel, vector, b, flip_of_b(b_sign), b_zero, buffers[1].view(np.int32).reshape(
-                buffers[1].shape[:3]), buffers[4], first, last, group_begin, group_end)
+        def pack_bytes(kernel, layout, b, b_sign, b_zero, groups, terms, first, last):
+            pack_columns_bytes(kernel, vector, b, flip_of_b(b_sign), b_zero, groups.view(np.int32).reshape(
+                groups.shape[:3]), terms, first, last)
         return pack_bytes
+
+    def column_terms(layout, buffers):
+        """(Compiled code only.) The byte kernels' column terms in ``buffers`` (an empty vector for the others)."""
+        raise NotImplementedError("column_terms is called from compiled code only")
+
+    @overload(column_terms, jit_options={"nogil": True})
+    def column_terms_compiled(layout, buffers):
+        if literal(layout) is None:
+            return None
+        if literal(layout).startswith("words"):
+            return lambda layout, buffers: np.zeros(0, np.int32)
+        return lambda layout, buffers: buffers[4]
 
     @overload(correct, jit_options={"nogil": True})
     def correct_compiled(layout, buffers, alpha, beta, first, last):
@@ -870,6 +877,25 @@ if numba is not None:
             requantize_rows(sums, np.zeros((0, 2)), np.zeros((2, 1)), a_scale, b_scale, output_scale, zero_point,
                             low, high, out, first, last)
         return requantize
+
+    @compiled
+    def multiply_strip(kernel, layout, a, b, b_sign, b_zero, buffers, first, last, rows, k_block, group, panel_blocks):
+        """The sums of every row of A (packed) and the column blocks [first, last) of B, a run of k_block rows of B
+        at a time: each run packed into a panel of this call's own, which stays in L2 for the kernel and is never
+        written back to memory, and its column terms added up (``product_pieces``' columns cut)."""
+        (m, k), n, columns = a.shape, b.shape[1], buffers[1].shape[2]
+        padded_rows, length = (m + rows - 1) // rows * rows, (k + group - 1) // group * group
+        start, stop = first * columns, min(n, last * columns)
+        panel = np.empty_like(buffers[1][first:last, :min(k_block, length) // group])
+        terms, run_terms = column_terms(layout, buffers), np.empty((last - first) * columns, np.int32)
+        for begin in range(0, length, k_block):
+            end = min(begin + k_block, length)
+            pack_b(kernel, layout, b[begin:min(end, k), start:stop], b_sign, b_zero[start:stop], panel, run_terms, 0,
+                   last - first)
+            for j in range(run_terms.shape[0] if terms.shape[0] > 0 else 0):  # (the byte kernels' terms)
+                terms[start + j] = run_terms[j] if begin == 0 else terms[start + j] + run_terms[j]
+            multiply_rows(kernel, buffers[0][:, begin:], panel, buffers[2][:, start:], 0, padded_rows, 0,
+                          last - first, end - begin, begin > 0, rows, k_block, group, panel_blocks)
 
     def product_pieces(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, finish, wait):
         """(Compiled code only.) integer_product's work, taken piece by piece by every thread that runs this at
@@ -906,12 +932,12 @@ if numba is not None:
             while stage >= 0:
                 if stage == 0:
                     first, last = piece_bounds(blocks, counts[0], 1, piece)
-                    pack_b(kernel, layout, b, b_sign, b_zero, buffers, first, last, 0, length // group)
+                    pack_b(kernel, layout, b, b_sign, b_zero, buffers[1], column_terms(layout, buffers), first, last)
                 else:
                     first, last = piece_bounds(padded_rows, counts[1], rows, piece)
                     pack_a(layout, a, a_sign, a_zero, buffers, first, last)
-                    multiply_rows(kernel, buffers[0], buffers[1], buffers[2], first, last, 0, blocks, 0, length, rows,
-                                  k_block, group, panel_blocks)
+                    multiply_rows(kernel, buffers[0], buffers[1], buffers[2], first, last, 0, blocks, length, False,
+                                  rows, k_block, group, panel_blocks)
                     correct(layout, buffers, alpha, beta, first, min(last, m))
                     finish_rows(finish, buffers[2], first, min(last, m))
                 stage, piece = piece_ended(state, counts, stage, wait)
@@ -924,13 +950,10 @@ if numba is not None:
             while stage >= 0:
                 if stage == 0:
                     pack_a(layout, a, a_sign, a_zero, buffers, 0, padded_rows)
-                elif stage == 1:  # the strip a run of k_block rows at a time: packed, then multiplied from L2
+                elif stage == 1:
                     first, last = piece_bounds(blocks, counts[1], 1, piece)
-                    for begin in range(0, length, k_block):
-                        end = min(begin + k_block, length)
-                        pack_b(kernel, layout, b, b_sign, b_zero, buffers, first, last, begin // group, end // group)
-                        multiply_rows(kernel, buffers[0], buffers[1], buffers[2], 0, padded_rows, first, last, begin,
-                                      end, rows, k_block, group, panel_blocks)
+                    multiply_strip(kernel, layout, a, b, b_sign, b_zero, buffers, first, last, rows, k_block, group,
+                                   panel_blocks)
                 else:
                     first, last = piece_bounds(m, counts[2], 1, piece)
                     correct(layout, buffers, alpha, beta, first, last)
