@@ -752,7 +752,6 @@ if numba is not None:
                 sums[j] = np.float64(source[j]) + (row_sum * column_terms[0, j] + row_shift * column_terms[1, j])
             requantize_row(sums, multiplier, zero_point[m], low, high, out[m])
 
-
     @compiled
     def requantize_row(sums, multiplier, zero, low, high, target):
         for j in range(target.shape[0]):
@@ -820,6 +819,18 @@ if numba is not None:
         """The byte kernels' move of B into range (integer_product): its bits xor 128 where its type is UINT8."""
         return np.uint8(128 - np.int32(b_sign))
 
+    @compiled
+    def shifts(a_sign, a_zero, b_sign, b_zero):
+        """(α, β) of the byte kernels, int32 vectors: α = ca + za (per row of A), β = cb − zb (per column of B), ca
+        and cb their moves into range."""
+        return a_zero + np.int32(a_sign), np.int32(flip_of_b(b_sign)) - b_zero
+
+    @compiled
+    def padded_sizes(a, rows, group):
+        """(A's rows padded to the kernel's rows, K padded to its group)."""
+        m, k = a.shape
+        return (m + rows - 1) // rows * rows, (k + group - 1) // group * group
+
     @overload(pack_a, jit_options={"nogil": True})
     def pack_a_compiled(layout, a, a_sign, a_zero, buffers, first, last):
         if literal(layout) is None:
@@ -883,8 +894,8 @@ if numba is not None:
         """The sums of every row of A (packed) and the column blocks [first, last) of B, a run of k_block rows of B
         at a time: each run packed into a panel of this call's own, which stays in L2 for the kernel and is never
         written back to memory, and its column terms added up (``product_pieces``' columns cut)."""
-        (m, k), n, columns = a.shape, b.shape[1], buffers[1].shape[2]
-        padded_rows, length = (m + rows - 1) // rows * rows, (k + group - 1) // group * group
+        k, n, columns = a.shape[1], b.shape[1], buffers[1].shape[2]
+        padded_rows, length = padded_sizes(a, rows, group)
         start, stop = first * columns, min(n, last * columns)
         panel = np.empty_like(buffers[1][first:last, :min(k_block, length) // group])
         terms, run_terms = column_terms(layout, buffers), np.empty((last - first) * columns, np.int32)
@@ -925,9 +936,9 @@ if numba is not None:
         rows, group, k_block, panel_blocks = spec.rows, spec.group, spec.k_block, spec.panel_blocks
 
         def by_rows(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, finish, wait):
-            (m, k), blocks = a.shape, buffers[1].shape[0]
-            padded_rows, length = (m + rows - 1) // rows * rows, (k + group - 1) // group * group
-            alpha, beta = a_zero + np.int32(a_sign), np.int32(flip_of_b(b_sign)) - b_zero  # (the byte kernels')
+            m, blocks = a.shape[0], buffers[1].shape[0]
+            padded_rows, length = padded_sizes(a, rows, group)
+            alpha, beta = shifts(a_sign, a_zero, b_sign, b_zero)  # (the byte kernels')
             stage, piece = next_piece(state, counts)
             while stage >= 0:
                 if stage == 0:
@@ -943,9 +954,9 @@ if numba is not None:
                 stage, piece = piece_ended(state, counts, stage, wait)
 
         def by_columns(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, finish, wait):
-            (m, k), blocks = a.shape, buffers[1].shape[0]
-            padded_rows, length = (m + rows - 1) // rows * rows, (k + group - 1) // group * group
-            alpha, beta = a_zero + np.int32(a_sign), np.int32(flip_of_b(b_sign)) - b_zero
+            m, blocks = a.shape[0], buffers[1].shape[0]
+            padded_rows = padded_sizes(a, rows, group)[0]
+            alpha, beta = shifts(a_sign, a_zero, b_sign, b_zero)
             stage, piece = next_piece(state, counts)
             while stage >= 0:
                 if stage == 0:
@@ -964,7 +975,7 @@ if numba is not None:
             (m, k), n = a.shape, b.shape[1]
             a_packed, sums, row_sums, column_terms = buffers[0], buffers[2], buffers[3], buffers[4]
             b_flip = flip_of_b(b_sign)
-            alpha, beta = a_zero + np.int32(a_sign), np.int32(b_flip) - b_zero
+            alpha, beta = shifts(a_sign, a_zero, b_sign, b_zero)
             stage, piece = next_piece(state, counts)
             while stage >= 0:
                 if stage == 0:
