@@ -1192,13 +1192,13 @@ def test_product_pieces_whoever_takes_them(monkeypatch, kernel, m, k, n, helper)
     def run_on_cores(entry, arguments, threads):
         assert threads
         if helper == "takes every piece":
-            entry(*arguments, False)
-            entry(*arguments, True)
+            entry(*arguments, cpu_pieces.NO_RING, False)
+            entry(*arguments, cpu_pieces.DOORBELL, True)
             return
-        entry(*arguments, True)
+        entry(*arguments, cpu_pieces.DOORBELL, True)
         out, buffers = arguments[-1][-1], arguments[-2]
         before = [array.copy() for array in (out, *buffers)]
-        entry(*arguments, False)
+        entry(*arguments, cpu_pieces.NO_RING, False)
         for array, kept in zip((out, *buffers), before):
             np.testing.assert_array_equal(array, kept)
 
@@ -1298,6 +1298,26 @@ def test_pieces_leave_the_calling_threads_cores_as_they_were():
     with pytest.raises(ZeroDivisionError):
         cpu_pieces.run_in_pieces([fail] * 3, True)
     assert os.sched_getaffinity(0) == allowed
+
+
+@COMPILED
+def test_lingering_thread_goes_on_at_a_ring():
+    """A pool thread waiting for the doorbell (``atomics.wait_for_ring``) goes on once it rings, from compiled code
+    or from Python, and otherwise once its cycles have passed."""
+    from dmlops.backends.cpu.atomics import ring, wait_for_ring
+
+    doorbell = np.zeros(1, np.int64)
+    start = time.perf_counter()
+    wait_for_ring(doorbell, 0, 1 << 20)  # no ring: its cycles, a fraction of a second at any clock rate
+    assert time.perf_counter() - start < 5
+    for ring_it in (ring, lambda doorbell: doorbell.__setitem__(0, doorbell[0] + 1)):
+        heard = doorbell[0]
+        ringer = threading.Timer(0.01, ring_it, (doorbell,))
+        ringer.start()
+        wait_for_ring(doorbell, heard, 1 << 62)  # returns at the ring, never at its cycles
+        ringer.join()
+        assert doorbell[0] == heard + 1
+    ring(np.zeros(0, np.int64))  # a doorbell of no elements: nothing rings
 
 
 @pytest.mark.parametrize("threads", [False, True])

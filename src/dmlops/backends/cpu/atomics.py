@@ -71,3 +71,27 @@ def count_up(typing_context, states, at):
         builder.atomic_rmw("add", builder.gep(data, [arguments[1]]), ir.Constant(ir.IntType(64), 1), "acq_rel")
         return context.get_dummy_value()
     return numba.types.none(states, at), codegen
+
+
+@intrinsic
+def cycle_count(typing_context):
+    """The processor's cycle counter (x86: its time-stamp counter, which counts at a fixed rate)."""
+    def codegen(context, builder, signature, arguments):
+        counter = builder.module.declare_intrinsic("llvm.readcyclecounter", fnty=ir.FunctionType(ir.IntType(64), []))
+        return builder.call(counter, [])
+    return numba.int64(), codegen
+
+
+@numba.njit(nogil=True, cache=True)
+def ring(doorbell):
+    """Every element of ``doorbell`` (int64; none) counted up: the threads waiting for it to ring go on."""
+    for at in range(doorbell.shape[0]):
+        count_up(doorbell, at)
+
+
+@numba.njit(nogil=True, cache=True)
+def wait_for_ring(doorbell, heard, cycles):
+    """Spins, with the GIL released, until doorbell[0] is no longer ``heard`` or ``cycles`` cycles have passed."""
+    start = cycle_count()
+    while state_of(doorbell, 0) == heard and cycle_count() - start < cycles:
+        spin_pause()

@@ -53,7 +53,7 @@ import numpy as np
 
 from ...types import ValidationError
 from .compiled import KeptCalls, call, target_features
-from .pieces import CORES, run_on_cores
+from .pieces import CORES, NO_RING, run_on_cores
 
 try:
     import numba
@@ -61,7 +61,7 @@ try:
     from numba.core import types
     from numba.extending import intrinsic, overload
 
-    from .atomics import count_up, spin_pause, state_of, take_ticket
+    from .atomics import count_up, ring, spin_pause, state_of, take_ticket
 except ImportError:  # NumPy alone is enough; the float32 path is used instead
     numba = None
 
@@ -230,7 +230,7 @@ def integer_product(kernel: Kernel, a, a_zero_point, b, b_zero_point, buffers, p
         finish = (*finish[:-1], finish[-1].view(np.uint8))
     arguments = (kernel.name, layout, np.zeros(1 + len(counts), np.int64), counts, *operand(a, a_zero_point, m),
                  *operand(b, b_zero_point, n), tuple(buffers), finish)
-    entry = calls.entry(multiply_in_pieces, *arguments, True, any_layout=(4, 7, 11))  # a, b, finish
+    entry = calls.entry(multiply_in_pieces, *arguments, NO_RING, True, any_layout=(4, 7, 11))  # a, b, finish
     run_on_cores(entry, arguments, pieces > 1)
     return buffers[2][:m, :n]
 
@@ -1019,6 +1019,8 @@ if numba is not None:
         return {"direct": direct, "rows": by_rows, "columns": by_columns}[layout.literal_value.split()[-1]]
 
     @compiled
-    def multiply_in_pieces(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, finish, wait):
-        """product_pieces, called from Python."""
+    def multiply_in_pieces(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, finish,
+                           doorbell, wait):
+        """product_pieces, called from Python (``pieces.run_on_cores``), once ``doorbell`` has rung."""
+        ring(doorbell)
         product_pieces(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, finish, wait)

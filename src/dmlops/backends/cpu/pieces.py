@@ -5,6 +5,11 @@ for a thread to wake where it could start at once; the compiled loops release th
 Pieces are handed out by Python (``run_in_pieces``: a piece costs microseconds to hand out), or taken by tickets
 inside one compiled call a thread (``run_on_cores``: a piece costs an atomic add, and the caller never waits for a
 thread to wake up).
+
+A pool thread that has taken pieces by tickets stays awake a while (``LINGER_CYCLES``) for the next call's: woken
+from sleep, it started 60 to 90 µs into a call, most of a 512³ product's 200 µs on two cores of a virtual machine
+whose idle cores halt; awake, about 20 µs in. It waits in compiled code, with the GIL released, for a doorbell that
+the next call rings once it has released the GIL itself, so that neither thread waits for the other's GIL.
 """
 
 from __future__ import annotations
@@ -13,7 +18,9 @@ import ctypes
 import os
 import queue
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
+
+import numpy as np
 
 # The cores this process may run on; a large call is cut into more pieces than cores, so that a core busy with other
 # work takes fewer of them.
@@ -24,13 +31,21 @@ PIECES_PER_CORE = 4
 # costs a good part of a small product (benchmarks/RESULTS.md, "Moved from code comments"). A forked child has none
 # of its parent's threads, so it gets a pool of its own.
 HELPERS = max(1, CORES - 1)
-PIECE_THREADS = ThreadPoolExecutor(HELPERS)
 HELPER_IDS = set()  # native ids of the pool's threads, as they start
+# The pool's work, (future, function, arguments), and its threads (started by the first call that gives it work).
+TASKS = queue.SimpleQueue()
+POOL: list = []
+POOL_STARTING = threading.Lock()
+# Counted up by each call that gives the pool work, once the calling thread no longer holds the GIL where it can:
+# a lingering pool thread waits for it to change, then takes the work.
+DOORBELL = np.zeros(1, np.int64)
+NO_RING = np.zeros(0, np.int64)
+LINGER_CYCLES = 1 << 22  # about a millisecond or two of the cycle counter
 
 
 def new_pool_in_child() -> None:
-    global PIECE_THREADS, HELPER_IDS
-    PIECE_THREADS, HELPER_IDS = ThreadPoolExecutor(HELPERS), set()
+    global TASKS, POOL, POOL_STARTING, HELPER_IDS
+    TASKS, POOL, POOL_STARTING, HELPER_IDS = queue.SimpleQueue(), [], threading.Lock(), set()
 
 
 if hasattr(os, "register_at_fork"):
@@ -88,7 +103,8 @@ def run_in_pieces(calls, threads: bool, then=()) -> None:
         take()
 
     keep_helpers_off_this_core()
-    helpers = [PIECE_THREADS.submit(take_as_helper) for _ in range(HELPERS)]
+    helpers = [give_to_pool(take_as_helper) for _ in range(HELPERS)]
+    DOORBELL[0] += 1  # (from Python: a change is all a lingering thread waits for)
     try:
         take()
     finally:
@@ -99,22 +115,54 @@ def run_in_pieces(calls, threads: bool, then=()) -> None:
 
 
 def run_on_cores(entry, arguments, threads: bool) -> None:
-    """entry(*arguments, True) on this thread and, where ``threads``, entry(*arguments, False) on each of the pool's
-    threads at once: a compiled call (it releases the GIL) whose threads take its pieces of work by tickets
-    (``atomics``), and whose call with True returns once every piece has ended, whichever threads took them. The
-    pool's calls are not waited for: a thread woken late finds no ticket left and returns without touching the
-    arrays (so each call has a ticket counter of its own), and this thread waits only while another runs a piece,
-    never for a thread to wake up."""
+    """entry(*arguments, DOORBELL, True) on this thread and, where ``threads``, entry(*arguments, NO_RING, False) on
+    each of the pool's threads at once: a compiled call (it releases the GIL, then rings the doorbell it is given:
+    ``atomics.ring``) whose threads take its pieces of work by tickets (``atomics``), and whose call with True
+    returns once every piece has ended, whichever threads took them. The pool's calls are not waited for: a thread
+    woken late finds no ticket left and returns without touching the arrays (so each call has a ticket counter of
+    its own), and this thread waits only while another runs a piece, never for a thread to wake up."""
     if threads:
         keep_helpers_off_this_core()
         for _ in range(HELPERS):
-            PIECE_THREADS.submit(take_tickets_as_helper, entry, arguments)
-    entry(*arguments, True)
+            give_to_pool(take_tickets_as_helper, entry, arguments)
+    entry(*arguments, DOORBELL if threads else NO_RING, True)
 
 
 def take_tickets_as_helper(entry, arguments) -> None:
+    """The pool's part of run_on_cores, then a wait of up to LINGER_CYCLES, awake, for the next ring where no work
+    is waiting."""
+    from .atomics import wait_for_ring  # (compiled code: loaded by now, as entry is)
+
     HELPER_IDS.add(threading.get_native_id())
-    entry(*arguments, False)
+    entry(*arguments, NO_RING, False)
+    heard = DOORBELL[0]  # (read before looking for work: work given after it rings after it too)
+    if TASKS.empty():
+        wait_for_ring(DOORBELL, heard, LINGER_CYCLES)
+
+
+def give_to_pool(function, *arguments) -> Future:
+    """function(*arguments) on a thread of the pool; its future."""
+    if not POOL:
+        with POOL_STARTING:
+            if not POOL:
+                threads = [threading.Thread(target=work_for_pool, args=(TASKS,), name="dmlops pieces", daemon=True)
+                           for _ in range(HELPERS)]
+                for thread in threads:
+                    thread.start()
+                POOL.extend(threads)
+    future = Future()
+    TASKS.put((future, function, arguments))
+    return future
+
+
+def work_for_pool(tasks) -> None:
+    while True:
+        future, function, arguments = tasks.get()
+        future.set_running_or_notify_cancel()
+        try:
+            future.set_result(function(*arguments))
+        except BaseException as error:  # (raised where the future is looked at)
+            future.set_exception(error)
 
 
 def keep_helpers_off_this_core() -> None:
