@@ -133,6 +133,8 @@ def _layout(value):
         return kind, value.dtype, value.shape, value.strides, value.flags.writeable
     if value is None or kind is float or kind is int:
         return kind, value  # by value: validated once
+    if isinstance(value, np.generic):  # its type says all: a plan takes it as the 0-d array a first call made of it
+        return (kind,)
     if kind is _tensor_type or getattr(kind, "planned_as_tensor", False):
         return kind, value.dtype, value.shape, value.stride(), value.device, value.data_ptr() % 16
     if _tensor_type is None and "torch" in sys.modules:  # torch imported since the last look: its tensors plan
@@ -170,11 +172,13 @@ def _first_elements_match(be, sources, views) -> bool:
                for source, view in zip(sources, views))
 
 
-def _plan(compiled, run, arguments, views: dict, restore, allocate):
+def _plan(compiled, run, arguments, views: dict, restore, allocate, scalars=()):
     """The plan of a call whose compiled operator ran ``run`` (``compiled.prepare``: later calls take the arrays in
-    binding order) on ``views`` (by field, in binding order) made of ``arguments`` (the same order; the output last), for later calls of the same layout; None
-    where an argument was copied or converted. Numbers this call converted stay as its arrays; every other argument
-    is replaced by the later call's own; a new output comes from ``allocate(the call's first input)``."""
+    binding order) on ``views`` (by field, in binding order) made of ``arguments`` (the same order; the output
+    last), for later calls of the same layout; None where an argument was copied or converted. Numbers this call
+    converted stay as its arrays; every other argument is replaced by the later call's own, those at the positions
+    ``scalars`` (NumPy scalars, which the call took as 0-d arrays: ``arguments`` holds those) made 0-d arrays
+    again; a new output comes from ``allocate(the call's first input)``."""
     device, fields = compiled.device, compiled.desc.input_fields + compiled.desc.output_fields
     be, out_field = device.backend, fields[-1]
     constants = {field: views[field] for field, value in zip(fields, arguments)
@@ -183,7 +187,8 @@ def _plan(compiled, run, arguments, views: dict, restore, allocate):
     if not _first_elements_match(be, sources, [views[field] for field in fields]):
         return None
     # (position, adopt) of each input the call passes, adopt None where the backend takes it as it is
-    passed = [(position, be.adopter(source)) for position, source in enumerate(sources[:-1]) if source is not None]
+    passed = [(position, _scalar_adopter(be.adopter(source)) if position in scalars else be.adopter(source))
+              for position, source in enumerate(sources[:-1]) if source is not None]
     template = [constants.get(field) for field in fields]  # the numbers in their places
     first = passed[0][0]  # the output is allocated like the first input
 
@@ -202,6 +207,11 @@ def _plan(compiled, run, arguments, views: dict, restore, allocate):
         return out
 
     return plan
+
+
+def _scalar_adopter(adopt):
+    """How a plan takes a NumPy scalar whose 0-d array it takes with ``adopt`` (None: as it is)."""
+    return np.asarray if adopt is None else lambda value: adopt(np.asarray(value))
 
 
 def check_errors() -> None:
@@ -339,13 +349,12 @@ def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, 
             raise ValidationError(f"{QMM_NAME}.b_scale_tensor: a prepared B holds its scale and zero point; "
                                   f"pass None for them")
         b, b_scale, b_zero_point = b.b, b.b_scale, b.b_zero_point
-    arguments = [np.asarray(value) if isinstance(value, np.generic) else value for value in
-                 (a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point, out)]
+    arguments = [a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point, out]
     torch = sys.modules.get("torch")
     if torch is not None and backend is None and out is None and torch.compiler.is_compiling():
         from .torch import quantized_linear_matmul_operator
 
-        return quantized_linear_matmul_operator(*arguments[:-1], output_dtype)
+        return quantized_linear_matmul_operator(*_as_arrays(arguments[:-1]), output_dtype)
     # plans are found by equality, which other kinds of options may not define plainly
     plain_options = (backend is None or type(backend) is str) and \
         (output_dtype is None or isinstance(output_dtype, str | type | np.dtype))
@@ -354,16 +363,24 @@ def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, 
     plan = _PLANS.get(key) if key is not None else None
     if plan is not None:
         return plan(arguments)
+    scalars = [position for position, value in enumerate(arguments) if isinstance(value, np.generic)]
+    arguments = _as_arrays(arguments)  # (NumPy scalars as 0-d arrays: a plan takes them so too)
     if key is None and dask_arrays.given(*arguments):  # lazy, block by block
         return dask_arrays.quantized_linear_matmul(*arguments[:-1], output_dtype=output_dtype, out=arguments[-1],
                                                    backend=backend)
-    result, plan = _quantized_linear_matmul_planned(arguments, output_dtype, backend, key is not None)
+    result, plan = _quantized_linear_matmul_planned(arguments, output_dtype, backend, key is not None, scalars)
     _keep(key, plan)
     return result
 
 
-def _quantized_linear_matmul_planned(arguments, output_dtype, backend, planned: bool):
-    """(result, plan for later calls of the same layout, or None where not ``planned`` or none can be)."""
+def _as_arrays(values) -> list:
+    """The values with NumPy scalars made 0-d arrays."""
+    return [np.asarray(value) if isinstance(value, np.generic) else value for value in values]
+
+
+def _quantized_linear_matmul_planned(arguments, output_dtype, backend, planned: bool, scalars=()):
+    """(result, plan for later calls of the same layout, or None where not ``planned`` or none can be; ``scalars``:
+    the positions of arguments given as NumPy scalars)."""
     given = dict(zip(QuantizedLinearMatrixMultiplyOperatorDesc.input_fields, arguments))
     out = arguments[-1]
     device = _device(_pick_backend([*given.values(), out], backend))
@@ -413,7 +430,7 @@ def _quantized_linear_matmul_planned(arguments, output_dtype, backend, planned: 
         return out, None
     result = out if out is not None else restore(native["output_tensor"])
     plan = _plan(compiled, run, arguments, native, restore,
-                 be.allocator(output_sizes, output_type, like=native["a_tensor"])) if planned else None
+                 be.allocator(output_sizes, output_type, like=native["a_tensor"]), scalars) if planned else None
     return result, plan
 
 

@@ -160,14 +160,17 @@ def prepare_one_call(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_
     layout = integer_gemm.products_layout(kernel, a, b)
     counts = integer_gemm.stage_counts(kernel, layout, m, k, n, 1)
     a_sign, b_sign = (integer_gemm.operand(x, None, 0)[1] for x in (a, b))
-    calls = KeptCalls()
+    entry = None  # product_in_one_call's entry point for the arguments of this layout, found at the first call
 
     def product(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point, out):
+        nonlocal entry
         # an absent zero point as the number 0: one compiled variant fewer for each zero point, the same sums
-        if not calls(product_in_one_call, kernel.name, layout, counts, a, a_sign, a_scale,
-                     0 if a_zero_point is None else a_zero_point, b, b_sign, b_scale,
-                     0 if b_zero_point is None else b_zero_point, output_scale,
-                     0 if output_zero_point is None else output_zero_point, low, high, out, scratch(layouts)):
+        arguments = (kernel.name, layout, counts, a, a_sign, a_scale, 0 if a_zero_point is None else a_zero_point, b,
+                     b_sign, b_scale, 0 if b_zero_point is None else b_zero_point, output_scale,
+                     0 if output_zero_point is None else output_zero_point, low, high, out, scratch(layouts))
+        if entry is None:
+            entry = entry_point(product_in_one_call, *arguments)
+        if not entry(*arguments):
             check_scales(a_scale, b_scale, output_scale)
     return product
 
