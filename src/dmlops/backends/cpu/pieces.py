@@ -46,6 +46,7 @@ LINGER_CYCLES = 1 << 22  # about a millisecond or two of the cycle counter
 def new_pool_in_child() -> None:
     global TASKS, POOL, POOL_STARTING, HELPER_IDS
     TASKS, POOL, POOL_STARTING, HELPER_IDS = queue.SimpleQueue(), [], threading.Lock(), set()
+    KEPT_OFF[0] = None
 
 
 if hasattr(os, "register_at_fork"):
@@ -166,12 +167,21 @@ def work_for_pool(tasks) -> None:
 
 
 def keep_helpers_off_this_core() -> None:
-    """The pool's threads restricted to the cores other than this thread's (see the note at CURRENT_CORE)."""
-    allowed = os.sched_getaffinity(0) if CURRENT_CORE is not None else set()
-    others = allowed - {CURRENT_CORE()} if allowed else set()
+    """The pool's threads restricted to the cores other than this thread's (see the note at CURRENT_CORE), unless
+    they were so for this core and these helpers at the last call (two system calls a helper fewer)."""
+    if CURRENT_CORE is None:
+        return
+    core = CURRENT_CORE()
+    if KEPT_OFF[0] == (core, len(HELPER_IDS)):
+        return
+    others = os.sched_getaffinity(0) - {core}
     if others:
         for helper in HELPER_IDS:
             os.sched_setaffinity(helper, others)
+    KEPT_OFF[0] = core, len(HELPER_IDS)
+
+
+KEPT_OFF = [None]  # (core, helpers) that the pool's threads were last kept off, and how many there were
 
 
 def cut(size: int, pieces: int, multiple: int):
