@@ -35,7 +35,7 @@ QMM_COMPILED = pytest.mark.skipif(QMM_LOOPS is None, reason="no numba")
 
 # Every type the scans take (FLOAT64 at feature levels before 5_0).
 TYPES = [np.float32, np.float16, np.float64, np.int32, np.uint32, np.int64, np.uint64]
-# Lengths along the axis: short lines, around a vector's width (4 or 8 lanes) and VECTOR_LINE, none of them
+# Lengths along the axis: short lines, around a vector's width (4, 8 or 16 lanes) and VECTOR_LINE, none of them
 # multiples of anything but by chance.
 LENGTHS = [1, 2, 3, 4, 5, 7, 8, 9, 17, 63, 65, cpu_scan.VECTOR_LINE - 1, cpu_scan.VECTOR_LINE,
            cpu_scan.VECTOR_LINE + 1, cpu_scan.VECTOR_LINE + 3, cpu_scan.VECTOR_LINE + 7, 251, 1001, 2311]
@@ -112,6 +112,19 @@ def test_engines_give_the_same_bits(case):
     if not case["specials"]:
         assert_cumulative_matches(numpy_out, case["operation"], x, case["axis"], case["reverse"],
                                   case["exclusive"])
+
+
+@pytest.mark.parametrize("walk_bytes", [32, 64])
+@settings(max_examples=30, deadline=None)
+@given(scan_cases())
+def test_numpy_engine_walks_vectors_of_either_width(walk_bytes, case):
+    """NumPy's engine walks lines by vectors of either width that WALK_BYTES takes (64 bytes where the processor
+    has AVX-512, 32 elsewhere) to the reference's values, whichever of them this machine's compiled engine takes."""
+    x = fresh_values(np.random.default_rng(case["seed"]), case["shape"], case["dtype"], case["operation"], False)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(cpu_scan, "WALK_BYTES", walk_bytes)
+        out = run_engine(case, x, compiled=False)
+    assert_cumulative_matches(out, case["operation"], x, case["axis"], case["reverse"], case["exclusive"])
 
 
 # -- the quantized matmul's two paths -------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from numba.extending import intrinsic, overload
 
 from .atomics import memory_fence, publish, spin_pause, state_of, take_ticket
 from .compiled import target_features
-from .scan import HALF_LANES, STREAM_STORES, VECTOR_BYTES
+from .scan import HALF_LANES, STREAM_STORES, VECTOR_BYTES, WALK_BYTES
 
 # One loop per layout: the running value of each line lives in a register (Q = 1; short contiguous lines in one lane
 # of a vector, a block of lines at a time), or in a row that stays in L1 and is updated a vector at a time (Q > 1).
@@ -250,8 +250,8 @@ def combining(builder, operation: str, tally):
 
 
 def vector_operations(context, builder, operation: str, tally):
-    """(lanes, combine(a, b), splat(value)) for vectors of tally's type (VECTOR_BYTES)."""
-    lanes = VECTOR_BYTES // (tally.bitwidth // 8)
+    """(lanes, combine(a, b), splat(value)) for the line walk's vectors of tally's type (WALK_BYTES)."""
+    lanes = WALK_BYTES // (tally.bitwidth // 8)
     return lanes, combining(builder, operation, tally), lambda value: splat(builder, value, lanes)
 
 
