@@ -848,10 +848,11 @@ def scale_makers(rng, k):
             lambda size: (rng.uniform(0.3, 1.0, size) * 0.02 * k ** 0.5).astype(np.float32))
 
 
-def assert_one_call_products(rng, types, m, k, n, form, products=None):
+def assert_one_call_products(rng, types, m, k, n, form, products=None, pieces=None):
     """A product prepared for one case gives the reference's bits on fresh cases of the same layout, writing out's
     elements only."""
-    product = cpu_qmatmul.prepare_one_call(*one_call_case(rng, types, m, k, n, form)[0], products=products)
+    product = cpu_qmatmul.prepare_one_call(*one_call_case(rng, types, m, k, n, form)[0], products=products,
+                                           pieces=pieces)
     assert product is not None
     for _ in range(3):
         arguments, expected, buffer = one_call_case(rng, types, m, k, n, form)
@@ -878,6 +879,26 @@ def test_one_call_products_of_every_kernel(index, kernel, half):
     shared out among the kernels (each combination compiles a function of its own)."""
     types = TYPE_TRIPLES[(2 * index + half) % len(TYPE_TRIPLES)]
     assert_one_call_products(np.random.default_rng(index), types, 7, 37, 19, "mixed", products=kernel.name)
+
+
+@ONE_CALL
+@pytest.mark.parametrize("m, k, n", [(40, 70, 33), (7, 301, 200), (3, 64, 128)])  # by rows, by columns, direct
+def test_one_call_products_in_pieces_on_the_pool(m, k, n):
+    """A one-call product cut into pieces that the pool's threads take beside the calling one, each thread in one
+    compiled call: the reference's bits, out's other elements untouched; a bad scale rejected before any thread
+    writes."""
+    rng = np.random.default_rng(m)
+    types = (np.int8, np.uint8, np.uint8)
+    assert_one_call_products(rng, types, m, k, n, "mixed", pieces=3)
+    arguments, _, buffer = one_call_case(rng, types, m, k, n, "mixed")
+    product = cpu_qmatmul.prepare_one_call(*arguments, pieces=3)
+    arguments = list(arguments)
+    arguments[4] = arguments[4].copy()  # B's scale, a vector in this form
+    arguments[4][-1] = np.nan
+    before = buffer.copy()
+    rejects(["b_scale_tensor", "finite and non-zero"], lambda: product(*arguments))
+    time.sleep(0.01)  # (a pool thread that started late has looked at the scales too)
+    np.testing.assert_array_equal(buffer, before)
 
 
 @ONE_CALL

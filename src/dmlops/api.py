@@ -191,6 +191,8 @@ def _plan(compiled, run, arguments, views: dict, restore, allocate, scalars=()):
               for position, source in enumerate(sources[:-1]) if source is not None]
     template = [constants.get(field) for field in fields]  # the numbers in their places
     first = passed[0][0]  # the output is allocated like the first input
+    # the caller's own arrays, which a given output may alias (the arrays made of numbers and scalars are new)
+    own = [(position, fields[position]) for position, _ in passed if position not in scalars]
 
     def plan(arguments):
         arrays = template.copy()
@@ -202,7 +204,7 @@ def _plan(compiled, run, arguments, views: dict, restore, allocate, scalars=()):
             run(*arrays)
             return restore(output)
         arrays[-1] = _adopt_output(device, out, f"{compiled.name}.{out_field}")
-        compiled.check_aliasing(dict(zip(fields, arrays)))
+        compiled.check_aliasing({out_field: arrays[-1]} | {field: arrays[position] for position, field in own})
         run(*arrays)
         return out
 

@@ -12,6 +12,9 @@ from ...types import DataType, ValidationError
 from . import qmatmul, scan
 from .compiled import viewer
 
+# The quantized matmul's parameters of B's columns (a vector of N each where not per tensor).
+PER_COLUMN = {field for field, (data, _) in QUANTIZATION_PARAMETERS.items() if data == "b_tensor"}
+
 # recurrence is imported by its operator's first call: it loads numba as it is imported, where the scans and the
 # quantized matmul load their compiled code in the background (compiled.Loader), so that a first call does not wait
 # for it.
@@ -105,9 +108,9 @@ def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, 
 def prepare_quantized_linear_matmul(views: dict, kernel_tensors):
     """Run on views (by field, in binding order), and return run(views) for views of the same layouts; the kernel
     takes ``kernel_tensors(views)``, which are made the way found for these views. A product of one matrix that
-    takes one compiled call (``qmatmul.prepare_one_call``; every scale and zero point per tensor) is handed the
-    bound arrays themselves (or views that drop their dimensions of 1), each scale and zero point as a number: no
-    view is made for it. A run
+    takes one compiled call a thread (``qmatmul.prepare_one_call``: A's and the output's scales and zero points per
+    tensor, B's per tensor or contiguous vectors of N) is handed the bound arrays themselves (or views that drop
+    their dimensions of 1), each scale and zero point per tensor as a number: no view is made for it. A run
     prepared while the compiled code was loading (NumPy's path) is prepared again once it is loaded."""
     run = qmatmul.LOOPS.prepared(lambda views: quantized_linear_matmul_run(views, kernel_tensors), views)
     run(views)
@@ -118,11 +121,13 @@ def quantized_linear_matmul_run(views: dict, kernel_tensors):
     """prepare_quantized_linear_matmul's run(views), not run."""
     tensors = kernel_tensors(views)
     out = tensors["output_tensor"]
-    # one compiled call for one packed matrix with every scale and zero point per tensor: the small products whose
-    # call costs matter; each other form or layout of the arguments would compile a function of its own
+    # one compiled call a thread for one packed matrix with its parameters per tensor, B's also per column (as
+    # quantized weights mostly are): the products whose call costs matter; each other form or layout of the
+    # arguments would compile a function of its own
     arguments = [tensor if tensor is None or tensor.ndim == 1 else tensor[0, 0] for tensor in tensors.values()]
     simple = out.shape[:2] == (1, 1) and all(arguments[i].flags.c_contiguous for i in (0, 3, 8)) and \
-        all(views.get(field) is None or views[field].size == 1 for field in QUANTIZATION_PARAMETERS)
+        all(views.get(field) is None or views[field].size == 1 or
+            field in PER_COLUMN and views[field].flags.c_contiguous for field in QUANTIZATION_PARAMETERS)
     product = qmatmul.prepare_one_call(*arguments) if simple else None
     if product is not None:
         readers = [(field, argument_reader(views.get(field), tensor)) for field, tensor in tensors.items()]

@@ -115,8 +115,8 @@ def run_in_pieces(calls, threads: bool, then=()) -> None:
             raise error
 
 
-def run_on_cores(entry, arguments, threads: bool) -> None:
-    """entry(*arguments, DOORBELL, True) on this thread and, where ``threads``, entry(*arguments, NO_RING, False) on
+def run_on_cores(entry, arguments, threads: bool):
+    """What entry(*arguments, DOORBELL, True) returns on this thread and, where ``threads``, entry(*arguments, NO_RING, False) on
     each of the pool's threads at once: a compiled call (it releases the GIL, then rings the doorbell it is given:
     ``atomics.ring``) whose threads take its pieces of work by tickets (``atomics``), and whose call with True
     returns once every piece has ended, whichever threads took them. The pool's calls are not waited for: a thread
@@ -126,7 +126,7 @@ def run_on_cores(entry, arguments, threads: bool) -> None:
         keep_helpers_off_this_core()
         for _ in range(HELPERS):
             give_to_pool(take_tickets_as_helper, entry, arguments)
-    entry(*arguments, DOORBELL if threads else NO_RING, True)
+    return entry(*arguments, DOORBELL if threads else NO_RING, True)
 
 
 def take_tickets_as_helper(entry, arguments) -> None:

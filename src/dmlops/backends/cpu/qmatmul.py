@@ -19,10 +19,11 @@ elements a tensor may hold. The exact sums (of either GEMM) are then requantized
 so the bits are the reference's: by a compiled loop that reads each sum once (numba installed), or by the operator's
 ``requantize`` in blocks of rows that stay in cache.
 
-A product that is one piece of work (small enough for one core) runs each matrix in one compiled call: the scale
-checks, the integer kernel's packing, products and corrections, and the requantization (``prepare_one_call``), with
-per-tensor scales and zero points taken as numbers. A repeated 16 × 256 × 64 product through the array API cost 34 µs
-as a dozen NumPy calls and compiled loops each entered from Python, 11–12 µs so (benchmarks/RESULTS.md).
+A product of one matrix runs in one compiled call a thread: the scale checks, the integer kernel's packing, products
+and corrections, and the requantization (``prepare_one_call``), with per-tensor scales and zero points taken as
+numbers. A repeated 16 × 256 × 64 product through the array API cost 34 µs as a dozen NumPy calls and compiled loops
+each entered from Python, 11–12 µs so; a 512³ one on two cores spent 30 µs in Python before its threads started,
+about 5 so (benchmarks/RESULTS.md).
 
 The compiled code (qmatmul_loops: the integer GEMM, the compiled requantization, the product in one call) is loaded
 by the first call that could run it, in a background thread (``LOOPS``, DMLOPS_NUMBA): numba's import and its first
@@ -42,7 +43,7 @@ import numpy as np
 from ...ops.quantized_matmul import OUTPUT_RANGE, SCALE_FIELDS, check_scale, requantize
 from ...types import DataType, ValidationError
 from .compiled import KeptCalls, Loader, call, entry_point
-from .pieces import CORES, PIECES_PER_CORE, cut, run_in_pieces
+from .pieces import CORES, NO_RING, PIECES_PER_CORE, cut, run_in_pieces, run_on_cores
 
 # Integers of magnitude up to this are exact in float32.
 FLOAT32_EXACT = 1 << 24
@@ -79,8 +80,8 @@ def prepare(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, ou
     """run(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point, out):
     ``quantized_linear_matmul`` with these options, for arrays laid out as these are (dtypes, shapes, strides, the
     same ones None). What depends on nothing else is decided here, once: the products' kernel, the pieces, the
-    scratch memory's layout and the compiled loops' entry points (``KeptCalls``). (The array API's small products
-    with per-tensor parameters take ``prepare_one_call`` instead.)"""
+    scratch memory's layout and the compiled loops' entry points (``KeptCalls``). (The array API's products of one
+    matrix whose parameters are per tensor, or B's per column, take ``prepare_one_call`` instead.)"""
     m, k = a.shape[2:]
     n = b.shape[3]
 
@@ -100,8 +101,7 @@ def prepare(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, ou
         # the packed operands and the int32 sums, written afresh for each matrix of the batch; each piece of rows is
         # requantized (compiled) as soon as its sums are made, while they are in cache
         layouts = integer_gemm.scratch_layouts(kernel, m, min(k, integer_gemm.INT32_CHUNK), n)
-        large_b = k * n >= integer_gemm.PARALLEL_PACKING  # reading it is work for every core, however few rows A has
-        product_pieces = pieces_for(m * n * k, 0 if large_b else PARALLEL_MULTIPLY_ADDS)
+        product_pieces = pieces_of_product(integer_gemm, m, k, n, pieces)
         low, high = output_bounds(out.dtype)
 
         def run(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point, out):
@@ -136,41 +136,49 @@ def prepare(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, ou
     return run_float32
 
 
+def pieces_of_product(integer_gemm, m: int, k: int, n: int, pieces: int | None) -> int:
+    """Into how many pieces the integer GEMM cuts a product of {M, K} and {K, N} for the cores: ``pieces`` where
+    given; else one where it is under PARALLEL_MULTIPLY_ADDS and B under PARALLEL_PACKING (reading a large B is
+    work for every core, however few rows A has), PIECES_PER_CORE a core otherwise."""
+    if pieces is not None:
+        return pieces
+    parallel = m * n * k >= PARALLEL_MULTIPLY_ADDS or k * n >= integer_gemm.PARALLEL_PACKING
+    return PIECES_PER_CORE * CORES if CORES > 1 and parallel else 1
+
+
 def prepare_one_call(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point, out,
                      compiled: bool | None = None, products: str | None = None, pieces: int | None = None):
     """product(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point, out) for one
     matrix, a {M, K}, b {K, N}, out {M, N} laid out as these are, with ``prepare``'s options: the scale checks, the
-    integer kernel's exact sums on this thread (``integer_gemm.product_pieces``, every stage in one piece) and
-    their requantization in one compiled call. Each scale and zero point is a vector as ``prepare`` takes it or a
-    number (per tensor), of the same form at each call; a zero point may be None (0). A zero, NaN or infinite scale
-    raises before out is written. None where the product is not one piece of work for an integer kernel and the
-    compiled requantization (K ≤ INT32_CHUNK, below the sizes cut for the cores, or ``pieces`` 1), or where the
-    compiled code is not loaded."""
+    integer kernel's exact sums (``integer_gemm.product_pieces``) and their requantization in one compiled call a
+    thread, on the calling thread alone or with the pool's (``pieces.run_on_cores``). Each scale and zero point is
+    a vector as ``prepare`` takes it or a number (per tensor), of the same form at each call; a zero point may be
+    None (0). A zero, NaN or infinite scale raises before out is written. None where the product is not one for an
+    integer kernel and the compiled requantization (K ≤ INT32_CHUNK), or where the compiled code is not loaded."""
     (m, k), n = a.shape, b.shape[1]
     loops = compiled_code(compiled, products)
     kernel = products_kernel(loops, products)
     if kernel is None or compiled is False or k > loops.integer_gemm.INT32_CHUNK:
         return None
     integer_gemm, product_in_one_call = loops.integer_gemm, loops.product_in_one_call
-    one_core = CORES == 1 or (m * n * k < PARALLEL_MULTIPLY_ADDS and k * n < integer_gemm.PARALLEL_PACKING)
-    if not (one_core if pieces is None else pieces == 1):
-        return None
     layouts = integer_gemm.scratch_layouts(kernel, *a.shape, b.shape[1])
     low, high = output_bounds(out.dtype)
     layout = integer_gemm.products_layout(kernel, a, b)
-    counts = integer_gemm.stage_counts(kernel, layout, m, k, n, 1)
+    product_pieces = pieces_of_product(integer_gemm, m, k, n, pieces)
+    counts = integer_gemm.stage_counts(kernel, layout, m, k, n, product_pieces)
     a_sign, b_sign = (integer_gemm.operand(x, None, 0)[1] for x in (a, b))
     entry = None  # product_in_one_call's entry point for the arguments of this layout, found at the first call
 
     def product(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point, out):
         nonlocal entry
         # an absent zero point as the number 0: one compiled variant fewer for each zero point, the same sums
-        arguments = (kernel.name, layout, counts, a, a_sign, a_scale, 0 if a_zero_point is None else a_zero_point, b,
-                     b_sign, b_scale, 0 if b_zero_point is None else b_zero_point, output_scale,
+        arguments = (kernel.name, layout, np.zeros(1 + len(counts), np.int64), counts, a, a_sign, a_scale,
+                     0 if a_zero_point is None else a_zero_point, b, b_sign, b_scale,
+                     0 if b_zero_point is None else b_zero_point, output_scale,
                      0 if output_zero_point is None else output_zero_point, low, high, out, scratch(layouts))
         if entry is None:
-            entry = entry_point(product_in_one_call, *arguments)
-        if not entry(*arguments):
+            entry = entry_point(product_in_one_call, *arguments, NO_RING, True)
+        if not run_on_cores(entry, arguments, product_pieces > 1):
             check_scales(a_scale, b_scale, output_scale)
     return product
 

@@ -9,32 +9,35 @@ import numba
 import numpy as np
 
 from . import integer_gemm
+from .atomics import ring
 from .integer_gemm import as_vector
 
 compiled = numba.njit(nogil=True, cache=True)
 
 
 @compiled
-def product_in_one_call(kernel, layout, counts, a, a_sign, a_scale, a_zero_point, b, b_sign, b_scale, b_zero_point,
-                        output_scale, output_zero_point, low, high, out, buffers):
-    """prepare_one_call's product on this thread (``kernel`` and ``layout`` literal strings, ``counts`` the
-    layout's stage counts of one piece each, a, b and out C-contiguous, the signs of a and b as
-    ``integer_gemm.operand`` gives them, ``buffers`` the tuple of ``integer_gemm.scratch_layouts``): False, out
-    unwritten, where a scale is zero, NaN or infinite. (Its cached machine code includes the loops of integer_gemm
-    and compiled, but numba renews it only when this file changes: after editing those, delete this module's numba
-    cache, ``__pycache__/qmatmul_loops.*``.)"""
+def product_in_one_call(kernel, layout, state, counts, a, a_sign, a_scale, a_zero_point, b, b_sign, b_scale,
+                        b_zero_point, output_scale, output_zero_point, low, high, out, buffers, doorbell, wait):
+    """This thread's part of prepare_one_call's product (``pieces.run_on_cores``: every thread of it gets the same
+    arguments, ``wait`` and ``doorbell`` aside; ``kernel`` and ``layout`` literal strings, ``state`` and ``counts``
+    as ``integer_gemm.product_pieces`` takes them, a, b and out C-contiguous, the signs of a and b as
+    ``integer_gemm.operand`` gives them, ``buffers`` the tuple of ``integer_gemm.scratch_layouts``), once
+    ``doorbell`` has rung: False, out unwritten, where a scale is zero, NaN or infinite. (Its cached machine code
+    includes the loops of integer_gemm and compiled, but numba renews it only when this file changes: after editing
+    those, delete this module's numba cache, ``__pycache__/qmatmul_loops.*``.)"""
     m, n = out.shape
     a_scale, output_scale = as_vector(a_scale, m, np.float32), as_vector(output_scale, m, np.float32)
     b_scale = as_vector(b_scale, n, np.float32)
     for scales in (a_scale, b_scale, output_scale):
         for value in scales:
             if value == 0 or not np.isfinite(value):
-                return False
+                return False  # (every thread finds it: none takes a piece)
+    ring(doorbell)
     # the operands and the output as their bits (views here: a microsecond less than in Python), as integer_product
     # passes them, so that every type shares the compiled product
     finish = (a_scale, b_scale, output_scale, as_vector(output_zero_point, m, np.float64), low, high,
               out.view(np.uint8))
-    integer_gemm.product_pieces(kernel, layout, np.zeros(1 + counts.shape[0], np.int64), counts, a.view(np.uint8),
-                                a_sign, as_vector(a_zero_point, m, np.int32), b.view(np.uint8), b_sign,
-                                as_vector(b_zero_point, n, np.int32), buffers, finish, True)
+    integer_gemm.product_pieces(kernel, layout, state, counts, a.view(np.uint8), a_sign,
+                                as_vector(a_zero_point, m, np.int32), b.view(np.uint8), b_sign,
+                                as_vector(b_zero_point, n, np.int32), buffers, finish, wait)
     return True
