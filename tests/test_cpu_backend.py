@@ -902,6 +902,24 @@ def test_one_call_products_in_pieces_on_the_pool(m, k, n):
 
 
 @ONE_CALL
+def test_pool_keeps_no_arrays_after_a_call():
+    """Once a product on the pool's threads has returned, no pool thread (lingering or asleep) holds its arrays: a
+    caller's arrays are freed when the caller drops them."""
+    import gc
+    import weakref
+
+    rng = np.random.default_rng(8)
+    arguments, _, _ = one_call_case(rng, (np.int8, np.uint8, np.uint8), 40, 70, 33, "mixed")
+    product = cpu_qmatmul.prepare_one_call(*arguments, pieces=3)
+    product(*arguments)
+    time.sleep(0.01)  # (the pool's threads have taken their tasks and returned)
+    kept = [weakref.ref(array) for array in (arguments[0], arguments[3])]
+    del arguments
+    gc.collect()
+    assert all(array() is None for array in kept)
+
+
+@ONE_CALL
 @pytest.mark.parametrize("form", ["numbers", "vectors"])
 @pytest.mark.parametrize("field, position", [("a_scale_tensor", 1), ("b_scale_tensor", 4),
                                              ("output_scale_tensor", 6)])

@@ -130,12 +130,15 @@ def run_on_cores(entry, arguments, threads: bool):
 
 
 def take_tickets_as_helper(entry, arguments) -> None:
-    """The pool's part of run_on_cores, then a wait of up to LINGER_CYCLES, awake, for the next ring where no work
-    is waiting."""
-    from .atomics import wait_for_ring  # (compiled code: loaded by now, as entry is)
-
+    """The pool's part of run_on_cores (the pool's thread then lingers)."""
     HELPER_IDS.add(threading.get_native_id())
     entry(*arguments, NO_RING, False)
+
+
+def linger() -> None:
+    """A wait of up to LINGER_CYCLES, awake, for the next ring, where no work is waiting."""
+    from .atomics import wait_for_ring  # (compiled code: loaded by now, as run_on_cores' entry was)
+
     heard = DOORBELL[0]  # (read before looking for work: work given after it rings after it too)
     if TASKS.empty():
         wait_for_ring(DOORBELL, heard, LINGER_CYCLES)
@@ -164,6 +167,10 @@ def work_for_pool(tasks) -> None:
             future.set_result(function(*arguments))
         except BaseException as error:  # (raised where the future is looked at)
             future.set_exception(error)
+        took_tickets = function is take_tickets_as_helper
+        del future, function, arguments  # no task's arrays kept past it: they may be large, or the caller's
+        if took_tickets:
+            linger()
 
 
 def keep_helpers_off_this_core() -> None:
