@@ -8,7 +8,7 @@ thread to wake up).
 
 A pool thread that has taken pieces by tickets stays awake a while (``LINGER_CYCLES``) for the next call's: woken
 from sleep, it started 60 to 90 µs into a call, most of a 512³ product's 200 µs on two cores of a virtual machine
-whose idle cores halt; awake, about 20 µs in. It waits in compiled code, with the GIL released, for a doorbell that
+whose idle cores halt; awake, 3.5 µs in. It waits in compiled code, with the GIL released, for a doorbell that
 the next call rings once it has released the GIL itself, so that neither thread waits for the other's GIL.
 """
 
@@ -40,7 +40,9 @@ POOL_STARTING = threading.Lock()
 # a lingering pool thread waits for it to change, then takes the work.
 DOORBELL = np.zeros(1, np.int64)
 NO_RING = np.zeros(0, np.int64)
-LINGER_CYCLES = 1 << 22  # about a millisecond or two of the cycle counter
+# About 0.1 ms of the cycle counter: longer than the Python between the calls of a loop. Lingering 1.6 ms, one call
+# in twenty after a pause took 1.8-2.3 ms instead of 0.2 (512³ on 2 Zen 5 cores; benchmarks/RESULTS.md).
+LINGER_CYCLES = 1 << 18
 
 
 def new_pool_in_child() -> None:
