@@ -84,12 +84,6 @@ def prepare(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, ou
     matrix whose parameters are per tensor, or B's per column, take ``prepare_one_call`` instead.)"""
     m, k = a.shape[2:]
     n = b.shape[3]
-
-    def pieces_for(work, parallel_work):
-        if pieces is not None:
-            return pieces
-        return PIECES_PER_CORE * CORES if CORES > 1 and work >= parallel_work else 1
-
     loops = compiled_code(compiled, products)
     compiled = loops is not None if compiled is None else compiled
     zero = np.zeros(m, out.dtype)  # the output zero point where there is none
@@ -118,7 +112,7 @@ def prepare(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, ou
                 if not compiled:
                     requantize_numpy(sums, [], a_scale, b_scale, output_scale, zero_point, out[index])
         return run
-    requantize_pieces = pieces_for(m * n, PARALLEL_OUTPUTS)
+    requantize_pieces = pieces_for(m * n >= PARALLEL_OUTPUTS, pieces)
 
     def run_float32(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point, out):
         zero_point = zero if output_zero_point is None else output_zero_point
@@ -136,14 +130,18 @@ def prepare(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, ou
     return run_float32
 
 
-def pieces_of_product(integer_gemm, m: int, k: int, n: int, pieces: int | None) -> int:
-    """Into how many pieces the integer GEMM cuts a product of {M, K} and {K, N} for the cores: ``pieces`` where
-    given; else one where it is under PARALLEL_MULTIPLY_ADDS and B under PARALLEL_PACKING (reading a large B is
-    work for every core, however few rows A has), PIECES_PER_CORE a core otherwise."""
+def pieces_for(parallel: bool, pieces: int | None) -> int:
+    """Into how many pieces work is cut for the cores: ``pieces`` where given; else PIECES_PER_CORE a core where it
+    is large enough (``parallel``), one otherwise."""
     if pieces is not None:
         return pieces
-    parallel = m * n * k >= PARALLEL_MULTIPLY_ADDS or k * n >= integer_gemm.PARALLEL_PACKING
     return PIECES_PER_CORE * CORES if CORES > 1 and parallel else 1
+
+
+def pieces_of_product(integer_gemm, m: int, k: int, n: int, pieces: int | None) -> int:
+    """``pieces_for`` the integer GEMM of {M, K} and {K, N}: large from PARALLEL_MULTIPLY_ADDS, or where B has
+    PARALLEL_PACKING elements (reading a large B is work for every core, however few rows A has)."""
+    return pieces_for(m * n * k >= PARALLEL_MULTIPLY_ADDS or k * n >= integer_gemm.PARALLEL_PACKING, pieces)
 
 
 def prepare_one_call(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point, out,
