@@ -1340,23 +1340,55 @@ def test_pieces_leave_the_calling_threads_cores_as_they_were():
 
 
 @COMPILED
-def test_lingering_thread_goes_on_at_a_ring():
+def test_waiting_thread_goes_on_at_a_ring():
     """A pool thread waiting for the doorbell (``atomics.wait_for_ring``) goes on once it rings, from compiled code
-    or from Python, and otherwise once its cycles have passed."""
-    from dmlops.backends.cpu.atomics import ring, wait_for_ring
+    or from Python, while it lingers awake, and where the system has futexes, also once asleep (rung from compiled
+    code: a ring wakes the threads asleep); elsewhere it returns once its cycles have passed."""
+    from dmlops.backends.cpu import atomics
 
-    doorbell = np.zeros(1, np.int64)
-    start = time.perf_counter()
-    wait_for_ring(doorbell, 0, 1 << 20)  # no ring: its cycles, a fraction of a second at any clock rate
-    assert time.perf_counter() - start < 5
-    for ring_it in (ring, lambda doorbell: doorbell.__setitem__(0, doorbell[0] + 1)):
-        heard = doorbell[0]
-        ringer = threading.Timer(0.01, ring_it, (doorbell,))
+    doorbell = np.zeros(4, np.int64)
+    doorbell[cpu_pieces.THREADS] = 1
+    def ring_from_python(doorbell):
+        doorbell[cpu_pieces.RINGS] += 1
+
+    awake = 1 << 34  # (seconds at any clock rate: it goes on at the ring)
+    waits = [(atomics.ring, awake), (ring_from_python, awake)]
+    if atomics.SYSTEM_FUTEX is not None:
+        waits.append((atomics.ring, 0))  # (asleep at once)
+    else:
+        start = time.perf_counter()
+        atomics.wait_for_ring(doorbell, 0, 1 << 20)  # no ring: its cycles, a fraction of a second at any clock rate
+        assert time.perf_counter() - start < 5
+    for ring_it, cycles in waits:
+        heard = doorbell[cpu_pieces.RINGS]
+        ringer = threading.Timer(0.05, ring_it, (doorbell,))
         ringer.start()
-        wait_for_ring(doorbell, heard, 1 << 62)  # returns at the ring, never at its cycles
+        start = time.perf_counter()
+        atomics.wait_for_ring(doorbell, heard, cycles)
+        assert time.perf_counter() - start < 1
         ringer.join()
-        assert doorbell[0] == heard + 1
-    ring(np.zeros(0, np.int64))  # a doorbell of no elements: nothing rings
+        assert doorbell[cpu_pieces.RINGS] == heard + 1
+        assert doorbell[cpu_pieces.SLEEPERS] == doorbell[cpu_pieces.INSIDE] == 0
+    atomics.ring(np.zeros(0, np.int64))  # a doorbell of no elements: nothing rings
+
+
+@COMPILED
+def test_call_waits_a_while_for_pool_threads_in_python():
+    """A call that shared its work returns (``atomics.call_ends``), however long a pool thread stays in Python:
+    it waits for it a fraction of a millisecond at most."""
+    from dmlops.backends.cpu import atomics
+
+    doorbell = np.zeros(4, np.int64)
+    doorbell[cpu_pieces.THREADS] = 1  # one pool thread, never in compiled code
+    atomics.call_begins(doorbell, False)  # a pool thread enters its call, and leaves it
+    assert doorbell[cpu_pieces.INSIDE] == 1
+    atomics.call_ends(doorbell, False)
+    assert doorbell[cpu_pieces.INSIDE] == 0
+    start = time.perf_counter()
+    atomics.call_begins(doorbell, True)
+    atomics.call_ends(doorbell, True)
+    assert time.perf_counter() - start < 1
+    assert doorbell[cpu_pieces.RINGS] == 1
 
 
 @pytest.mark.parametrize("threads", [False, True])

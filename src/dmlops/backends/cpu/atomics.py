@@ -1,13 +1,17 @@
 """Atomic operations and spin waits for the CPU backend's compiled loops (numba), by which the threads of one call
-share its work: tickets taken in turn, states published and read across threads."""
+share its work: tickets taken in turn, states published and read across threads; and the doorbell by which a call
+hands work to the pool's threads (``pieces``)."""
 
 from __future__ import annotations
 
 import platform
+import sys
 
 import numba
 from llvmlite import ir
 from numba.extending import intrinsic
+
+from .pieces import INSIDE, RINGS, SLEEPERS, THREADS
 
 
 @intrinsic
@@ -74,6 +78,42 @@ def count_up(typing_context, states, at):
 
 
 @intrinsic
+def count_down(typing_context, states, at):
+    """states[at] −= 1 (int64), atomically, as ``count_up``."""
+    def codegen(context, builder, signature, arguments):
+        data = context.make_array(signature.args[0])(context, builder, arguments[0]).data
+        builder.atomic_rmw("sub", builder.gep(data, [arguments[1]]), ir.Constant(ir.IntType(64), 1), "acq_rel")
+        return context.get_dummy_value()
+    return numba.types.none(states, at), codegen
+
+
+# Linux's futex system call on x86-64 and on 64-bit Arm (None elsewhere: the pool's threads then sleep in Python).
+SYSTEM_FUTEX = {"x86_64": 202, "amd64": 202, "aarch64": 98}.get(platform.machine().lower()) \
+    if sys.platform.startswith("linux") else None
+FUTEX_WAIT, FUTEX_WAKE = 128, 129  # (their private forms: the waiters are threads of this process)
+
+
+@intrinsic
+def futex(typing_context, words, operation, value):
+    """futex(&words[0], operation, value) where the system has it (the 32 bits at the start of an int64 array, on
+    processors whose bytes are little-endian): FUTEX_WAIT sleeps while they hold ``value``, FUTEX_WAKE wakes up to
+    ``value`` threads sleeping on them. Returns the system call's result (−1 where it has none)."""
+    def codegen(context, builder, signature, arguments):
+        int64 = ir.IntType(64)
+        if SYSTEM_FUTEX is None:
+            return ir.Constant(int64, -1)
+        data = context.make_array(signature.args[0])(context, builder, arguments[0]).data
+        syscall = builder.module.globals.get("syscall") or ir.Function(
+            builder.module, ir.FunctionType(int64, [int64], var_arg=True), "syscall")
+        null = ir.Constant(int64, 0)
+        return builder.call(syscall, [ir.Constant(int64, SYSTEM_FUTEX), builder.ptrtoint(data, int64),
+                                      context.cast(builder, arguments[1], signature.args[1], numba.int64),
+                                      context.cast(builder, arguments[2], signature.args[2], numba.int64),
+                                      null, null, null])
+    return numba.int64(words, operation, value), codegen
+
+
+@intrinsic
 def cycle_count(typing_context):
     """The processor's cycle counter (x86: its time-stamp counter, which counts at a fixed rate)."""
     def codegen(context, builder, signature, arguments):
@@ -82,16 +122,61 @@ def cycle_count(typing_context):
     return numba.int64(), codegen
 
 
+# How long a call that has handed out pieces waits at its end, spinning, for the pool's threads to leave Python
+# (about 50 µs): their Python between compiled calls takes a few microseconds.
+HANDBACK_CYCLES = 1 << 17
+
+
 @numba.njit(nogil=True, cache=True)
 def ring(doorbell):
-    """Every element of ``doorbell`` (int64; none) counted up: the threads waiting for it to ring go on."""
-    for at in range(doorbell.shape[0]):
-        count_up(doorbell, at)
+    """The doorbell rung (none: nothing), and the pool's threads asleep on it woken."""
+    if doorbell.shape[0] == 0:
+        return
+    count_up(doorbell, RINGS)
+    if state_of(doorbell, SLEEPERS) > 0:
+        futex(doorbell, FUTEX_WAKE, 1 << 30)
 
 
 @numba.njit(nogil=True, cache=True)
 def wait_for_ring(doorbell, heard, cycles):
-    """Spins, with the GIL released, until doorbell[0] is no longer ``heard`` or ``cycles`` cycles have passed."""
+    """A pool thread's wait, with the GIL released, until the doorbell's rings are no longer ``heard``: spinning
+    for up to ``cycles`` cycles, then asleep where the system has futexes (else it returns: the thread sleeps in
+    Python). The thread counts as in compiled code meanwhile."""
+    count_up(doorbell, INSIDE)
     start = cycle_count()
-    while state_of(doorbell, 0) == heard and cycle_count() - start < cycles:
+    while state_of(doorbell, RINGS) == heard and cycle_count() - start < cycles:
+        spin_pause()
+    if SYSTEM_FUTEX is not None and state_of(doorbell, RINGS) == heard:
+        count_up(doorbell, SLEEPERS)  # (before it looks again: a ring after that look wakes it)
+        while state_of(doorbell, RINGS) == heard:
+            futex(doorbell, FUTEX_WAIT, heard & 0xFFFFFFFF)
+        count_down(doorbell, SLEEPERS)
+    count_down(doorbell, INSIDE)
+
+
+@numba.njit(nogil=True, cache=True)
+def call_begins(doorbell, caller):
+    """At the start of a compiled call that the pool shares (``pieces.run_on_cores``), the GIL released: the
+    calling thread rings the doorbell (none: nothing), a pool thread counts itself in compiled code."""
+    if caller:
+        ring(doorbell)
+    elif doorbell.shape[0] > 0:
+        count_up(doorbell, INSIDE)
+
+
+@numba.njit(nogil=True, cache=True)
+def call_ends(doorbell, caller):
+    """At its end: a pool thread counts itself out of compiled code; the calling thread waits, spinning for up to
+    HANDBACK_CYCLES, while a pool thread is in Python (the GIL held or wanted). Blocked on the GIL instead, the
+    calling thread may leave its core idle, and on a virtual machine an idle core may take a millisecond to wake
+    (512³ products on 2 Zen 5 cores: one in a hundred took 0.5 to 30 ms so)."""
+    if doorbell.shape[0] == 0:
+        return
+    if not caller:
+        count_down(doorbell, INSIDE)
+        return
+    if SYSTEM_FUTEX is None:  # (its pool's threads sleep in Python)
+        return
+    start = cycle_count()
+    while state_of(doorbell, INSIDE) < state_of(doorbell, THREADS) and cycle_count() - start < HANDBACK_CYCLES:
         spin_pause()

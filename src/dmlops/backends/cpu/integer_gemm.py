@@ -61,7 +61,7 @@ try:
     from numba.core import types
     from numba.extending import intrinsic, overload
 
-    from .atomics import count_up, ring, spin_pause, state_of, take_ticket
+    from .atomics import call_begins, call_ends, count_up, spin_pause, state_of, take_ticket
 except ImportError:  # NumPy alone is enough; the float32 path is used instead
     numba = None
 
@@ -1021,6 +1021,8 @@ if numba is not None:
     @compiled
     def multiply_in_pieces(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, finish,
                            doorbell, wait):
-        """product_pieces, called from Python (``pieces.run_on_cores``), once ``doorbell`` has rung."""
-        ring(doorbell)
+        """product_pieces, called from Python (``pieces.run_on_cores``: it begins and ends as ``atomics.call_begins``
+        and ``call_ends`` say)."""
+        call_begins(doorbell, wait)
         product_pieces(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, finish, wait)
+        call_ends(doorbell, wait)

@@ -6,10 +6,14 @@ Pieces are handed out by Python (``run_in_pieces``: a piece costs microseconds t
 inside one compiled call a thread (``run_on_cores``: a piece costs an atomic add, and the caller never waits for a
 thread to wake up).
 
-A pool thread that has taken pieces by tickets stays awake a while (``LINGER_CYCLES``) for the next call's: woken
-from sleep, it started 60 to 90 µs into a call, most of a 512³ product's 200 µs on two cores of a virtual machine
-whose idle cores halt; awake, 3.5 µs in. It waits in compiled code, with the GIL released, for a doorbell that
-the next call rings once it has released the GIL itself, so that neither thread waits for the other's GIL.
+The pool's threads wait for work in compiled code, with the GIL released (``atomics.wait_for_ring``, where numba is
+loaded): a thread that has taken pieces by tickets stays awake a while (``LINGER_CYCLES``) for the next call's
+(woken from sleep, it started 60 to 90 µs into a call, most of a 512³ product's 200 µs on two cores of a virtual
+machine whose idle cores halt; awake, 3.5 µs in), then sleeps on the doorbell (a futex, on Linux), which each call
+that hands out work rings: from its compiled code once it has released the GIL itself (``run_on_cores``), or from
+Python. So a pool thread enters Python only when work was just handed out, and a call sharing its compiled work
+waits at its end, spinning, until the pool's threads are back in compiled code (``atomics.call_ends``), rather
+than block on a GIL that a pool thread holds.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 import ctypes
 import os
 import queue
+import sys
 import threading
 from concurrent.futures import Future
 
@@ -32,13 +37,16 @@ PIECES_PER_CORE = 4
 # of its parent's threads, so it gets a pool of its own.
 HELPERS = max(1, CORES - 1)
 HELPER_IDS = set()  # native ids of the pool's threads, as they start
-# The pool's work, (future, function, arguments), and its threads (started by the first call that gives it work).
+# The pool's work, (future, function, arguments, linger), and its threads (started by the first call that gives it
+# work).
 TASKS = queue.SimpleQueue()
 POOL: list = []
 POOL_STARTING = threading.Lock()
-# Counted up by each call that gives the pool work, once the calling thread no longer holds the GIL where it can:
-# a lingering pool thread waits for it to change, then takes the work.
-DOORBELL = np.zeros(1, np.int64)
+# Rung by each call that gives the pool work, once the calling thread no longer holds the GIL where it can: a pool
+# thread waiting in compiled code goes on, and takes the work. Its words: its rings (the futex word: their low 32
+# bits), the pool's threads asleep on it, those in compiled code (the GIL released), and the pool's threads.
+RINGS, SLEEPERS, INSIDE, THREADS = range(4)
+DOORBELL = np.zeros(4, np.int64)
 NO_RING = np.zeros(0, np.int64)
 # About 0.1 ms of the cycle counter: longer than the Python between the calls of a loop. Lingering 1.6 ms, one call
 # in twenty after a pause took 1.8-2.3 ms instead of 0.2 (512³ on 2 Zen 5 cores; benchmarks/RESULTS.md).
@@ -49,6 +57,7 @@ def new_pool_in_child() -> None:
     global TASKS, POOL, POOL_STARTING, HELPER_IDS
     TASKS, POOL, POOL_STARTING, HELPER_IDS = queue.SimpleQueue(), [], threading.Lock(), set()
     KEPT_OFF[0] = None
+    DOORBELL[SLEEPERS:] = 0  # (no thread of the parent's pool here)
 
 
 if hasattr(os, "register_at_fork"):
@@ -107,7 +116,7 @@ def run_in_pieces(calls, threads: bool, then=()) -> None:
 
     keep_helpers_off_this_core()
     helpers = [give_to_pool(take_as_helper) for _ in range(HELPERS)]
-    DOORBELL[0] += 1  # (from Python: a change is all a lingering thread waits for)
+    ring_from_python()
     try:
         take()
     finally:
@@ -118,61 +127,79 @@ def run_in_pieces(calls, threads: bool, then=()) -> None:
 
 
 def run_on_cores(entry, arguments, threads: bool):
-    """What entry(*arguments, DOORBELL, True) returns on this thread and, where ``threads``, entry(*arguments, NO_RING, False) on
-    each of the pool's threads at once: a compiled call (it releases the GIL, then rings the doorbell it is given:
-    ``atomics.ring``) whose threads take its pieces of work by tickets (``atomics``), and whose call with True
+    """What entry(*arguments, DOORBELL, True) returns on this thread (NO_RING for DOORBELL where not ``threads``)
+    and, where ``threads``, entry(*arguments, DOORBELL, False) on each of the pool's threads at once: a compiled call
+    that begins and ends as ``atomics.call_begins`` and ``call_ends`` say (this thread rings the doorbell once it has
+    released the GIL), whose threads take its pieces of work by tickets (``atomics``), and whose call with True
     returns once every piece has ended, whichever threads took them. The pool's calls are not waited for: a thread
     woken late finds no ticket left and returns without touching the arrays (so each call has a ticket counter of
     its own), and this thread waits only while another runs a piece, never for a thread to wake up."""
     if threads:
         keep_helpers_off_this_core()
         for _ in range(HELPERS):
-            give_to_pool(take_tickets_as_helper, entry, arguments)
+            give_to_pool(take_tickets_as_helper, entry, arguments, linger=True)
     return entry(*arguments, DOORBELL if threads else NO_RING, True)
 
 
 def take_tickets_as_helper(entry, arguments) -> None:
-    """The pool's part of run_on_cores (the pool's thread then lingers)."""
+    """The pool's part of run_on_cores."""
     HELPER_IDS.add(threading.get_native_id())
-    entry(*arguments, NO_RING, False)
+    entry(*arguments, DOORBELL, False)
 
 
-def linger() -> None:
-    """A wait of up to LINGER_CYCLES, awake, for the next ring, where no work is waiting."""
-    from .atomics import wait_for_ring  # (compiled code: loaded by now, as run_on_cores' entry was)
+def ring_from_python() -> None:
+    """The doorbell rung from Python, for work just given to the pool."""
+    atomics = sys.modules.get(f"{__package__}.atomics")
+    if atomics is None:  # (no compiled code loaded: no pool thread waits in it)
+        DOORBELL[RINGS] += 1
+    else:
+        atomics.ring(DOORBELL)
 
-    heard = DOORBELL[0]  # (read before looking for work: work given after it rings after it too)
-    if TASKS.empty():
-        wait_for_ring(DOORBELL, heard, LINGER_CYCLES)
+
+def next_task(tasks, linger: bool):
+    """The pool's next task, taken at once where one waits; else after a wait in compiled code, with the GIL
+    released (``atomics.wait_for_ring``: lingering LINGER_CYCLES awake where ``linger``, then asleep until the
+    doorbell rings); asleep in Python where numba is not loaded, or the system has no futexes."""
+    atomics = sys.modules.get(f"{__package__}.atomics")
+    while atomics is not None:
+        heard = DOORBELL[RINGS]  # (read before looking for work: work given after it rings after it too)
+        try:
+            return tasks.get_nowait()
+        except queue.Empty:
+            atomics.wait_for_ring(DOORBELL, heard, LINGER_CYCLES if linger else 0)
+        if atomics.SYSTEM_FUTEX is None:
+            break
+        linger = False
+    return tasks.get()
 
 
-def give_to_pool(function, *arguments) -> Future:
-    """function(*arguments) on a thread of the pool; its future."""
+def give_to_pool(function, *arguments, linger: bool = False) -> Future:
+    """function(*arguments) on a thread of the pool, which then lingers for the next call's work where ``linger``
+    (``next_task``); its future."""
     if not POOL:
         with POOL_STARTING:
             if not POOL:
                 threads = [threading.Thread(target=work_for_pool, args=(TASKS,), name="dmlops pieces", daemon=True)
                            for _ in range(HELPERS)]
+                DOORBELL[THREADS] = len(threads)
                 for thread in threads:
                     thread.start()
                 POOL.extend(threads)
     future = Future()
-    TASKS.put((future, function, arguments))
+    TASKS.put((future, function, arguments, linger))
     return future
 
 
 def work_for_pool(tasks) -> None:
+    linger = False
     while True:
-        future, function, arguments = tasks.get()
+        future, function, arguments, linger = next_task(tasks, linger)
         future.set_running_or_notify_cancel()
         try:
             future.set_result(function(*arguments))
         except BaseException as error:  # (raised where the future is looked at)
             future.set_exception(error)
-        took_tickets = function is take_tickets_as_helper
         del future, function, arguments  # no task's arrays kept past it: they may be large, or the caller's
-        if took_tickets:
-            linger()
 
 
 def keep_helpers_off_this_core() -> None:
