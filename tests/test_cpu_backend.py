@@ -233,6 +233,31 @@ def test_large_tensors_are_cut_into_pieces(monkeypatch):
     assert counts == [8, 1]
 
 
+@pytest.mark.parametrize("cores", [1, 2, 16, 64])
+def test_products_take_threads_by_their_work(monkeypatch, cores):
+    """A product takes as many threads as its work pays for (about the square root of its shares of work, at least
+    two where it is large, never more than the cores), PIECES_PER_CORE pieces each; given pieces, as many threads,
+    up to the cores."""
+    monkeypatch.setattr(cpu_qmatmul, "CORES", cores)
+    integer_gemm = cpu_integer_gemm
+
+    def cut(m, k, n, pieces=None):
+        return cpu_qmatmul.pieces_of_product(integer_gemm, m, k, n, pieces)
+
+    assert cut(16, 256, 64) == (1, 1)
+    assert cut(16, 256, 64, pieces=3) == (3, min(3, cores))
+    threads = [cut(m, k, n)[1] for m, k, n in [(512, 512, 512), (1024, 1024, 1024), (128, 4096, 4096)]]
+    assert threads == sorted(threads) and all(1 <= t <= cores for t in threads)
+    if cores == 1:
+        assert threads == [1, 1, 1]
+        return
+    assert min(threads) >= 2
+    assert cut(512, 512, 512) == (cpu_pieces.PIECES_PER_CORE * threads[0], threads[0])
+    assert cut(1, 4096, 4096)[1] >= 2  # (a large B: read on several cores)
+    if cores > 4:
+        assert threads[0] < cores  # (a 512³ product pays for a few threads, not dozens)
+
+
 def test_errors_on_other_threads_are_raised():
     def fail():
         raise ValueError("from a piece")
@@ -1346,15 +1371,20 @@ def test_waiting_thread_goes_on_at_a_ring():
     code: a ring wakes the threads asleep); elsewhere it returns once its cycles have passed."""
     from dmlops.backends.cpu import atomics
 
-    doorbell = np.zeros(4, np.int64)
+    doorbell = np.zeros(len(cpu_pieces.DOORBELL), np.int64)
     doorbell[cpu_pieces.THREADS] = 1
+
+    def ring(doorbell):
+        atomics.ring(doorbell, 1)
+
     def ring_from_python(doorbell):
+        doorbell[cpu_pieces.CALLED] = 1
         doorbell[cpu_pieces.RINGS] += 1
 
     awake = 1 << 34  # (seconds at any clock rate: it goes on at the ring)
-    waits = [(atomics.ring, awake), (ring_from_python, awake)]
+    waits = [(ring, awake), (ring_from_python, awake)]
     if atomics.SYSTEM_FUTEX is not None:
-        waits.append((atomics.ring, 0))  # (asleep at once)
+        waits.append((ring, 0))  # (asleep at once)
     else:
         start = time.perf_counter()
         atomics.wait_for_ring(doorbell, 0, 1 << 20)  # no ring: its cycles, a fraction of a second at any clock rate
@@ -1369,7 +1399,27 @@ def test_waiting_thread_goes_on_at_a_ring():
         ringer.join()
         assert doorbell[cpu_pieces.RINGS] == heard + 1
         assert doorbell[cpu_pieces.SLEEPERS] == doorbell[cpu_pieces.INSIDE] == 0
-    atomics.ring(np.zeros(0, np.int64))  # a doorbell of no elements: nothing rings
+    atomics.ring(np.zeros(0, np.int64), 1)  # a doorbell of no elements: nothing rings
+
+
+@COMPILED
+def test_ring_calls_the_threads_it_asks_for():
+    """A ring for one pool thread lets one of two waiting threads go on; the other waits for the next ring."""
+    from dmlops.backends.cpu import atomics
+
+    doorbell = np.zeros(len(cpu_pieces.DOORBELL), np.int64)
+    gone = []
+    waiters = [threading.Thread(target=lambda: (atomics.wait_for_ring(doorbell, 0, 1 << 34), gone.append(1)))
+               for _ in range(2)]
+    for waiter in waiters:
+        waiter.start()
+    atomics.ring(doorbell, 1)
+    time.sleep(0.2)
+    assert len(gone) == 1
+    atomics.ring(doorbell, 1)
+    for waiter in waiters:
+        waiter.join(5)
+    assert len(gone) == 2
 
 
 @COMPILED
@@ -1378,7 +1428,7 @@ def test_call_waits_a_while_for_pool_threads_in_python():
     it waits for it a fraction of a millisecond at most."""
     from dmlops.backends.cpu import atomics
 
-    doorbell = np.zeros(4, np.int64)
+    doorbell = np.zeros(len(cpu_pieces.DOORBELL), np.int64)
     doorbell[cpu_pieces.THREADS] = 1  # one pool thread, never in compiled code
     atomics.call_begins(doorbell, False)  # a pool thread enters its call, and leaves it
     assert doorbell[cpu_pieces.INSIDE] == 1

@@ -11,7 +11,7 @@ import numba
 from llvmlite import ir
 from numba.extending import intrinsic
 
-from .pieces import INSIDE, RINGS, SLEEPERS, THREADS
+from .pieces import CALLED, INSIDE, RINGS, SLEEPERS, THREADS, WANTED
 
 
 @intrinsic
@@ -79,12 +79,12 @@ def count_up(typing_context, states, at):
 
 @intrinsic
 def count_down(typing_context, states, at):
-    """states[at] −= 1 (int64), atomically, as ``count_up``."""
+    """states[at] −= 1 (int64), atomically, as ``count_up``; returns the value before."""
     def codegen(context, builder, signature, arguments):
         data = context.make_array(signature.args[0])(context, builder, arguments[0]).data
-        builder.atomic_rmw("sub", builder.gep(data, [arguments[1]]), ir.Constant(ir.IntType(64), 1), "acq_rel")
-        return context.get_dummy_value()
-    return numba.types.none(states, at), codegen
+        return builder.atomic_rmw("sub", builder.gep(data, [arguments[1]]), ir.Constant(ir.IntType(64), 1),
+                                  "acq_rel")
+    return numba.int64(states, at), codegen
 
 
 # Linux's futex system call on x86-64 and on 64-bit Arm (None elsewhere: the pool's threads then sleep in Python).
@@ -128,38 +128,50 @@ HANDBACK_CYCLES = 1 << 17
 
 
 @numba.njit(nogil=True, cache=True)
-def ring(doorbell):
-    """The doorbell rung (none: nothing), and the pool's threads asleep on it woken."""
+def ring(doorbell, threads):
+    """The doorbell rung for ``threads`` of the pool's threads (a doorbell of no elements: nothing): that many of
+    those waiting on it go on, woken where they sleep."""
     if doorbell.shape[0] == 0:
         return
+    publish(doorbell, CALLED, threads)  # (before the ring: a thread that hears it sees the count)
     count_up(doorbell, RINGS)
     if state_of(doorbell, SLEEPERS) > 0:
-        futex(doorbell, FUTEX_WAKE, 1 << 30)
+        futex(doorbell, FUTEX_WAKE, threads)
 
 
 @numba.njit(nogil=True, cache=True)
 def wait_for_ring(doorbell, heard, cycles):
-    """A pool thread's wait, with the GIL released, until the doorbell's rings are no longer ``heard``: spinning
-    for up to ``cycles`` cycles, then asleep where the system has futexes (else it returns: the thread sleeps in
-    Python). The thread counts as in compiled code meanwhile."""
+    """A pool thread's wait, with the GIL released, until a ring after ``heard`` (the doorbell's rings) calls it:
+    spinning for up to ``cycles`` cycles, then asleep where the system has futexes (elsewhere it returns then: the
+    thread sleeps in Python). A ring calls the threads that hear it first, as many as it asks for; the others wait
+    on. The thread counts as in compiled code meanwhile."""
     count_up(doorbell, INSIDE)
     start = cycle_count()
-    while state_of(doorbell, RINGS) == heard and cycle_count() - start < cycles:
-        spin_pause()
-    if SYSTEM_FUTEX is not None and state_of(doorbell, RINGS) == heard:
-        count_up(doorbell, SLEEPERS)  # (before it looks again: a ring after that look wakes it)
-        while state_of(doorbell, RINGS) == heard:
-            futex(doorbell, FUTEX_WAIT, heard & 0xFFFFFFFF)
-        count_down(doorbell, SLEEPERS)
+    while True:
+        rings = state_of(doorbell, RINGS)
+        if rings != heard:
+            if count_down(doorbell, CALLED) > 0:
+                break
+            heard = rings  # (rung for others)
+        elif cycle_count() - start < cycles:
+            spin_pause()
+        elif SYSTEM_FUTEX is None:
+            break
+        else:
+            count_up(doorbell, SLEEPERS)  # (before it looks again: a ring after that look wakes it)
+            if state_of(doorbell, RINGS) == heard:
+                futex(doorbell, FUTEX_WAIT, heard & 0xFFFFFFFF)
+            count_down(doorbell, SLEEPERS)
     count_down(doorbell, INSIDE)
 
 
 @numba.njit(nogil=True, cache=True)
 def call_begins(doorbell, caller):
     """At the start of a compiled call that the pool shares (``pieces.run_on_cores``), the GIL released: the
-    calling thread rings the doorbell (none: nothing), a pool thread counts itself in compiled code."""
+    calling thread rings the doorbell (none: nothing) for the pool threads it wants, a pool thread counts itself in
+    compiled code."""
     if caller:
-        ring(doorbell)
+        ring(doorbell, doorbell[WANTED] if doorbell.shape[0] > 0 else 0)
     elif doorbell.shape[0] > 0:
         count_up(doorbell, INSIDE)
 

@@ -199,13 +199,14 @@ def scratch_layouts(kernel: Kernel, m: int, k: int, n: int):
 
 
 def integer_product(kernel: Kernel, a, a_zero_point, b, b_zero_point, buffers, pieces: int = 1, finish=None,
-                    calls=None):
+                    calls=None, threads: int | None = None):
     """Σ_k (a − za)(b − zb) for a {M, K} and b {K, N}, the zero points vectors of M and N or None (0): int32 {M, N}
     (a view of the sums buffer) where K ≤ INT32_CHUNK, else float64 {M, N}, the chunks' sums added exactly.
 
     ``buffers`` are scratch arrays of ``scratch_layouts`` (for min(K, INT32_CHUNK) or more). The work is cut into
     stages of pieces (``product_pieces``; their layout ``products_layout``, their numbers ``stage_counts``), which
-    this thread and, where ``pieces`` > 1, the pool's threads take in turn, each thread in one compiled call. Where
+    this thread and, where ``threads`` > 1 (None: ``pieces``, up to the cores), the pool's threads take in turn,
+    each thread in one compiled call. Where
     ``finish`` gives requantize_rows' arguments (a_scale, b_scale, output_scale, zero_point, low, high, out), each
     piece of rows requantizes its sums into out while they are in cache. ``calls`` is a run's ``KeptCalls`` (None:
     new ones)."""
@@ -216,7 +217,7 @@ def integer_product(kernel: Kernel, a, a_zero_point, b, b_zero_point, buffers, p
         for start in range(0, k, INT32_CHUNK):
             # (the chunks may be of other types than one another: not ``calls``)
             total += integer_product(kernel, a[:, start:start + INT32_CHUNK], a_zero_point,
-                                     b[start:start + INT32_CHUNK], b_zero_point, buffers, pieces)
+                                     b[start:start + INT32_CHUNK], b_zero_point, buffers, pieces, threads=threads)
         if finish is not None:
             call(requantize_rows, total, np.zeros((0, 2)), np.zeros((2, 1)), *finish, 0, m)
         return total
@@ -231,7 +232,7 @@ def integer_product(kernel: Kernel, a, a_zero_point, b, b_zero_point, buffers, p
     arguments = (kernel.name, layout, np.zeros(1 + len(counts), np.int64), counts, *operand(a, a_zero_point, m),
                  *operand(b, b_zero_point, n), tuple(buffers), finish)
     entry = calls.entry(multiply_in_pieces, *arguments, NO_RING, True, any_layout=(4, 7, 11))  # a, b, finish
-    run_on_cores(entry, arguments, pieces > 1)
+    run_on_cores(entry, arguments, min(CORES, pieces) if threads is None else threads)
     return buffers[2][:m, :n]
 
 

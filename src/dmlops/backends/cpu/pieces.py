@@ -44,9 +44,10 @@ POOL: list = []
 POOL_STARTING = threading.Lock()
 # Rung by each call that gives the pool work, once the calling thread no longer holds the GIL where it can: a pool
 # thread waiting in compiled code goes on, and takes the work. Its words: its rings (the futex word: their low 32
-# bits), the pool's threads asleep on it, those in compiled code (the GIL released), and the pool's threads.
-RINGS, SLEEPERS, INSIDE, THREADS = range(4)
-DOORBELL = np.zeros(4, np.int64)
+# bits), the pool's threads asleep on it, those in compiled code (the GIL released), the pool's threads, those that
+# the last ring calls and have not yet answered, and those that the calling thread's next ring calls.
+RINGS, SLEEPERS, INSIDE, THREADS, CALLED, WANTED = range(6)
+DOORBELL = np.zeros(6, np.int64)
 NO_RING = np.zeros(0, np.int64)
 # About 0.1 ms of the cycle counter: longer than the Python between the calls of a loop. Lingering 1.6 ms, one call
 # in twenty after a pause took 1.8-2.3 ms instead of 0.2 (512³ on 2 Zen 5 cores; benchmarks/RESULTS.md).
@@ -116,7 +117,7 @@ def run_in_pieces(calls, threads: bool, then=()) -> None:
 
     keep_helpers_off_this_core()
     helpers = [give_to_pool(take_as_helper) for _ in range(HELPERS)]
-    ring_from_python()
+    ring_from_python(HELPERS)
     try:
         take()
     finally:
@@ -126,19 +127,22 @@ def run_in_pieces(calls, threads: bool, then=()) -> None:
             raise error
 
 
-def run_on_cores(entry, arguments, threads: bool):
-    """What entry(*arguments, DOORBELL, True) returns on this thread (NO_RING for DOORBELL where not ``threads``)
-    and, where ``threads``, entry(*arguments, DOORBELL, False) on each of the pool's threads at once: a compiled call
-    that begins and ends as ``atomics.call_begins`` and ``call_ends`` say (this thread rings the doorbell once it has
-    released the GIL), whose threads take its pieces of work by tickets (``atomics``), and whose call with True
-    returns once every piece has ended, whichever threads took them. The pool's calls are not waited for: a thread
-    woken late finds no ticket left and returns without touching the arrays (so each call has a ticket counter of
-    its own), and this thread waits only while another runs a piece, never for a thread to wake up."""
-    if threads:
+def run_on_cores(entry, arguments, threads: int):
+    """What entry(*arguments, DOORBELL, True) returns on this thread (NO_RING for DOORBELL where ``threads`` is 1)
+    and entry(*arguments, DOORBELL, False) on threads − 1 of the pool's threads at once (all of them at most): a
+    compiled call that begins and ends as ``atomics.call_begins`` and ``call_ends`` say (this thread rings the
+    doorbell once it has released the GIL), whose threads take its pieces of work by tickets (``atomics``), and
+    whose call with True returns once every piece has ended, whichever threads took them. The pool's calls are not
+    waited for: a thread woken late finds no ticket left and returns without touching the arrays (so each call has
+    a ticket counter of its own), and this thread waits only while another runs a piece, never for a thread to wake
+    up."""
+    helpers = min(threads - 1, HELPERS)
+    if helpers > 0:
         keep_helpers_off_this_core()
-        for _ in range(HELPERS):
+        for _ in range(helpers):
             give_to_pool(take_tickets_as_helper, entry, arguments, linger=True)
-    return entry(*arguments, DOORBELL if threads else NO_RING, True)
+        DOORBELL[WANTED] = helpers
+    return entry(*arguments, DOORBELL if helpers > 0 else NO_RING, True)
 
 
 def take_tickets_as_helper(entry, arguments) -> None:
@@ -147,13 +151,13 @@ def take_tickets_as_helper(entry, arguments) -> None:
     entry(*arguments, DOORBELL, False)
 
 
-def ring_from_python() -> None:
-    """The doorbell rung from Python, for work just given to the pool."""
+def ring_from_python(threads: int) -> None:
+    """The doorbell rung from Python for ``threads`` of the pool's threads, for work just given to the pool."""
     atomics = sys.modules.get(f"{__package__}.atomics")
     if atomics is None:  # (no compiled code loaded: no pool thread waits in it)
         DOORBELL[RINGS] += 1
     else:
-        atomics.ring(DOORBELL)
+        atomics.ring(DOORBELL, threads)
 
 
 def next_task(tasks, linger: bool):

@@ -52,6 +52,13 @@ BLOCK_ELEMENTS = 1 << 15
 # A product of this many multiply-adds (about 0.5 ms on one core) is cut into pieces for all cores; below it,
 # threads cost more than they save.
 PARALLEL_MULTIPLY_ADDS = 1 << 25
+# A pool thread costs a product about 25 µs to join it (its wake-up, and Python with the GIL held, the threads one
+# after another), so a product of S shares of that time runs fastest on about √S threads (S·25 µs/t + 25 µs·t). A
+# share: this many multiply-adds, or elements of B read (a product of few rows reads B at memory speed). On 16 cores
+# of a virtual Xeon, all 16 threads made a 512³ product take 764 µs and 4 threads 366, 1 × 4096 × 4096 962 and 711;
+# 128 × 4096 × 4096 ran fastest on 16 (benchmarks/RESULTS.md).
+MULTIPLY_ADDS_A_SHARE = 1 << 23
+B_ELEMENTS_A_SHARE = 1 << 18
 # The same for the compiled requantization: outputs (about 0.2 ms on one core).
 PARALLEL_OUTPUTS = 1 << 18
 # Scratch memory kept from one call to the next, one block a calling thread, where it is no larger than this.
@@ -95,7 +102,7 @@ def prepare(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, ou
         # the packed operands and the int32 sums, written afresh for each matrix of the batch; each piece of rows is
         # requantized (compiled) as soon as its sums are made, while they are in cache
         layouts = integer_gemm.scratch_layouts(kernel, m, min(k, integer_gemm.INT32_CHUNK), n)
-        product_pieces = pieces_of_product(integer_gemm, m, k, n, pieces)
+        product_pieces, threads = pieces_of_product(integer_gemm, m, k, n, pieces)
         low, high = output_bounds(out.dtype)
 
         def run(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point, out):
@@ -108,7 +115,7 @@ def prepare(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, ou
             for index in batches:
                 sums = integer_gemm.integer_product(kernel, a[index], a_zero_point, b[index], b_zero_point, buffers,
                                                     product_pieces, (*requantization, out[index]) if compiled else None,
-                                                    calls)
+                                                    calls, threads)
                 if not compiled:
                     requantize_numpy(sums, [], a_scale, b_scale, output_scale, zero_point, out[index])
         return run
@@ -138,10 +145,18 @@ def pieces_for(parallel: bool, pieces: int | None) -> int:
     return PIECES_PER_CORE * CORES if CORES > 1 and parallel else 1
 
 
-def pieces_of_product(integer_gemm, m: int, k: int, n: int, pieces: int | None) -> int:
-    """``pieces_for`` the integer GEMM of {M, K} and {K, N}: large from PARALLEL_MULTIPLY_ADDS, or where B has
-    PARALLEL_PACKING elements (reading a large B is work for every core, however few rows A has)."""
-    return pieces_for(m * n * k >= PARALLEL_MULTIPLY_ADDS or k * n >= integer_gemm.PARALLEL_PACKING, pieces)
+def pieces_of_product(integer_gemm, m: int, k: int, n: int, pieces: int | None) -> tuple[int, int]:
+    """(pieces, threads) of the integer GEMM of {M, K} and {K, N}: ``pieces`` where given, on as many threads (up to
+    the cores); else, where it is large (PARALLEL_MULTIPLY_ADDS, or B of PARALLEL_PACKING elements: reading a large
+    B is work for every core, however few rows A has), on the square root of its shares of work (at least 2, at most
+    the cores), PIECES_PER_CORE pieces a thread; else one piece."""
+    if pieces is not None:
+        return pieces, min(CORES, pieces)
+    if CORES == 1 or (m * n * k < PARALLEL_MULTIPLY_ADDS and k * n < integer_gemm.PARALLEL_PACKING):
+        return 1, 1
+    shares = max(m * n * k // MULTIPLY_ADDS_A_SHARE, k * n // B_ELEMENTS_A_SHARE)
+    threads = min(CORES, max(2, math.isqrt(shares)))
+    return PIECES_PER_CORE * threads, threads
 
 
 def prepare_one_call(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point, out,
@@ -162,7 +177,7 @@ def prepare_one_call(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_
     layouts = integer_gemm.scratch_layouts(kernel, *a.shape, b.shape[1])
     low, high = output_bounds(out.dtype)
     layout = integer_gemm.products_layout(kernel, a, b)
-    product_pieces = pieces_of_product(integer_gemm, m, k, n, pieces)
+    product_pieces, threads = pieces_of_product(integer_gemm, m, k, n, pieces)
     counts = integer_gemm.stage_counts(kernel, layout, m, k, n, product_pieces)
     a_sign, b_sign = (integer_gemm.operand(x, None, 0)[1] for x in (a, b))
     entry = None  # product_in_one_call's entry point for the arguments of this layout, found at the first call
@@ -176,7 +191,7 @@ def prepare_one_call(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_
                      0 if output_zero_point is None else output_zero_point, low, high, out, scratch(layouts))
         if entry is None:
             entry = entry_point(product_in_one_call, *arguments, NO_RING, True)
-        if not run_on_cores(entry, arguments, product_pieces > 1):
+        if not run_on_cores(entry, arguments, threads):
             check_scales(a_scale, b_scale, output_scale)
     return product
 
