@@ -181,7 +181,7 @@ def call_ends(doorbell, caller):
     """At its end: a pool thread counts itself out of compiled code; the calling thread waits, spinning for up to
     HANDBACK_CYCLES, while a pool thread is in Python (the GIL held or wanted). Blocked on the GIL instead, the
     calling thread may leave its core idle, and on a virtual machine an idle core may take a millisecond to wake
-    (512³ products on 2 Zen 5 cores: one in a hundred took 0.5 to 30 ms so)."""
+    (512³ products on 2 Zen 5 cores: about one in fifty took 0.5 to 30 ms so)."""
     if doorbell.shape[0] == 0:
         return
     if not caller:

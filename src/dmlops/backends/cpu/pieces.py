@@ -154,9 +154,7 @@ def take_tickets_as_helper(entry, arguments) -> None:
 def ring_from_python(threads: int) -> None:
     """The doorbell rung from Python for ``threads`` of the pool's threads, for work just given to the pool."""
     atomics = sys.modules.get(f"{__package__}.atomics")
-    if atomics is None:  # (no compiled code loaded: no pool thread waits in it)
-        DOORBELL[RINGS] += 1
-    else:
+    if atomics is not None:  # (else no pool thread waits in compiled code: they wait for the work in Python)
         atomics.ring(DOORBELL, threads)
 
 
