@@ -238,7 +238,8 @@ def test_products_take_threads_by_their_work(monkeypatch, cores):
     """A product takes as many threads as its work pays for (about the square root of its shares of work, at least
     two where it is large, never more than the cores), PIECES_PER_CORE pieces each; given pieces, as many threads,
     up to the cores."""
-    monkeypatch.setattr(cpu_qmatmul, "CORES", cores)
+    for module in (cpu_qmatmul, cpu_pieces):
+        monkeypatch.setattr(module, "CORES", cores)
     integer_gemm = cpu_integer_gemm
 
     def cut(m, k, n, pieces=None):

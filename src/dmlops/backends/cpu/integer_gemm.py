@@ -53,7 +53,7 @@ import numpy as np
 
 from ...types import ValidationError
 from .compiled import KeptCalls, call, target_features
-from .pieces import CORES, NO_RING, run_on_cores
+from .pieces import CORES, NO_RING, run_on_cores, threads_for
 
 try:
     import numba
@@ -205,8 +205,8 @@ def integer_product(kernel: Kernel, a, a_zero_point, b, b_zero_point, buffers, p
 
     ``buffers`` are scratch arrays of ``scratch_layouts`` (for min(K, INT32_CHUNK) or more). The work is cut into
     stages of pieces (``product_pieces``; their layout ``products_layout``, their numbers ``stage_counts``), which
-    this thread and, where ``threads`` > 1 (None: ``pieces``, up to the cores), the pool's threads take in turn,
-    each thread in one compiled call. Where
+    this thread and, where ``threads`` > 1 (None: ``pieces.threads_for(pieces)``), the pool's threads take in
+    turn, each thread in one compiled call. Where
     ``finish`` gives requantize_rows' arguments (a_scale, b_scale, output_scale, zero_point, low, high, out), each
     piece of rows requantizes its sums into out while they are in cache. ``calls`` is a run's ``KeptCalls`` (None:
     new ones)."""
@@ -232,7 +232,7 @@ def integer_product(kernel: Kernel, a, a_zero_point, b, b_zero_point, buffers, p
     arguments = (kernel.name, layout, np.zeros(1 + len(counts), np.int64), counts, *operand(a, a_zero_point, m),
                  *operand(b, b_zero_point, n), tuple(buffers), finish)
     entry = calls.entry(multiply_in_pieces, *arguments, NO_RING, True, any_layout=(4, 7, 11))  # a, b, finish
-    run_on_cores(entry, arguments, min(CORES, pieces) if threads is None else threads)
+    run_on_cores(entry, arguments, threads_for(pieces) if threads is None else threads)
     return buffers[2][:m, :n]
 
 

@@ -127,6 +127,11 @@ def run_in_pieces(calls, threads: bool, then=()) -> None:
             raise error
 
 
+def threads_for(pieces: int) -> int:
+    """The threads that take ``pieces`` pieces of work: one a piece, up to the cores."""
+    return min(CORES, pieces)
+
+
 def run_on_cores(entry, arguments, threads: int):
     """What entry(*arguments, DOORBELL, True) returns on this thread (NO_RING for DOORBELL where ``threads`` is 1)
     and entry(*arguments, DOORBELL, False) on threads − 1 of the pool's threads at once (all of them at most): a

@@ -43,14 +43,14 @@ import numpy as np
 from ...ops.quantized_matmul import OUTPUT_RANGE, SCALE_FIELDS, check_scale, requantize
 from ...types import DataType, ValidationError
 from .compiled import KeptCalls, Loader, call, entry_point
-from .pieces import CORES, NO_RING, PIECES_PER_CORE, cut, run_in_pieces, run_on_cores
+from .pieces import CORES, NO_RING, PIECES_PER_CORE, cut, run_in_pieces, run_on_cores, threads_for
 
 # Integers of magnitude up to this are exact in float32.
 FLOAT32_EXACT = 1 << 24
 # Output elements per requantization block of the NumPy path (float64: 256 KiB).
 BLOCK_ELEMENTS = 1 << 15
-# A product of this many multiply-adds (about 0.5 ms on one core) is cut into pieces for all cores; below it,
-# threads cost more than they save.
+# A product of this many multiply-adds (about 0.5 ms on one core) is cut into pieces for several cores
+# (``pieces_of_product``); below it, threads cost more than they save.
 PARALLEL_MULTIPLY_ADDS = 1 << 25
 # A pool thread costs a product about 25 µs to join it (its wake-up, and Python with the GIL held, the threads one
 # after another), so a product of S shares of that time runs fastest on about √S threads (S·25 µs/t + 25 µs·t). A
@@ -151,7 +151,7 @@ def pieces_of_product(integer_gemm, m: int, k: int, n: int, pieces: int | None) 
     B is work for every core, however few rows A has), on the square root of its shares of work (at least 2, at most
     the cores), PIECES_PER_CORE pieces a thread; else one piece."""
     if pieces is not None:
-        return pieces, min(CORES, pieces)
+        return pieces, threads_for(pieces)
     if CORES == 1 or (m * n * k < PARALLEL_MULTIPLY_ADDS and k * n < integer_gemm.PARALLEL_PACKING):
         return 1, 1
     shares = max(m * n * k // MULTIPLY_ADDS_A_SHARE, k * n // B_ELEMENTS_A_SHARE)

@@ -23,9 +23,9 @@ def product_in_one_call(kernel, layout, state, counts, a, a_sign, a_scale, a_zer
     as ``integer_gemm.product_pieces`` takes them, a, b and out C-contiguous, the signs of a and b as
     ``integer_gemm.operand`` gives them, ``buffers`` the tuple of ``integer_gemm.scratch_layouts``; it begins and
     ends as ``atomics.call_begins`` and ``call_ends`` say): False, out unwritten, where a scale is zero, NaN or
-    infinite. (Its cached machine code
-    includes the loops of integer_gemm and compiled, but numba renews it only when this file changes: after editing
-    those, delete this module's numba cache, ``__pycache__/qmatmul_loops.*``.)"""
+    infinite. (Its cached machine code includes the loops of integer_gemm and compiled, but numba renews it only
+    when this file changes: after editing those, delete this module's numba cache, ``__pycache__/qmatmul_loops.*``.)
+    """
     call_begins(doorbell, wait)
     m, n = out.shape
     a_scale, output_scale = as_vector(a_scale, m, np.float32), as_vector(output_scale, m, np.float32)
