@@ -23,19 +23,19 @@ B = RNG.integers(0, 256, (12, 7), dtype=np.uint8)
 
 @pytest.fixture
 def compiled_descs(monkeypatch):
-    """The descs the array API compiles; copies into contiguous arrays are forbidden."""
+    """The descs the array API validates and lowers; copies into contiguous arrays are forbidden."""
     descs = []
-    compile_operator = Device.compile_operator
+    validated = dmlops.arrays._validated
 
-    def spy(self, desc):
+    def spy(desc):
         descs.append(desc)
-        return compile_operator(self, desc)
+        return validated(desc)
 
-    def no_copy(array):
+    def no_copy(self, array):
         raise AssertionError("a view that DirectML strides can describe was copied")
 
-    monkeypatch.setattr(Device, "compile_operator", spy)
-    monkeypatch.setattr(dmlops.backends.cpu, "contiguous", no_copy)
+    monkeypatch.setattr(dmlops.arrays, "_validated", spy)
+    monkeypatch.setattr(dmlops.backends.cpu.CpuBackend, "contiguous", no_copy)
     return descs
 
 
@@ -317,13 +317,13 @@ def test_repeated_and_changed_layouts_give_the_reference(calls, seed):
 def described(monkeypatch):
     """The number of TensorDescs the array API has described so far, in a one-element list."""
     count = [0]
-    described = dmlops.api._described
+    described = dmlops.arrays._described
 
     def spy(*arguments):
         count[0] += 1
         return described(*arguments)
 
-    monkeypatch.setattr(dmlops.api, "_described", spy)
+    monkeypatch.setattr(dmlops.arrays, "_described", spy)
     return count
 
 
@@ -331,7 +331,7 @@ def test_a_repeated_layout_skips_descs_and_a_changed_one_does_not(described):
     rng = np.random.default_rng(5)
     layout = dict(a_layout="transposed", a_type=np.uint8, b_type=np.int8, out_type=np.int8, zero_points="vector",
                   scales="strided vector", out_layout="strided")
-    dmlops.api._PLANS.clear()
+    dmlops.core.plans.forget()
     for changed, expected_descs in [({}, 9), ({}, 0), ({"a_layout": "strided"}, 9), ({}, 0),
                                     ({"out_layout": "new"}, 9), ({"out_layout": "contiguous"}, 9),
                                     ({"b_type": np.uint8}, 9), ({"zero_points": "0-d"}, 9),

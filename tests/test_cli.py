@@ -282,7 +282,7 @@ def test_an_internal_error_is_one_line_without_debug(monkeypatch, capsys):
     def broken(*args, **kwargs):
         raise RuntimeError("broken kernel")
 
-    monkeypatch.setattr("dmlops.backends.cpu.cumulative", broken)
+    monkeypatch.setattr("dmlops.backends.cpu.scan.prepare", broken)
     assert cli.main(["dispatch", str(EXAMPLES / "dml_cumulative_product.json")]) == 1
     assert capsys.readouterr().err == \
         "dmlops dispatch: internal error: RuntimeError: broken kernel (--debug shows the traceback)\n"

@@ -36,6 +36,7 @@ from dmlops import (AxisDirection, BufferBinding, CumulativeProductOperatorDesc,
                     DataType, Device, QuantizedLinearMatrixMultiplyOperatorDesc, TensorFlags)
 
 import reference
+import toy_backend  # noqa: F401  (registers the "toy" backend)
 from checks import assert_cumulative_matches
 from conftest import ON_GPU
 from strategies import bound_tensors, fill, poison, random_scales, random_values, shapes, strides
@@ -189,8 +190,25 @@ def _skipped_without(*modules):
     return pytest.mark.skipif(bool(missing), reason=f"needs {', '.join(missing)}")
 
 
+class ToyArrays(NumpyArrays):
+    """tests/toy_backend.py: a backend registered from outside dmlops, plain NumPy, named at each call."""
+
+    name = device = "toy"
+    examples = 25
+
+    def scan(self, operation, x, axis, reverse, exclusive, out):
+        return SCANS[operation](x, axis, reverse=reverse, exclusive=exclusive, out=out, backend="toy")
+
+    def quantized_matmul(self, arguments, output_dtype, out):
+        return dmlops.quantized_linear_matmul(*arguments, output_dtype=output_dtype, out=out, backend="toy")
+
+    def prepare_b(self, b, b_scale, b_zero_point):
+        return dmlops.prepare_b(b, b_scale, b_zero_point, backend="toy")
+
+
 BACKENDS = [
     pytest.param(NumpyArrays, id="cpu"),
+    pytest.param(ToyArrays, id="toy"),
     pytest.param(CudaTensors, id="cuda", marks=_skipped_without("torch", "triton")),
     pytest.param(TorchOperators, id="torch.ops.dmlops", marks=_skipped_without("torch")),
     pytest.param(DaskArrays, id="dask", marks=_skipped_without("dask")),

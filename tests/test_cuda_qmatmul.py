@@ -524,7 +524,7 @@ def test_large_shapes(m, n, k, a_type, b_type):
 ])
 def test_wgmma_kernel_large_shapes(m, n, k, a_type, b_type, monkeypatch):
     monkeypatch.setattr(qmatmul, "choose_config", lambda *args: qmatmul.WGMMA_LARGE)
-    monkeypatch.setattr(dmlops.api, "_PLANS", {})  # plans of these layouts ran other configurations
+    monkeypatch.setattr(dmlops.core.plans, "_plans", {})  # plans of these layouts ran other configurations
     test_large_shapes(m, n, k, a_type, b_type)
 
 

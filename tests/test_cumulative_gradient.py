@@ -21,12 +21,26 @@ pytest.importorskip("triton")  # the CUDA backend's kernels
 
 import strategies  # noqa: E402
 from checks import rejects  # noqa: E402
-from dmlops.backends import cpu as cpu_backend# noqa: E402
-from dmlops.backends.cpu import recurrence as cpu_recurrence# noqa: E402
-from dmlops.backends import cuda as cuda_backend# noqa: E402
+from dmlops import cumulative_gradient  # noqa: E402
+from dmlops.backends.cpu import BACKEND as cpu_backend  # noqa: E402
+from dmlops.backends.cpu import recurrence as cpu_recurrence  # noqa: E402
+from dmlops.backends.cuda import BACKEND as cuda_backend  # noqa: E402
 from dmlops.backends.cuda import recurrence  # noqa: E402
-from dmlops.ops.cumulative import CumulativeOperation  # noqa: E402
-from dmlops.ops.cumulative_gradient import cumulative_gradient, reference_gradient, run  # noqa: E402
+from dmlops.ops.cumulative import CumulativeOperation, accumulation_type  # noqa: E402
+from dmlops.ops.cumulative_gradient import reference_gradient  # noqa: E402
+
+
+def run(backend, operation, x, grad, out, axis, reverse, exclusive):
+    """out = dL/dx through the backend's lowerings, as dmlops.arrays.cumulative_gradient runs them, into an out of
+    the test's (which may lie in a larger buffer)."""
+    if operation == CumulativeOperation.SUM:
+        backend.prepare_cumulative(CumulativeOperation.SUM, grad, out, axis, not reverse, exclusive)
+        return
+    accumulation = accumulation_type(backend.data_type(x))
+    product = backend.empty(tuple(x.shape), accumulation, like=x)
+    backend.prepare_cumulative(CumulativeOperation.PRODUCT, backend.asarray(x, accumulation, like=x), product, axis,
+                               reverse, True)
+    backend.prepare_linear_recurrence(x, grad, product, out, axis, not reverse, exclusive)
 
 DEVICE = "cuda" if os.environ.get("DMLOPS_TEST_GPU") == "1" else "cpu"
 VARIANTS = list(itertools.product([False, True], [False, True]))  # reverse, exclusive
@@ -108,7 +122,7 @@ def poisoned(shape, dtype):
                          ids=["compiled", "compiled in pieces", "numpy"])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_cpu_every_variant(monkeypatch, dtype, engine):
-    monkeypatch.setattr(cpu_backend, "linear_recurrence", functools.partial(cpu_recurrence.linear_recurrence, **engine))
+    monkeypatch.setattr(cpu_recurrence, "linear_recurrence", functools.partial(cpu_recurrence.linear_recurrence, **engine))
     rng = np.random.default_rng(2)
     for (shape, axes), operation in itertools.product(CPU_CASES, list(CumulativeOperation)):
         for axis, (reverse, exclusive) in itertools.product(axes, VARIANTS):
@@ -123,7 +137,7 @@ def test_cpu_every_variant(monkeypatch, dtype, engine):
 def test_cpu_exact_with_zeros(monkeypatch, dtype, compiled):
     """Small integers, zeros among them, whose products and sums every float type holds exactly: the gradient is the
     reference's to the bit (a division by x would give NaN at zeros)."""
-    monkeypatch.setattr(cpu_backend, "linear_recurrence",
+    monkeypatch.setattr(cpu_recurrence, "linear_recurrence",
                         functools.partial(cpu_recurrence.linear_recurrence, compiled=compiled))
     rng = np.random.default_rng(3)
     x = rng.choice([-2.0, -1.0, 0.0, 1.0, 2.0], (6, 8)).astype(dtype)
@@ -138,7 +152,7 @@ def test_cpu_exact_with_zeros(monkeypatch, dtype, compiled):
 def test_cpu_strided(monkeypatch, compiled):
     """Permuted, stepped, reversed and broadcast inputs, and an output inside a larger poisoned buffer: each read
     through its strides, nothing written outside the output."""
-    monkeypatch.setattr(cpu_backend, "linear_recurrence",
+    monkeypatch.setattr(cpu_recurrence, "linear_recurrence",
                         functools.partial(cpu_recurrence.linear_recurrence, compiled=compiled))
     rng = np.random.default_rng(4)
     shape = (5, 6, 7)
@@ -176,7 +190,7 @@ def run_cuda(operation, x, g, axis, reverse, exclusive, out=None):
 def test_cuda_every_variant(monkeypatch, dtype):
     """Blocks of 4 positions × 2 lines: lines of 7 span two blocks, the last one partial, and the lines of a block
     run past the tensor's."""
-    monkeypatch.setattr(cuda_backend, "linear_recurrence",
+    monkeypatch.setattr(recurrence, "linear_recurrence",
                         functools.partial(recurrence.linear_recurrence, block=(4, 2)))
     rng = np.random.default_rng(5)
     shape = (3, 7, 5)
@@ -196,7 +210,7 @@ def test_cuda_default_blocks():
 
 
 def test_cuda_exact_with_zeros(monkeypatch):
-    monkeypatch.setattr(cuda_backend, "linear_recurrence",
+    monkeypatch.setattr(recurrence, "linear_recurrence",
                         functools.partial(recurrence.linear_recurrence, block=(2, 4)))
     rng = np.random.default_rng(7)
     x = rng.choice([-2.0, -1.0, 0.0, 1.0, 2.0], (5, 7)).astype(np.float16)
@@ -210,7 +224,7 @@ def test_cuda_exact_with_zeros(monkeypatch):
 def test_cuda_strided(monkeypatch, reverse, exclusive):
     """Strides as given: a permuted input and a broadcast gradient coalesce into lines; a stepped input whose other
     dimensions do not coalesce into two goes through packed copies; the output is written in a larger buffer."""
-    monkeypatch.setattr(cuda_backend, "linear_recurrence",
+    monkeypatch.setattr(recurrence, "linear_recurrence",
                         functools.partial(recurrence.linear_recurrence, block=(4, 4)))
     rng = np.random.default_rng(8)
     shape, axis = (2, 5, 3, 4), 1

@@ -155,7 +155,7 @@ def test_quantized_matmul_is_bit_identical_to_the_in_memory_call(client, data, a
 @pytest.mark.parametrize("a_type, b_type", [(np.uint8, np.int8), (np.int8, np.uint8)])
 def test_k_block_accumulators_are_exact_at_the_extremes(a_type, b_type):
     """Products of ±255 × ±255 over a K block longer than the float32 steps of FLOAT32_EXACT_TERMS columns."""
-    from dmlops.dask_arrays import FLOAT32_EXACT_TERMS, _accumulator_block
+    from dmlops.dask import FLOAT32_EXACT_TERMS, _accumulator_block
 
     rng = np.random.default_rng(5)
     k = 3 * FLOAT32_EXACT_TERMS + 17

@@ -5,7 +5,7 @@ Two surfaces over one set of descs, validation rules and backends: the operator 
 (``cumulative_sum``, ``cumulative_product``, ``quantized_linear_matmul``).
 """
 
-from .api import (PreparedB, check_errors, cumulative_product, cumulative_sum, prepare_b,
+from .api import (PreparedB, check_errors, cumulative_gradient, cumulative_product, cumulative_sum, prepare_b,
                   quantized_linear_matmul)
 from .device import BufferBinding, CompiledOperator, Device
 from .ops.cumulative import CumulativeProductOperatorDesc, CumulativeSummationOperatorDesc
@@ -19,5 +19,5 @@ __all__ = [
     "AxisDirection", "BufferBinding", "CompiledOperator", "PreparedB", "check_errors", "prepare_b", "CumulativeProductOperatorDesc",
     "CumulativeSummationOperatorDesc", "DataType", "Device", "FeatureLevel", "OperatorType",
     "QuantizedLinearMatrixMultiplyOperatorDesc", "TensorDesc", "TensorFlags", "ValidationError",
-    "calc_buffer_tensor_size", "cumulative_product", "cumulative_sum", "quantized_linear_matmul",
+    "calc_buffer_tensor_size", "cumulative_gradient", "cumulative_product", "cumulative_sum", "quantized_linear_matmul",
 ]

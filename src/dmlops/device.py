@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 
+from .core import lowering, plans, registry
 from .ops import OPERATORS, operator_module
 from .tensor import TensorDesc
 from .types import DEFAULT_FEATURE_LEVEL, FeatureLevel, ValidationError
-
-BACKENDS = {"cpu": "dmlops.backends.cpu", "cuda": "dmlops.backends.cuda"}
 
 
 @dataclass(frozen=True)
@@ -21,22 +19,12 @@ class BufferBinding:
     size: int | None = None
 
 
-def load_backend(name: str):
-    if name not in BACKENDS:
-        raise ValidationError(f"Device.backend: {name!r} is not one of {', '.join(BACKENDS)}")
-    try:
-        return importlib.import_module(BACKENDS[name])
-    except ImportError as error:
-        raise ValidationError(f"Device.backend: the {name!r} backend cannot load ({error}); "
-                              f"pip install 'dmlops[cuda]'") from None
-
-
 class Device:
     """IDMLDevice: a backend and the feature level whose tensor-support tables it enforces."""
 
     def __init__(self, backend: str = "cpu", feature_level=DEFAULT_FEATURE_LEVEL):
         self.backend_name = backend
-        self.backend = load_backend(backend)
+        self.backend = registry.backend(backend)
         self.feature_level = FeatureLevel.parse(feature_level)
 
     def compile_operator(self, desc) -> CompiledOperator:
@@ -56,8 +44,7 @@ class CompiledOperator:
     def __init__(self, device: Device, desc):
         self.device, self.desc = device, desc
         self.name = desc.operator_type.operator_name
-        self._module = operator_module(desc)
-        self._owned = {f for f in desc.input_fields if getattr(desc, f) is not None and getattr(desc, f).owned_by_dml}
+        self._owned = lowering.owned(desc)
         self._persistent: dict | None = None if self._owned else {}
 
     def initialize(self, bindings=None) -> None:
@@ -94,32 +81,16 @@ class CompiledOperator:
         self.run_views(views)
 
     def run_views(self, views: dict) -> None:
-        """Run on backend arrays already laid out as the desc says (the array API enters here)."""
-        self.check_aliasing(views)
-        self._module.run(self.desc, self.device.backend, views)
-
-    def prepare(self, views: dict):
-        """Run on views as ``run_views`` does, and return ``run(*arrays)``, which runs on other arrays of the same
-        layouts (and alignment), given in binding order (the inputs, then the output), through what the backend kept
-        of this run; it leaves the aliasing check to its caller (the array API's plans)."""
-        self.check_aliasing(views)
-        return self._module.prepare(self.desc, self.device.backend, views)
-
-    def check_aliasing(self, views: dict) -> None:
-        """Reject an output that shares memory with an input, but for an exact alias where the operator runs in
-        place. ``views`` may be in any layout that covers the same elements as the desc's."""
-        backend = self.device.backend
-        for out_field in self.desc.output_fields:
-            out = views[out_field]
-            for in_field in self.desc.input_fields:
-                x = views.get(in_field)
-                if x is None or in_field in self._owned or not backend.overlaps(x, out):
-                    continue
-                in_place = self.desc.supports_in_place and backend.same_layout(x, out)
-                if not in_place:
-                    what = "may alias its input only exactly (in place)" if self.desc.supports_in_place \
-                        else "may not share memory with an input"
-                    raise ValidationError(f"{self.name}.{out_field}: {what}; it overlaps {in_field}")
+        """Run on backend arrays already laid out as the desc says, through the plan of their layouts."""
+        lowering.check_aliasing(self.desc, self.device.backend, views)
+        arrays = [views.get(field) for field in self.desc.input_fields + self.desc.output_fields]
+        key = plans.key(self, (), arrays)
+        plan = plans.get(key)
+        if plan is None:
+            since = plans.generation()
+            plans.keep(key, lowering.prepare(self.desc, self.device.backend, views), since)
+        else:
+            plan(*arrays)
 
     def _binding_list(self, bindings, fields, what):
         bindings = [None] * len(fields) if bindings is None else list(bindings)

@@ -16,30 +16,29 @@ or whose gradient autograd records.
 
 import torch
 
-from . import api
+from . import arrays
 from .ops import cumulative, quantized_matmul
-from .ops.cumulative import CumulativeOperation, CumulativeProductOperatorDesc, CumulativeSummationOperatorDesc
-from .ops.cumulative_gradient import cumulative_gradient
+from .ops.cumulative import CumulativeOperation
 
 
-def _scan(desc_type):
+def _scan(operation):
     def implementation(x: torch.Tensor, axis: int, reverse: bool = False, exclusive: bool = False) -> torch.Tensor:
-        return api._cumulative(desc_type, x, axis, reverse, exclusive, None, None)
+        return arrays.cumulative(operation, x, axis, reverse, exclusive, None, None)
 
     return implementation
 
 
-cumulative_sum = torch.library.custom_op("dmlops::cumulative_sum", mutates_args=())(
-    _scan(CumulativeSummationOperatorDesc))
+cumulative_sum = torch.library.custom_op("dmlops::cumulative_sum", mutates_args=())(_scan(CumulativeOperation.SUM))
 cumulative_product = torch.library.custom_op("dmlops::cumulative_product", mutates_args=())(
-    _scan(CumulativeProductOperatorDesc))
+    _scan(CumulativeOperation.PRODUCT))
+SCANS = {CumulativeOperation.SUM: cumulative_sum, CumulativeOperation.PRODUCT: cumulative_product}
 
 
 @torch.library.custom_op("dmlops::cumulative_product_backward", mutates_args=())
 def cumulative_product_backward(x: torch.Tensor, grad: torch.Tensor, axis: int, reverse: bool,
                                 exclusive: bool) -> torch.Tensor:
     """The gradient of the running product of x for the upstream gradient ``grad``."""
-    return cumulative_gradient(CumulativeOperation.PRODUCT, x, grad.contiguous(), axis, reverse, exclusive)
+    return arrays.cumulative_gradient(CumulativeOperation.PRODUCT, x, grad.contiguous(), axis, reverse, exclusive)
 
 
 def _like_input(x, axis, reverse=False, exclusive=False):
@@ -75,8 +74,8 @@ def quantized_linear_matmul(a: torch.Tensor, a_scale: torch.Tensor, a_zero_point
                             b: torch.Tensor, b_scale: torch.Tensor, b_zero_point: torch.Tensor | None,
                             output_scale: torch.Tensor, output_zero_point: torch.Tensor | None,
                             output_dtype: torch.dtype | None = None) -> torch.Tensor:
-    return api.quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale,
-                                       output_zero_point, output_dtype=output_dtype)
+    return arrays.quantized_linear_matmul([a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale,
+                                           output_zero_point, None], output_dtype, None)
 
 
 @quantized_linear_matmul.register_fake

@@ -143,14 +143,3 @@ def reference(operation: CumulativeOperation | str, x: np.ndarray, axis: int, re
         np.moveaxis(tally, axis, 0)[0] = operation.identity
     tally = tally.astype(x.dtype)
     return np.flip(tally, axis) if reverse else tally
-
-
-def run(desc: CumulativeDesc, backend, views: dict) -> None:
-    backend.cumulative(desc.operation, views["input_tensor"], views["output_tensor"], desc.axis,
-                       desc.axis_direction == AxisDirection.DECREASING, bool(desc.exclusive))
-
-
-def prepare(desc: CumulativeDesc, backend, views: dict):
-    """Run, and return the backend's kept run, ``run(x, out)``, for arrays of the same layouts."""
-    return backend.prepare_cumulative(desc.operation, views["input_tensor"], views["output_tensor"], desc.axis,
-                                      desc.axis_direction == AxisDirection.DECREASING, bool(desc.exclusive))

@@ -20,8 +20,9 @@ So in all four dL/dx = P ⊙ R: P the exclusive product of x in the scan's direc
 
 walked in the opposite direction, p the element walked just before k. It multiplies and adds only, so it is exact
 where x has zeros, one or several in a line (y / x would be 0 / 0 there). With x = 1 it is the running sum of g in
-the opposite direction: the sum's gradient. The backends provide it as
-``linear_recurrence(a, b, scale, out, axis, reverse, exclusive)``: out = scale ⊙ R, with a for x and b for g.
+the opposite direction: the sum's gradient. The backends lower it as
+``prepare_linear_recurrence(a, b, scale, out, axis, reverse, exclusive)``: out = scale ⊙ R, with a for x and b for g
+(``dmlops.arrays.cumulative_gradient`` runs it).
 FLOAT16 accumulates P and R in float32 and rounds once per output element, as the scans do.
 """
 
@@ -29,9 +30,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..device import load_backend
-from ..types import DataType, ValidationError
-from .cumulative import CumulativeOperation, accumulation_type
+from ..types import DataType
+from .cumulative import CumulativeOperation
 
 GRADIENT_DATA_TYPES = (DataType.FLOAT32, DataType.FLOAT16)
 
@@ -51,51 +51,3 @@ def reference_gradient(operation: CumulativeOperation, x, grad, axis: int, rever
         others = window[:, None, :] & (index[None, :, None] != index[None, None, :])  # [i, k, j]: j in y_i, j ≠ k
         partial = window * np.prod(np.where(others, x[..., None, None, :], 1.0), axis=-1)
     return np.moveaxis(np.einsum("...i,...ik->...k", g, partial), -1, axis)
-
-
-def run(backend, operation: CumulativeOperation, x, grad, out, axis: int, reverse: bool, exclusive: bool) -> None:
-    """out = dL/dx on one backend's arrays (out of x's shape and type, apart from x and grad)."""
-    if operation is CumulativeOperation.SUM:
-        backend.cumulative(operation, grad, out, axis, not reverse, exclusive)
-        return
-    accumulation = accumulation_type(backend.data_type(x))
-    product = backend.empty(tuple(x.shape), accumulation, like=x)
-    backend.cumulative(operation, backend.asarray(x, accumulation, like=x), product, axis, reverse, True)
-    backend.linear_recurrence(x, grad, product, out, axis, not reverse, exclusive)
-
-
-def cumulative_gradient(operation: CumulativeOperation | str, x, grad, axis: int, reverse: bool = False, exclusive: bool = False):
-    """dL/dx for y = cumulative_sum or cumulative_product(x, axis, reverse=, exclusive=) and grad = dL/dy.
-
-    FLOAT32 or FLOAT16 NumPy arrays or torch tensors: CPU tensors run through NumPy, CUDA tensors through the CUDA
-    backend's kernels (without waiting for the GPU). Returns a new array of x's kind, shape and type.
-    """
-    try:
-        operation = CumulativeOperation(operation)
-    except ValueError:
-        raise ValidationError(f"cumulative_gradient.operation: {operation!r} is not 'sum' or 'product'") from None
-    name = operation.operator_name + " gradient"
-    on_cuda = getattr(getattr(x, "device", None), "type", None) == "cuda"
-    backend = load_backend("cuda" if on_cuda else "cpu")
-    adopted = {}  # field: (backend array, restore, DataType)
-    for field, value in (("input_tensor", x), ("gradient", grad)):
-        try:  # (an array whose element type DirectML lacks, such as a bfloat16 tensor, raises a TypeError)
-            array_and_restore = backend.adopt(value)
-            if array_and_restore is None:
-                raise ValidationError(f"a {type(value).__name__} on another device than the input's")
-            adopted[field] = (*array_and_restore, backend.data_type(array_and_restore[0]))
-        except (TypeError, ValidationError) as error:
-            raise ValidationError(f"{name}.{field}: {error}") from None
-    (x, restore, data_type), (grad, _, grad_type) = adopted["input_tensor"], adopted["gradient"]
-    if data_type not in GRADIENT_DATA_TYPES:
-        raise ValidationError(f"{name}.input_tensor: data type {data_type.name} has no gradient (FLOAT32, FLOAT16)")
-    if (grad_type, tuple(grad.shape)) != (data_type, tuple(x.shape)):
-        raise ValidationError(f"{name}.gradient: must have the input's data type and sizes (input {data_type.name} "
-                              f"{list(x.shape)}, gradient {grad_type.name} {list(grad.shape)})")
-    ndim = len(x.shape)
-    if isinstance(axis, bool) or not isinstance(axis, int | np.integer) or not -ndim <= axis < ndim:
-        raise ValidationError(f"{name}.axis: {axis!r} is out of range for {ndim} dimensions")
-    out = backend.empty(tuple(x.shape), data_type, like=x)
-    if 0 not in tuple(x.shape):  # (DirectML has no empty tensors, but gradients of them are asked for)
-        run(backend, operation, x, grad, out, int(axis) % ndim, bool(reverse), bool(exclusive))
-    return restore(out)

@@ -10,7 +10,6 @@ and Output ({…, M, 1}) or per column of B ({…, 1, N}), right-aligned to 1 to
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -119,6 +118,16 @@ def output_sizes(a_sizes: tuple, b_sizes: tuple) -> tuple:
     return (*batch, m, n)
 
 
+def output_type(output_dtype: DataType | None, zero_point_type: DataType | None,
+                out_type: DataType | None) -> DataType:
+    """The array API's output type: the one asked for, else the output zero point's, else that of the output array
+    given, else UINT8 (DirectML's descs always say it)."""
+    for data_type in (output_dtype, zero_point_type, out_type):
+        if data_type is not None:
+            return data_type
+    return DataType.UINT8
+
+
 def check_scale(field: str, values: np.ndarray) -> None:
     """A zero, NaN or infinite scale has no meaning (DirectML leaves it undefined). Backends whose memory the host
     cannot read without waiting (CUDA) check on the device instead and report at ``dmlops.check_errors()``."""
@@ -150,56 +159,3 @@ def reference(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, 
     acc = np.matmul(shifted(a, a_zero_point), shifted(b, b_zero_point))
     zero = 0 if output_zero_point is None else np.asarray(output_zero_point, dtype=np.float64)
     return requantize(acc, np.asarray(a_scale), np.asarray(b_scale), np.asarray(output_scale), zero, output_type)
-
-
-@functools.lru_cache(maxsize=256)
-def kernel_layouts(desc: QuantizedLinearMatrixMultiplyOperatorDesc, owned_strides: tuple = ()) -> dict:
-    """How the backends see the tensors: A, B and Output as 4-D {batch, channel, rows, columns}; every scale and
-    zero point as a 1-D vector of length M (A, Output) or N (B), with stride 0 when it is per tensor.
-
-    The array bound for a field has its desc's strides, except an OWNED_BY_DML tensor, which the backend keeps in a
-    layout of its own: ``owned_strides`` holds (field, element strides) for those. Returns field → (sizes, element
-    strides) relative to each binding's first element; cached, as it depends on nothing else.
-    """
-    strides = {field: getattr(desc, field).element_strides for field in desc.input_fields + desc.output_fields
-               if getattr(desc, field) is not None} | dict(owned_strides)
-    layouts = {}
-    for field in ("a_tensor", "b_tensor", "output_tensor"):
-        tensor = getattr(desc, field)
-        pad = 4 - tensor.dimension_count
-        layouts[field] = ((1,) * pad + tensor.sizes, (0,) * pad + tuple(strides[field]))
-    for field, (data_field, free_axis) in QUANTIZATION_PARAMETERS.items():
-        tensor = getattr(desc, field)
-        if tensor is None:
-            continue
-        length = getattr(desc, data_field).sizes[free_axis]
-        per_element = tensor.dimension_count >= -free_axis and tensor.sizes[free_axis] != 1
-        layouts[field] = ((length,), (strides[field][free_axis] if per_element else 0,))
-    return layouts
-
-
-@functools.lru_cache(maxsize=256)
-def owned(desc: QuantizedLinearMatrixMultiplyOperatorDesc) -> tuple:
-    """The OWNED_BY_DML inputs."""
-    return tuple(field for field in desc.input_fields if getattr(desc, field) is not None and
-                 getattr(desc, field).owned_by_dml)
-
-
-def kernel_tensors(desc: QuantizedLinearMatrixMultiplyOperatorDesc, backend, views: dict) -> dict:
-    """The bound arrays in the layouts the backends take (``kernel_layouts``), as views; None for an absent one."""
-    layouts = kernel_layouts(desc, tuple((field, backend.element_strides(views[field])) for field in owned(desc)))
-    return {field: None if views.get(field) is None else backend.restride(views[field], *layouts[field])
-            for field in desc.input_fields + desc.output_fields}
-
-
-def run(desc: QuantizedLinearMatrixMultiplyOperatorDesc, backend, views: dict) -> None:
-    """Run the backend's kernel on ``kernel_tensors`` (the backend checks the scales' values)."""
-    backend.quantized_linear_matmul(*kernel_tensors(desc, backend, views).values())
-
-
-def prepare(desc: QuantizedLinearMatrixMultiplyOperatorDesc, backend, views: dict):
-    """Run, and return the backend's kept run, ``run(*arrays)`` (the nine fields in binding order), for arrays of
-    the same layouts."""
-    run = backend.prepare_quantized_linear_matmul(views, lambda views: kernel_tensors(desc, backend, views))
-    fields = desc.input_fields + desc.output_fields
-    return lambda *arrays: run(dict(zip(fields, arrays)))

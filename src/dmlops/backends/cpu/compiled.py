@@ -27,6 +27,7 @@ class Loader:
         self.done = threading.Event()
         self.lock = threading.Lock()
         self.started = False
+        self.callbacks = []
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=self.stop_in_child)
 
@@ -45,23 +46,9 @@ class Loader:
             self.done.wait()
         return self.module
 
-    def prepared(self, prepare, *args):
-        """run = prepare(*args), a run for arrays laid out as args are; where the module was not loaded yet when it
-        was prepared, a run that prepares it again (prepare(*its arguments)) at its first call that finds the
-        module loaded, and runs that from then on."""
-        self.get()  # (loads it now with "wait": the run is then prepared for it)
-        loading = not self.done.is_set()
-        run = prepare(*args)
-        if not loading or (self.done.is_set() and self.module is None):  # (no module to switch to)
-            return run
-        kept_run = run
-
-        def run_until_loaded(*args):
-            nonlocal kept_run
-            if kept_run is run and self.module is not None:
-                kept_run = prepare(*args)
-            kept_run(*args)
-        return run_until_loaded
+    def when_loaded(self, callback) -> None:
+        """Call ``callback()`` once the module is loaded (in the loading thread)."""
+        self.callbacks.append(callback)
 
     def start(self) -> None:
         with self.lock:
@@ -85,6 +72,8 @@ class Loader:
             module = importlib.import_module(self.name)
             self.warm_up(module)
             self.module = module
+            for callback in self.callbacks:
+                callback()
         except ImportError:  # NumPy alone is enough; numba only makes it faster
             pass
         finally:

@@ -104,28 +104,15 @@ def cumulative(operation: str, x: np.ndarray, out: np.ndarray, axis: int, revers
 def prepare(operation: str, x: np.ndarray, out: np.ndarray, axis: int, reverse: bool, exclusive: bool,
             compiled: bool | None = None, pieces: int | None = None, stream: bool | None = None):
     """run(x, out): ``cumulative`` with these options, for arrays laid out as x and out are (dtypes, shapes,
-    strides; out may be x or not). What depends on nothing else is decided here, once: the engine, the 3-D views,
-    their pieces and the compiled loops' entry points; a run makes its arrays' views and calls the loops (a
-    64-element scan: under a microsecond of Python a view, where finding all that again took about 30 µs). A run
-    prepared for NumPy's engine while the compiled loops were loading is prepared again once they are loaded."""
-    def prepare_run(x, out):
-        return prepared_run(operation, x, out, axis, reverse, exclusive, compiled, pieces, stream)
-    return prepare_run(x, out) if compiled is not None else LOOPS.prepared(prepare_run, x, out)
-
-
-def prepared_run(operation: str, x: np.ndarray, out: np.ndarray, axis: int, reverse: bool, exclusive: bool,
-                 compiled: bool | None, pieces: int | None, stream: bool | None):
-    """prepare's run(x, out), with the engine found now (NumPy's while the compiled loops are loading)."""
+    strides, alignment; out may be x or not). What depends on nothing else is decided here, once: the engine (NumPy's
+    while the compiled loops are loading), the 3-D views, their pieces and the compiled loops' entry points; a run
+    makes its arrays' views and calls the loops (a 64-element scan: under a microsecond of Python a view, where
+    finding all that again took about 30 µs)."""
     loops = compiled_loops(x.dtype, compiled)
     kept = [[(viewer(x, x_view), viewer(out, out_view), scan) for x_view, out_view, scan in stage]
             for stage in stages(operation, x, out, axis, reverse, exclusive, loops, pieces, stream)]
-    # the compiled loops were compiled for arrays as aligned as these (numba's types say whether they are)
-    aligned = x.flags.aligned, out.flags.aligned
 
     def run(x, out):
-        if loops is not None and (x.flags.aligned, out.flags.aligned) != aligned:
-            cumulative(operation, x, out, axis, reverse, exclusive, compiled, pieces, stream)
-            return
         for stage in kept:
             run_in_pieces([functools.partial(scan, x_view(x), out_view(out)) for x_view, out_view, scan in stage],
                           len(stage) > 1)

@@ -1,8 +1,8 @@
 """The array API on Dask arrays: lazy, chunk by chunk, with the semantics of the in-memory call.
 
-The array API hands a call here when any argument is a Dask array; the result is a Dask array and nothing is
+``dmlops.api`` hands a call here when any argument is a Dask array; the result is a Dask array and nothing is
 computed until the caller asks. Dask schedules (threads, processes or a ``dask.distributed`` cluster); every chunk
-runs through dmlops's own array API, so a NumPy chunk runs on the CPU backend and a CuPy chunk on the CUDA backend.
+runs through dmlops's own array API (``dmlops.arrays``), so a NumPy chunk runs on the CPU backend and a CuPy chunk on the CUDA backend.
 
 Scans: each chunk is scanned alone (reverse and exclusive as asked) in its accumulation type (float32 for FLOAT16);
 each chunk's total is the last value of its scan in the scan's direction; the carry of a chunk, everything before
@@ -24,20 +24,17 @@ vector must be an array of its tensor's type, where the in-memory call also take
 
 from __future__ import annotations
 
+import functools
 import math
-import sys
 
 import numpy as np
 
-from . import api
+from . import arrays
 from .ops.cumulative import CumulativeOperation, accumulation_dtype
 from .ops.quantized_matmul import NAME as QMM_NAME
 from .ops.quantized_matmul import QUANTIZATION_PARAMETERS, QuantizedLinearMatrixMultiplyOperatorDesc, check_scale
 from .ops.quantized_matmul import output_sizes, requantize
 from .types import DataType, ValidationError
-
-# Each scan's array API function.
-_SCAN_FUNCTIONS = {CumulativeOperation.SUM: "cumulative_sum", CumulativeOperation.PRODUCT: "cumulative_product"}
 
 # Products (A − za)(B − zb) are at most 255² in magnitude: float32 sums of this many of them (2^24 / 255², rounded
 # down to a power of two) are exact, and float64 sums of up to LARGEST_K.
@@ -48,9 +45,8 @@ _DLPACK_CPU = 1
 
 
 def given(*values) -> bool:
-    """Whether any value is a Dask array (none can be before dask.array is imported)."""
-    module = sys.modules.get("dask.array")
-    return module is not None and any(isinstance(value, module.Array) for value in values)
+    """Whether any value is a Dask collection (found without importing Dask)."""
+    return any(hasattr(type(value), "__dask_graph__") for value in values)
 
 
 def _check_known_chunks(array, where: str) -> None:
@@ -86,7 +82,7 @@ def cumulative(operation: CumulativeOperation, x, axis, reverse, exclusive, out,
     _reject_out(out, f"{name}.output_tensor")
     x = da.asarray(x)
     _check_known_chunks(x, f"{name}.input_tensor")
-    scan = getattr(api, _SCAN_FUNCTIONS[operation])
+    scan = functools.partial(_scan, operation)
     scan(_probe(x, 1), axis, reverse=reverse, exclusive=exclusive)  # the in-memory call's checks of type and axis
     axis = int(axis) % x.ndim
     options = dict(axis=axis, reverse=reverse, exclusive=exclusive, backend=backend)
@@ -106,6 +102,10 @@ def cumulative(operation: CumulativeOperation, x, axis, reverse, exclusive, out,
     # block i of the carries (one element along the axis) goes with block i of the local scans
     return da.blockwise(_add_carry, index, local, index, carries.rechunk({axis: 1}), index, operation=operation,
                         output_dtype=x.dtype, dtype=x.dtype, align_arrays=False, meta=_meta(x, x.ndim, x.dtype))
+
+
+def _scan(operation, x, axis, *, reverse, exclusive, backend=None):
+    return arrays.cumulative(operation, x, axis, reverse, exclusive, None, backend)
 
 
 def _scan_chunk(chunk, scan, accumulation=None, *, axis, reverse, exclusive, backend):
@@ -157,7 +157,8 @@ def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, 
         # numbers are checked as they are; arrays through one-element stand-ins of their type
         probes[field] = _probe(value, "zero_point" not in field) if hasattr(value, "shape") else value
     # the in-memory call's checks of types, dimension counts and numbers; its output's type is the output type
-    output_type = DataType.from_numpy(api.quantized_linear_matmul(*probes.values(), output_dtype=output_dtype).dtype)
+    output_type = DataType.from_numpy(arrays.quantized_linear_matmul([*probes.values(), None], output_dtype,
+                                                                     None).dtype)
 
     a, b = da.asarray(values["a_tensor"]), da.asarray(values["b_tensor"])
     k, b_k = a.shape[-1], b.shape[-2]
@@ -242,8 +243,8 @@ def _parameter_block(values, like, per_row: bool):
 def _matmul_block(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point, *,
                   output_dtype, backend):
     """One output block where K is one chunk: the in-memory call."""
-    return api.quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale,
-                                       output_zero_point, output_dtype=output_dtype, backend=backend)
+    return arrays.quantized_linear_matmul([a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale,
+                                           output_zero_point, None], output_dtype, backend)
 
 
 def _accumulator_block(a, a_zero_point, b, b_zero_point):

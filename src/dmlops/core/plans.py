@@ -1,0 +1,114 @@
+"""The one cache of plans: what a call's layout decided, kept for the next call of the same layout.
+
+A plan is a callable kept for one layout of a call's arguments: the front-ends (the array API, ``torch.ops.dmlops``,
+Dask's chunks, the operator API and the DxDispatch runner through it) find it by a key made of the operation, its
+options and the layout of each argument (``layout``), validating and lowering only where none is kept. A plan holds
+what its launches need, and nothing of the first call's data. Nothing else remembers layout decisions.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+PLANS_KEPT = 256
+_plans: dict = {}
+_generation = [0]  # counts ``forget``s: a plan lowered before one is not kept
+
+UNPLANNED = object()  # the layout of an argument no plan can hold
+
+
+def get(key):
+    """The plan kept under ``key`` (None: none is, or the key is None)."""
+    return _plans.get(key) if key is not None else None
+
+
+def generation() -> int:
+    """Read before lowering a plan, and given to ``keep``."""
+    return _generation[0]
+
+
+def keep(key, plan, since: int) -> None:
+    """Keep ``plan`` under ``key``, unless plans were forgotten since ``generation()`` read ``since``."""
+    if key is None or plan is None or since != _generation[0]:
+        return
+    if len(_plans) >= PLANS_KEPT:
+        _plans.clear()
+    _plans[key] = plan
+
+
+def forget() -> None:
+    """Drop every plan: a backend's engines changed (its compiled code loaded), so layouts are lowered again."""
+    _generation[0] += 1
+    _plans.clear()
+
+
+def count() -> int:
+    return len(_plans)
+
+
+def _numpy_layout(value):
+    flags = value.flags  # (compiled loops are compiled for arrays as aligned as those they were first given)
+    return np.ndarray, value.dtype, value.shape, value.strides, flags.writeable, flags.aligned
+
+
+def _tensor_layout(value):
+    return type(value), value.dtype, value.shape, value.stride(), value.device, value.data_ptr() % 16
+
+
+def _by_value(value):
+    return type(value), value  # numbers: validated once, by value
+
+
+def _by_type(value):
+    return (type(value),)  # NumPy scalars: a plan takes them as the 0-d arrays a first call made of them
+
+
+def _unplanned(value):
+    return UNPLANNED
+
+
+def _layout_function(kind: type):
+    """How the layout of values of ``kind`` is read: by looking at the type once (its module and bases), with no
+    import; torch tensors and objects that read as one (``planned_as_tensor``) by their sizes, strides, device and
+    16-byte alignment."""
+    if issubclass(kind, np.ndarray):
+        return _numpy_layout if kind is np.ndarray else _unplanned
+    if kind in (int, float, type(None)):
+        return _by_value
+    if issubclass(kind, np.generic):
+        return _by_type
+    if getattr(kind, "planned_as_tensor", False) or \
+            any(base.__name__ == "Tensor" and base.__module__ == "torch" for base in kind.__mro__):
+        return _tensor_layout
+    return _unplanned
+
+
+_LAYOUT_FUNCTIONS: dict = {np.ndarray: _numpy_layout, int: _by_value, float: _by_value, type(None): _by_value}
+
+
+def layout(value):
+    """What a plan depends on in one argument; ``UNPLANNED`` where no plan can hold it."""
+    kind = type(value)
+    if kind is np.ndarray:  # (first: the commonest)
+        flags = value.flags
+        return np.ndarray, value.dtype, value.shape, value.strides, flags.writeable, flags.aligned
+    function = _LAYOUT_FUNCTIONS.get(kind)
+    if function is None:
+        function = _LAYOUT_FUNCTIONS[kind] = _layout_function(kind)
+    return function(value)
+
+
+def is_torch_tensor(value) -> bool:
+    """Whether value is a torch tensor (or a subclass's), found without importing torch."""
+    function = _LAYOUT_FUNCTIONS.get(type(value))
+    if function is None:
+        function = _LAYOUT_FUNCTIONS[type(value)] = _layout_function(type(value))
+    return function is _tensor_layout and not getattr(type(value), "planned_as_tensor", False)
+
+
+def key(operation, options, arguments):
+    """The key of a call's plan, or None where it can have none."""
+    layouts = tuple(map(layout, arguments))
+    if UNPLANNED in layouts:
+        return None
+    return operation, options, layouts
