@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 from .core import lowering, plans, registry
@@ -45,6 +46,7 @@ class CompiledOperator:
         self.device, self.desc = device, desc
         self.name = desc.operator_type.operator_name
         self._owned = lowering.owned(desc)
+        self._plan_name = weakref.ref(self)  # its plans' name: a plan keeps no compiled operator alive
         self._persistent: dict | None = None if self._owned else {}
 
     def initialize(self, bindings=None) -> None:
@@ -84,7 +86,7 @@ class CompiledOperator:
         """Run on backend arrays already laid out as the desc says, through the plan of their layouts."""
         lowering.check_aliasing(self.desc, self.device.backend, views)
         arrays = [views.get(field) for field in self.desc.input_fields + self.desc.output_fields]
-        key = plans.key(self, (), arrays)
+        key = plans.key(self._plan_name, (), arrays)
         plan = plans.get(key)
         if plan is None:
             since = plans.generation()

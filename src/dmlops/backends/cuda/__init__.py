@@ -16,7 +16,7 @@ import torch
 from ...core.registry import Backend
 from ...types import DataType, OperatorType, ValidationError
 from . import qmatmul, recurrence, scan
-from .common import TORCH_DTYPES, check_device, check_errors, data_type, runs_here
+from .common import TORCH_DTYPES, check_device, data_type, runs_here
 
 
 class CudaBackend(Backend):
@@ -138,7 +138,7 @@ class CudaBackend(Backend):
             torch.cuda.synchronize()
 
     def check_errors(self) -> None:
-        check_errors()
+        qmatmul.check_errors()
 
     # -- lowerings -------------------------------------------------------------------------------------------
 

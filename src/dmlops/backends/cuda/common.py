@@ -1,5 +1,5 @@
-"""What the CUDA backend's modules share: the interpreter switch, dtype tables, host arithmetic, device checks
-and the error words that kernels set."""
+"""What the CUDA backend's modules share: the interpreter switch, dtype tables, host arithmetic and device
+checks."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import os
 import torch
 import triton.language as tl
 
-from ...ops.quantized_matmul import NAME
 from ...types import DataType, ValidationError
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
@@ -58,31 +57,3 @@ def data_type(array) -> DataType:
     if array.dtype not in DATA_TYPES:
         raise ValidationError(f"torch dtype {array.dtype} has no DirectML data type")
     return DATA_TYPES[array.dtype]
-
-
-# -- errors found on the device ----------------------------------------------------------------------------------
-
-# Kernels that find a value DirectML rejects (a zero, NaN or infinite scale) set a bit of their device's error
-# word rather than wait for the host to read the value; ``check_errors`` reads and clears the words.
-ERROR_FIELDS = {1: "a_scale_tensor", 2: "b_scale_tensor", 4: "output_scale_tensor"}
-_error_words: dict = {}
-
-
-def error_word(device):
-    word = _error_words.get(device)
-    if word is None:
-        word = _error_words[device] = torch.zeros(1, dtype=torch.int32, device=device)
-    return word
-
-
-def check_errors() -> None:
-    """Wait for the GPUs, then raise the ValidationError of the scales that kernels found bad since the last
-    check (their outputs hold no defined values)."""
-    bad = 0
-    for word in _error_words.values():
-        bad |= int(word.item())  # waits for the device
-        word.zero_()
-    if bad:
-        fields = [field for bit, field in ERROR_FIELDS.items() if bad & bit]
-        raise ValidationError(f"{NAME}.{fields[0]}: scales must be finite and non-zero; a call on the GPU found "
-                              f"{' and '.join(fields)} zero, NaN or infinite, and its output is undefined")

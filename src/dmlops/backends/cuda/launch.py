@@ -1,4 +1,5 @@
-"""Kernel launches kept for repeated calls.
+"""Kernel launches kept for repeated calls, the memory they keep, and the one place where dmlops reaches into
+Triton's and torch's private internals.
 
 A Triton launch through ``kernel[grid](...)`` binds and specializes its arguments and looks the compiled kernel up
 again at every call: 10–20 µs of host time, more than most small kernels run. A call whose argument layout repeats
@@ -7,22 +8,72 @@ the same dtypes and 16-byte alignment: their specialization cannot change. ``Kep
 through Triton, keeps the compiled kernel, and then calls its launcher directly; where the kernel's parameters are
 pointers and numbers, through dmlops' own launcher (launcher.c), which takes them as bytes packed once and only
 the call's addresses from Python.
+
+The private internals (torch's raw stream queries, a compiled Triton kernel's launcher, Triton's build of C
+modules) are used only with the Triton and torch versions they were written against (``PRIVATE``); with others, or
+with DMLOPS_PUBLIC_LAUNCH=1, kept launches go through Triton's public ``kernel[grid](...)`` and torch's public stream
+queries: an upgrade costs speed, never correctness. benchmarks/RESULTS.md says what each saves.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import functools
+import os
 import pathlib
 import struct
 
 import torch
+import triton
 
 from .common import INTERPRETED
 
+# The versions whose internals this module was written against.
+KNOWN_TRITON = ("3.6.",)
+PRIVATE = not INTERPRETED and triton.__version__.startswith(KNOWN_TRITON) and \
+    int(torch.__version__.split(".")[0]) == 2 and os.environ.get("DMLOPS_PUBLIC_LAUNCH") != "1"
+
+# -- torch's stream queries: the private ones take a few hundred nanoseconds, the public ones microseconds -------
+
+if PRIVATE:
+    current_device = torch._C._cuda_getDevice
+    current_raw_stream = torch._C._cuda_getCurrentRawStream
+    capturing = torch._C._cuda_isCurrentStreamCapturing
+else:
+    current_device = torch.cuda.current_device
+
+    def current_raw_stream(index: int) -> int:
+        return torch.cuda.current_stream(index).cuda_stream
+
+    capturing = torch.cuda.is_current_stream_capturing
+
+
+# -- memory that launches keep from one call to the next ----------------------------------------------------------
+
+# torch.compile's CUDA graph trees run a graph's warm-up call with this thread's allocations routed to the graph's
+# memory pool, and then require that nothing but the graph's outputs stays alive there: memory a plan or a device
+# keeps (scratch words, workspaces, packed operands) is therefore allocated by a thread of its own.
+_allocating_thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="dmlops kept memory")
+
+
+def kept_empty(shape, dtype, device) -> torch.Tensor:
+    """An empty tensor that launches keep across calls, from outside any CUDA graph's memory pool; during a graph
+    capture, the graph's own (the graph keeps it). Its reuse once freed waits for the current stream's work."""
+    if device.type != "cuda" or capturing():
+        return torch.empty(shape, dtype=dtype, device=device)
+    tensor = _allocating_thread.submit(torch.empty, shape, dtype=dtype, device=device).result()
+    tensor.record_stream(torch.cuda.current_stream(device))
+    return tensor
+
+
+def kept_zeros(shape, dtype, device) -> torch.Tensor:
+    """``kept_empty``, zeroed on the current stream."""
+    return kept_empty(shape, dtype, device).zero_()
+
 INTEGER_KINDS = {"i1", "i8", "i16", "i32", "i64", "u1", "u8", "u16", "u32", "u64"}
 FLOAT_FORMATS = {"fp16": "<e", "fp32": "<f", "fp64": "<d"}
-MAX_SLOTS, MAX_REPLACED = 64, 8  # as in launcher.c
+MAX_SLOTS, MAX_REPLACED = 64, 16  # as in launcher.c
 HEAD = struct.Struct(f"<Q3I4I{MAX_REPLACED}II")  # launcher.c's Head
 
 
@@ -30,6 +81,8 @@ HEAD = struct.Struct(f"<Q3I4I{MAX_REPLACED}II")  # launcher.c's Head
 def _launcher_module():
     """launcher.c, built once (and cached on disk) through Triton's build of its own launchers; None where it
     cannot be built here (then Triton's launcher serves)."""
+    if not PRIVATE:
+        return None
     try:
         from triton.backends.nvidia import driver
         from triton.runtime.build import compile_module_from_src
@@ -67,12 +120,10 @@ def kept_stream(device):
     may then reuse the memory they were given: scratch words, workspaces and buffers of a first call, since launches
     on one stream run one after another); else None."""
     index = device.index
-    stream = torch._C._cuda_getCurrentRawStream(index)
-    current_device, current_stream = torch._C._cuda_getDevice, torch._C._cuda_getCurrentRawStream
-    capturing = torch._C._cuda_isCurrentStreamCapturing
+    stream = current_raw_stream(index)
 
     def check():
-        if current_device() == index and current_stream(index) == stream and not capturing():
+        if current_device() == index and current_raw_stream(index) == stream and not capturing():
             return stream
         return None
 
@@ -84,11 +135,11 @@ class KeptLaunch:
     the same kinds (tensors of the same dtypes and alignment, the same scalars) and the same keyword constants;
     ``rebind(positions)`` makes a faster launcher that replaces only the arguments at ``positions``."""
 
-    def __init__(self, kernel, grid, args: tuple, kwargs: dict, zeroed: bool = False):
-        # zeroed: the launch adds into memory its caller zeroed for it (which a replay must zero again)
-        self.kernel, self.grid, self.args, self.kwargs, self.zeroed = kernel, grid, args, kwargs, zeroed
+    def __init__(self, kernel, grid, args: tuple, kwargs: dict, zeroed: torch.Tensor | None = None):
+        # zeroed: memory the launch adds into, zeroed for it by its caller (a replay zeroes it again)
+        self.kernel, self.grid, self.args, self.kwargs, self.zeroed = kernel, grid, list(args), kwargs, zeroed
         compiled = kernel[grid](*args, **kwargs)
-        self.compiled = None if INTERPRETED else compiled
+        self.compiled = compiled if PRIVATE else None  # None: relaunched through Triton's public launch
         if self.compiled is None:
             return
         # the launcher takes every parameter in the kernel's order: those past the positional ones are the keyword
@@ -117,31 +168,51 @@ class KeptLaunch:
             and compiled.metadata.num_ctas == 1 else None
         self.slots = None if slots is None or len(slots) > MAX_SLOTS or _launcher_module() is None else slots
         self.shape = (compiled.function, *grid3, 32 * compiled.metadata.num_warps, compiled.metadata.shared)
-        self.device = torch._C._cuda_getDevice()
+        self.device = current_device()
+
+    @property
+    def takes_addresses(self) -> bool:
+        """Whether ``rebind``'s launcher takes tensors' addresses (else the tensors themselves)."""
+        return self.compiled is not None
+
+    def release(self, positions) -> None:
+        """Hold no longer the arguments at ``positions`` (the caller's tensors: a plan keeps nothing of a call's
+        data); later launches give their own."""
+        for position in positions:
+            self.args[position] = None
+            if self.compiled is not None:
+                self.call[self.first_argument + position] = None
 
     def relaunch(self, args) -> None:
-        if self.compiled is None:  # the interpreter: through Triton, as the first time
+        if self.compiled is None:  # through Triton's public launch, as the first time
             self.kernel[self.grid](*args, **self.kwargs)
             return
         call = self.call.copy()
-        call[STREAM] = torch._C._cuda_getCurrentRawStream(torch._C._cuda_getDevice())
+        call[STREAM] = current_raw_stream(current_device())
         call[self.first_argument:self.first_argument + len(args)] = args
         self.launcher(*call)
 
     def rebind(self, positions):
         """``launch(stream, *values)``: this launch again on ``stream`` with ``values`` as the arguments at
-        ``positions`` (tensors, or their addresses: a compiled kernel reads nothing else of a tensor), the others as
-        the first time. Under the interpreter the stream is not used and the values must be tensors."""
+        ``positions`` (their addresses where ``takes_addresses``: a compiled kernel reads nothing else of a tensor;
+        else the tensors, and the stream is not used), the others as the first time."""
         if self.compiled is None:
-            def launch_interpreted(stream, *values):
-                args = list(self.args)
-                for position, value in zip(positions, values):
-                    args[position] = value
-                self.relaunch(args)
+            args = list(self.args)
+            for position in positions:
+                args[position] = None
+            kernel, grid, kwargs = self.kernel, self.grid, self.kwargs
 
-            return launch_interpreted
-        template, launcher = self.call, self.launcher
+            def launch_public(stream, *values):
+                call = args.copy()
+                for position, value in zip(positions, values):
+                    call[position] = value
+                kernel[grid](*call, **kwargs)
+
+            return launch_public
+        template, launcher = self.call.copy(), self.launcher
         indices = [self.first_argument + position for position in positions]
+        for index in indices:
+            template[index] = None
 
         def launch(stream, *values):
             call = template.copy()
@@ -165,9 +236,10 @@ class KeptLaunch:
 STREAM = 3  # the stream's place among a launcher's arguments
 
 
-def launch(kept: dict | None, site: str, kernel, grid, args: tuple, kwargs: dict, zeroed: bool = False) -> None:
+def launch(kept: dict | None, site: str, kernel, grid, args: tuple, kwargs: dict,
+           zeroed: torch.Tensor | None = None) -> None:
     """Launch ``kernel``; where ``kept`` (a plan's launches, by site) is given, through the launch kept there.
-    ``zeroed``: the launch adds into memory zeroed for it."""
+    ``zeroed``: memory the launch adds into, zeroed for it."""
     if kept is None:
         kernel[grid](*args, **kwargs)
         return
@@ -183,46 +255,71 @@ def _is_descriptor(arg) -> bool:
     return dataclasses.is_dataclass(arg) and isinstance(getattr(arg, "base", None), torch.Tensor)
 
 
+def _descriptor_maker(descriptor):
+    """make(base): the descriptor over another base tensor (a maker that holds no tensor)."""
+    kind = type(descriptor)
+    others = {field.name: getattr(descriptor, field.name) for field in dataclasses.fields(descriptor)
+              if field.init and field.name != "base"}
+    return lambda base: kind(base=base, **others)
+
+
+def zero(stream: int, tensor: torch.Tensor):
+    """A function of no arguments that zeroes ``tensor``'s memory on ``stream`` (through dmlops' launcher where it
+    is built: a memset, without Python's tensor machinery)."""
+    module = _launcher_module()
+    if module is None or not hasattr(module, "zero"):
+        return tensor.zero_
+    return functools.partial(module.zero, stream, tensor.data_ptr(), tensor.numel() * tensor.element_size())
+
+
 def replay(kept: dict, sample: dict, run_again):
     """``run(tensors)``: the launches of one call, kept in ``kept`` (in launch order), run again with the tensors of
     another call (by field) wherever the first call's tensors (``sample``) were passed, and every other argument as it
-    was (the memory the first call made for itself is reused: launches on one stream run one after another). Used on
-    the stream and device of the first call, outside graph captures; elsewhere ``run_again(tensors)`` runs the whole
-    launcher. Returns None where a replay cannot stand for the launcher: two fields at one address, or a launch that
-    adds into memory zeroed for it."""
-    if any(launch.zeroed for launch in kept.values()):
-        return None
+    was (the memory the first call kept for itself is reused, memory a launch adds into zeroed again: launches on one
+    stream run one after another). Used on the stream and device of the first call, outside graph captures;
+    elsewhere ``run_again(tensors)`` runs the whole launcher. The kept launches let go of the first call's tensors.
+    Returns None where a replay cannot stand for the launcher: two fields at one address."""
     fields = {}
     for field, tensor in sample.items():
-        if tensor is not None:
-            if fields.setdefault(tensor.data_ptr(), field) != field:
-                return None
-    steps = []  # (launcher of the replaced positions, [(field, dtype, descriptor or None)])
+        if tensor is not None and fields.setdefault(tensor.data_ptr(), field) != field:
+            fields = None
+            break
+    steps = []  # (launcher of the replaced positions, [(field, dtype, descriptor maker or None)], zeroed)
     for kept_launch in kept.values():
         positions, replaced = [], []
         for position, arg in enumerate(kept_launch.args):
             base = arg.base if _is_descriptor(arg) else arg
-            if isinstance(base, torch.Tensor) and base.data_ptr() in fields:
+            if isinstance(base, torch.Tensor) and base.data_ptr() in (fields or {}):
                 positions.append(position)
-                replaced.append((fields[base.data_ptr()], base.dtype, arg if base is not arg else None))
-        steps.append((kept_launch.rebind(positions), replaced))
-    device = sample["a_tensor"].device
+                replaced.append((fields[base.data_ptr()], base.dtype, _descriptor_maker(arg) if base is not arg
+                                 else None))
+        if fields is not None:
+            steps.append((kept_launch.rebind(positions), replaced, kept_launch.zeroed, kept_launch.takes_addresses))
+        kept_launch.release(positions)
+    if fields is None:
+        return None
+    device = next(tensor for tensor in sample.values() if tensor is not None).device
     on_gpu = device.type == "cuda"  # else Triton's interpreter, on CPU tensors
     here = kept_stream(device) if on_gpu else lambda: 0
+    stream_of_steps = current_raw_stream(device.index) if on_gpu else 0
+    steps = [(launch_again, replaced, None if zeroed is None else zero(stream_of_steps, zeroed), addresses)
+             for launch_again, replaced, zeroed, addresses in steps]
 
     def run(tensors):
         stream = here()
         if stream is None:
             run_again(tensors)
             return
-        for launch_again, replaced in steps:
+        for launch_again, replaced, zero_memory, addresses in steps:
             values = []
-            for field, dtype, descriptor in replaced:
+            for field, dtype, make_descriptor in replaced:
                 tensor = tensors[field]
-                if descriptor is not None:
-                    values.append(dataclasses.replace(descriptor, base=tensor.view(dtype)))
-                else:  # a compiled kernel takes the address alone; the interpreter, the tensor of its dtype
-                    values.append(tensor.data_ptr() if on_gpu else tensor.view(dtype))
+                if make_descriptor is not None:
+                    values.append(make_descriptor(tensor.view(dtype)))
+                else:  # a compiled kernel takes the address alone; Triton's launch, the tensor of its dtype
+                    values.append(tensor.data_ptr() if addresses else tensor.view(dtype))
+            if zero_memory is not None:
+                zero_memory()
             launch_again(stream, *values)
 
     return run

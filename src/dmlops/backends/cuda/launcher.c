@@ -12,7 +12,7 @@
 #include <string.h>
 
 #define MAX_SLOTS 64
-#define MAX_REPLACED 8
+#define MAX_REPLACED 16
 
 /* The head of a config (bytes packed by launch.py), followed by slot_count 8-byte parameter slots: each kernel
    parameter's value in the low bytes of its slot (little-endian), then Triton's two scratch pointers. */
@@ -86,8 +86,33 @@ static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
   Py_RETURN_NONE;
 }
 
+/* zero(stream, address, bytes): the memory zeroed on the stream (what a replayed launch adds into). */
+static PyObject *zero(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  if (nargs != 3) {
+    PyErr_SetString(PyExc_TypeError, "zero(stream: int, address: int, bytes: int)");
+    return NULL;
+  }
+  uint64_t stream = PyLong_AsUnsignedLongLong(args[0]);
+  uint64_t address = PyLong_AsUnsignedLongLong(args[1]);
+  uint64_t bytes = PyLong_AsUnsignedLongLong(args[2]);
+  if (PyErr_Occurred())
+    return NULL;
+  CUresult result;
+  Py_BEGIN_ALLOW_THREADS;
+  result = cuMemsetD8Async((CUdeviceptr)address, 0, (size_t)bytes, (CUstream)stream);
+  Py_END_ALLOW_THREADS;
+  if (result != CUDA_SUCCESS) {
+    const char *message = NULL;
+    cuGetErrorString(result, &message);
+    PyErr_Format(PyExc_RuntimeError, "dmlops zero: CUDA error %d (%s)", (int)result, message ? message : "?");
+    return NULL;
+  }
+  Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"launch", (PyCFunction)(void (*)(void))launch, METH_FASTCALL, "launch(config, stream, *addresses)"},
+    {"zero", (PyCFunction)(void (*)(void))zero, METH_FASTCALL, "zero(stream, address, bytes)"},
     {NULL, NULL, 0, NULL},
 };
 

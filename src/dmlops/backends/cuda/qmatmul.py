@@ -45,8 +45,8 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 from ...ops.quantized_matmul import NAME, OUTPUT_RANGE
 from ...types import ValidationError
-from .common import INTERPRETED, cdiv, check_devices, data_type, error_word, next_power_of_2
-from .launch import launch, replay
+from .common import INTERPRETED, cdiv, check_devices, data_type, next_power_of_2
+from .launch import current_raw_stream, kept_empty, kept_zeros, launch, replay
 from .qmatmul_tiles import KERNEL_ARGUMENTS_NOT_SPECIALIZED, _column_terms, _requantize_columns, _row_terms, _tile_place
 
 # int32 sums of K_SLICE products of int8 values stay below 2^31 (65536 · 128 · 128 = 2^30).
@@ -384,6 +384,34 @@ def _split_k_kernel(a_ptr, stride_ab, stride_ac, stride_am, stride_ak, b_ptr, st
                          b_scale_stride, b_zero_ptr, b_zero_stride, b_zero_mask, b_shift, ROW_SCALES, BLOCK_M, BLOCK_N)
 
 
+# -- errors found on the device ----------------------------------------------------------------------------------
+
+# Kernels that find a value DirectML rejects (a zero, NaN or infinite scale) set a bit of their device's error
+# word rather than wait for the host to read the value; ``check_errors`` reads and clears the words.
+ERROR_FIELDS = {1: "a_scale_tensor", 2: "b_scale_tensor", 4: "output_scale_tensor"}
+_error_words: dict = {}
+
+
+def error_word(device):
+    word = _error_words.get(device)
+    if word is None:
+        word = _error_words[device] = kept_zeros(1, torch.int32, device)
+    return word
+
+
+def check_errors() -> None:
+    """Wait for the GPUs, then raise the ValidationError of the scales that kernels found bad since the last
+    check (their outputs hold no defined values)."""
+    bad = 0
+    for word in _error_words.values():
+        bad |= int(word.item())  # waits for the device
+        word.zero_()
+    if bad:
+        fields = [field for bit, field in ERROR_FIELDS.items() if bad & bit]
+        raise ValidationError(f"{NAME}.{fields[0]}: scales must be finite and non-zero; a call on the GPU found "
+                              f"{' and '.join(fields)} zero, NaN or infinite, and its output is undefined")
+
+
 # -- operands --------------------------------------------------------------------------------------------------
 
 
@@ -425,10 +453,12 @@ def _rows_in_place(x4, can_flip: bool):
     return rows, rows_b, rows_c
 
 
-def _prepare(x4, *, can_flip: bool, pack: bool, sum_rows: bool, kept: dict | None = None, site: str = "") -> Operand:
+def _prepare(x4, *, can_flip: bool, pack: bool, sum_rows: bool, kept: dict | None = None, site: str = "",
+             empty=torch.empty) -> Operand:
     """The kernel's view of x4 {batch, channel, R, K} (int8 or uint8): where it lies if TMA can read it (and
     ``can_flip`` or it is int8) unless ``pack``, else packed K-major; with per-row sums if ``sum_rows``. ``kept``
-    and ``site``: where a plan keeps its launch (``launch.launch``)."""
+    and ``site``: where a plan keeps its launch (``launch.launch``); ``empty`` makes the memory it writes (a plan's
+    first call keeps it: ``launch.kept_empty``)."""
     batches, channels, r, k = x4.shape
     in_place = None if pack else _rows_in_place(x4, can_flip)
     own_b, own_c = _own_batch(x4)
@@ -438,12 +468,12 @@ def _prepare(x4, *, can_flip: bool, pack: bool, sum_rows: bool, kept: dict | Non
         if count > MAX_ROWS:
             raise ValidationError(f"{NAME}: the cuda backend reads at most {MAX_ROWS} rows of an operand "
                                   f"({own_b}·{own_c}·{r} here)")
-        rows = torch.empty((count, row_stride), dtype=torch.int8, device=x4.device)[:, :k]
+        rows = empty((count, row_stride), dtype=torch.int8, device=x4.device)[:, :k]
         rows_b, rows_c = own_c * r if own_b > 1 else 0, r if own_c > 1 else 0
     else:
         rows, rows_b, rows_c = in_place
     flip = x4.dtype == torch.uint8
-    sums = torch.zeros(rows.shape[0], dtype=torch.float64, device=x4.device) if sum_rows else None
+    sums = empty(rows.shape[0], dtype=torch.float64, device=x4.device).zero_() if sum_rows else None
     if in_place is None or sum_rows:
         source = x4.view(torch.int8)[:own_b, :own_c].transpose(-1, -2)  # {batch, channel, K, R}
         block_k, block_r = 128, 64
@@ -451,7 +481,7 @@ def _prepare(x4, *, can_flip: bool, pack: bool, sum_rows: bool, kept: dict | Non
         launch(kept, site, _prepare_kernel, grid,
                (source, rows, sums, -128 if flip else 0, k, r, own_c, rows_b, rows_c, *source.stride(),
                 rows.stride(0)),
-               dict(PACK=in_place is None, SUM=sum_rows, BLOCK_K=block_k, BLOCK_R=block_r), zeroed=sum_rows)
+               dict(PACK=in_place is None, SUM=sum_rows, BLOCK_K=block_k, BLOCK_R=block_r), zeroed=sums)
     return Operand(rows, rows_b, rows_c, sums, flip and in_place is not None)
 
 
@@ -503,7 +533,7 @@ def persist_b(array) -> PersistedB:
     """An OWNED_BY_DML B, packed K-major (with its column sums) once here. For int8 the array kept is the packing
     itself, viewed as B {…, K, N}; a uint8 B keeps its own copy beside the flipped packing."""
     b4 = _padded_to_4d(array)
-    operand = _prepare(b4.transpose(-1, -2), can_flip=False, pack=True, sum_rows=True)
+    operand = _prepare(b4.transpose(-1, -2), can_flip=False, pack=True, sum_rows=True, empty=kept_empty)
     if array.dtype == torch.int8:
         rows = operand.rows
         row_stride = rows.stride(0)
@@ -544,7 +574,7 @@ def _with_packing(views: dict) -> dict:
 @functools.cache
 def _zeros(device):
     """Zero bits standing in for an absent zero point or sum vector (read with stride 0)."""
-    return torch.zeros(1, dtype=torch.float64, device=device)
+    return kept_zeros(1, torch.float64, device)
 
 
 def _grid_size(programs: int) -> int:
@@ -607,10 +637,10 @@ _SPLIT_K_WORKSPACES: dict = {}
 
 
 def _split_k_workspace(device, size: int):
-    stream = torch._C._cuda_getCurrentRawStream(device.index) if device.type == "cuda" else 0
+    stream = current_raw_stream(device.index) if device.type == "cuda" else 0
     kept = _SPLIT_K_WORKSPACES.setdefault((device, stream), [])
     if not kept or kept[-1].numel() < size:
-        kept.append(torch.zeros(next_power_of_2(size), dtype=torch.int32, device=device))
+        kept.append(kept_zeros(next_power_of_2(size), torch.int32, device))
     return kept[-1]
 
 
@@ -646,7 +676,8 @@ def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, 
     """a {B, C, M, K}, b {B, C, K, N} (a tensor or a ``PersistedB``), out {B, C, M, N} (int8 or uint8 each, any
     strides); scales float32 vectors of M (A, output) or N (B), zero points vectors like them or None, stride 0 when
     per tensor. A zero, NaN or infinite scale is marked on the device (``check_errors``). ``kept``: a plan's
-    launches, for calls of one layout."""
+    launches, for calls of one layout (the memory of its first call is kept with them)."""
+    empty = kept_empty if kept == {} else torch.empty
     b_operand = None
     if type(b) is PersistedB:
         b_operand, b = b.operand, b.array
@@ -662,7 +693,7 @@ def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, 
     config = config or choose_config(batches * channels, m, n, k, _sm_count(device), _wgmma_in_flight(device))
     # Column sums of B' are needed when za' can be non-zero, row sums of A' when zb' can be.
     b_operand = b_operand or _prepare(b.transpose(-1, -2), can_flip=False, pack=False, sum_rows=a_zero, kept=kept,
-                                      site="b")
+                                      site="b", empty=empty)
     row_scales = m > 1 and (a_scale.stride(0) != 0 or output_scale.stride(0) != 0)
     low, high = OUTPUT_RANGE[data_type(out)]
     stride_ob, stride_oc, stride_om, stride_on = out.stride()
@@ -681,8 +712,8 @@ def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, 
         return
 
     # The Gluon kernel reads A from shared memory straight into the tensor cores: a uint8 A is flipped in a copy.
-    a_operand = _prepare(a, can_flip=not config.gluon, pack=False, sum_rows=b_zero, kept=kept, site="a")
-    named["terms_ptr"] = torch.empty((2, n), dtype=torch.float64, device=device)
+    a_operand = _prepare(a, can_flip=not config.gluon, pack=False, sum_rows=b_zero, kept=kept, site="a", empty=empty)
+    named["terms_ptr"] = empty((2, n), dtype=torch.float64, device=device)
     block = 256
     launch(kept, "column terms", _column_terms_kernel, (cdiv(max(m, n), block),),
            _arguments(_column_terms_kernel, named), dict(ROW_SCALES=row_scales, BLOCK=block))

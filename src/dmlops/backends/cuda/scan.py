@@ -40,7 +40,7 @@ import triton.language as tl
 from ...ops.cumulative import CumulativeOperation, accumulation_type
 from ...types import DataType
 from .common import TRITON_TYPES, cdiv, check_devices, data_type, next_power_of_2
-from .launch import KeptLaunch, kept_stream
+from .launch import KeptLaunch, capturing, kept_stream, kept_zeros
 
 MAX_WINDOW_WORDS = 2048  # slot words a program reads in one look-back, both levels together
 MAX_CHAINED_WINDOW = 256  # tiles in a group whose prefixes chain (down columns)
@@ -687,9 +687,9 @@ class _Scratch:
     tagged words. Never cleared: a launch only reads words that carry its own generation."""
 
     def __init__(self, device, words: int):
-        self.control = torch.zeros(2, dtype=torch.int32, device=device)
+        self.control = kept_zeros(2, torch.int32, device)
         self.control[:1].fill_(1)  # no copy from the host: this may run inside a graph capture
-        self.words = torch.zeros(words, dtype=torch.int64, device=device)
+        self.words = kept_zeros(words, torch.int64, device)
 
 
 _scratch: dict = {}
@@ -698,7 +698,7 @@ _scratch: dict = {}
 def _scratch_for(device, words: int) -> _Scratch:
     if device.type != "cuda":
         return _Scratch(device, words)
-    if torch.cuda.is_current_stream_capturing():  # a graph owns its scratch, set up again on every replay
+    if capturing():  # a graph owns its scratch, set up again on every replay
         return _Scratch(device, words)
     key = (device, torch.cuda.current_stream(device).stream_id)
     scratch = _scratch.get(key)
@@ -777,18 +777,25 @@ def prepare_cumulative(operation: CumulativeOperation, x, out, axis: int, revers
             constants |= dict(SHIFT_STORES=tuning.shift_stores, CHUNKS=tuning.chunks)
     with torch.cuda.device(x.device) if on_gpu else contextlib.nullcontext():
         kept = KeptLaunch(kernel, grid, args, constants)
+    # the call's tensors: x, out, and out again where it stands for the scratch words it does not need
+    positions = (0, 1, 2, 3) if args[2] is out else (0, 1)
+    kept.release(positions)
     if not on_gpu:  # the interpreter reads the tensors' own dtypes: give it the storage type's views
-        return lambda x, out: kept.relaunch((x.view(storage), out.view(storage), *args[2:]))
-    if torch._C._cuda_isCurrentStreamCapturing():  # this launch's scratch belongs to the graph
+        rest = args[len(positions):]
+        return lambda x, out: kept.relaunch((x.view(storage), *(out.view(storage),) * (len(positions) - 1), *rest))
+    if capturing():  # this launch's scratch belongs to the graph
         return plan_again
     here = kept_stream(x.device)  # the scratch memory is the stream's
-    launch_again = kept.rebind((0, 1))
+    launch_again, addresses = kept.rebind(positions), kept.takes_addresses
+    others = len(positions) - 1
 
     def run(x, out):
         stream = here()
         if stream is None:
             plan_again(x, out)
+        elif addresses:
+            launch_again(stream, x.data_ptr(), *(out.data_ptr(),) * others)
         else:
-            launch_again(stream, x.data_ptr(), out.data_ptr())
+            launch_again(stream, x.view(storage), *(out.view(storage),) * others)
 
     return run
