@@ -6,12 +6,13 @@ Scans: microseconds per call of a float32 scan along the last axis of (rows, 102
 flip → cumsum → flip → subtract, and cupy.cumsum; with the floors: a bare one-block Triton launch from Python and
 the bytes (read + written) over the device's copy bandwidth.
 
-Quantized matmul: TOPS of M × K × N for the LLM shapes (K, N) = (4096, 4096), (4096, 11008) and M = 1 … 4096, A
-uint8 with a zero point, B int8 per-column scales (weights), the output uint8 with a zero point. dmlops with B
-prepared once (``prepare_b``), and with B given at every call; against torch's best pipelines: torch._int_mm (B
-column-major, A padded to 32 rows where it has fewer) plus the requantization in float32, and a float16 matmul
-with B dequantized once. The n³ rows also give dmlops' time graph-replayed (the kernel alone): the eager call
-should be within 10 % of it.
+Quantized matmul: µs per call of M × 4096 × 4096 for M = 1 … 4096 (and TOPS at 8192³), A uint8 with a zero point
+(a fresh A each call, from a few rotated), B int8 with per-column scales (weights), the output uint8 with a zero
+point. dmlops with B prepared once (``prepare_b``), with B given at every call (its kernels then pack B), and
+``torch.compile(mode="reduce-overhead", fullgraph=True)`` of a layer calling ``torch.ops.dmlops``; the GPU time of
+each call's kernels (the call captured in a CUDA graph and replayed); against torch's best pipelines: torch._int_mm
+(B column-major, A padded to 32 rows where it has fewer) plus the requantization in float32, and a bfloat16 matmul
+with B dequantized once. The floor of an eager call is its kernels' GPU time plus a launch's host cost.
 
     PYTHONPATH=src python3 benchmarks/eager.py [--plot eager.png] [--profile]
 """
@@ -30,9 +31,10 @@ import triton.language as tl
 import dmlops
 
 SCAN_BYTES = [256, 4096, 65536, 1 << 20, 16 << 20, 64 << 20]
-LLM_M = [1, 16, 32, 128, 512, 4096]
-LLM_KN = [(4096, 4096), (4096, 11008)]
-SQUARE = [4096, 8192]
+LLM_M = [1, 16, 128, 512, 4096]
+LLM_KN = [(4096, 4096)]
+SQUARE = [8192]
+ROTATED = 4  # A tensors a call takes in turn
 
 
 @triton.jit
@@ -58,6 +60,15 @@ def per_call_us(call, budget_s=0.25) -> float:
         torch.cuda.synchronize()
         times.append((time.perf_counter() - start) / repeats * 1e6)
     return sorted(times)[2]
+
+
+def compiled_us(call) -> float:
+    """per_call_us of a torch.compile'd layer, NaN where it fails to compile or run."""
+    try:
+        return per_call_us(call)
+    except Exception as error:  # noqa: BLE001 (reported in the table, with the error's first line here)
+        print(f"compiled layer failed: {str(error).splitlines()[0][:200]}")
+        return float("nan")
 
 
 def graph_us(call) -> float:
@@ -101,19 +112,32 @@ def requantize_float32(acc, a_zero, b_sums, multiplier, out_zero):
 
 
 def qmm_rows():
+    import dmlops.torch  # noqa: F401  (registers torch.ops.dmlops)
+
     rows = []
     shapes = [(m, k, n) for k, n in LLM_KN for m in LLM_M] + [(n, n, n) for n in SQUARE]
     for m, k, n in shapes:
-        a = torch.randint(0, 256, (m, k), dtype=torch.uint8, device="cuda")
+        a_all = [torch.randint(0, 256, (m, k), dtype=torch.uint8, device="cuda") for _ in range(ROTATED)]
+        turn = iter(range(1 << 62))
         b = torch.randint(-128, 128, (k, n), dtype=torch.int8, device="cuda")
         a_scale, a_zero = torch.tensor(0.02, device="cuda"), torch.tensor(131, dtype=torch.uint8, device="cuda")
         b_scale = torch.rand(n, device="cuda") * 0.01 + 0.005
         out_scale, out_zero = torch.tensor(2.5, device="cuda"), torch.tensor(120, dtype=torch.uint8, device="cuda")
         prepared = dmlops.prepare_b(b, b_scale)
-        with_prepared = lambda: dmlops.quantized_linear_matmul(a, a_scale, a_zero, prepared, None, None,  # noqa: E731
-                                                               out_scale, out_zero)
-        with_b = lambda: dmlops.quantized_linear_matmul(a, a_scale, a_zero, b, b_scale, None,  # noqa: E731
-                                                        out_scale, out_zero)
+
+        def next_a():
+            return a_all[next(turn) % ROTATED]
+
+        def with_prepared():
+            return dmlops.quantized_linear_matmul(next_a(), a_scale, a_zero, prepared, None, None, out_scale,
+                                                  out_zero)
+
+        def with_b():
+            return dmlops.quantized_linear_matmul(next_a(), a_scale, a_zero, b, b_scale, None, out_scale, out_zero)
+
+        layer = torch.compile(lambda a: torch.ops.dmlops.quantized_linear_matmul(
+            a, a_scale, a_zero, b, b_scale, None, out_scale, out_zero), mode="reduce-overhead", fullgraph=True)
+
         # torch: A shifted to int8, B column-major, its column sums and the multiplier made once
         padded = max(m, 32)
         a8 = torch.zeros(padded, k, dtype=torch.int8, device="cuda")
@@ -123,19 +147,20 @@ def qmm_rows():
         a_zero8 = a_zero.to(torch.int32) - 128
 
         def int_mm():
-            a8[:m] = a.view(torch.int8) ^ -128
+            a8[:m] = next_a().view(torch.int8) ^ -128
             return requantize_float32(torch._int_mm(a8, b_column_major)[:m], a_zero8, b_sums, multiplier, out_zero)
 
-        b_half = ((b.float()) * b_scale).half()
+        b_bf16 = ((b.float()) * b_scale).bfloat16()
 
-        def half():
-            y = ((a.float() - a_zero.float()) * a_scale).half() @ b_half
+        def bf16():
+            y = ((next_a().float() - a_zero.float()) * a_scale).bfloat16() @ b_bf16
             return torch.clamp(torch.round(y.float() / out_scale) + out_zero, 0, 255).to(torch.uint8)
 
-        times = {"dmlops prepared": per_call_us(with_prepared), "dmlops": per_call_us(with_b),
-                 "torch._int_mm": per_call_us(int_mm), "torch fp16": per_call_us(half)}
-        graph = graph_us(with_prepared) if m == n else None
-        rows.append(((m, k, n), times, graph))
+        times = {"dmlops prepared": per_call_us(with_prepared), "dmlops plain B": per_call_us(with_b),
+                 "dmlops compiled": compiled_us(lambda: layer(next_a())),
+                 "torch._int_mm": per_call_us(int_mm), "torch bf16": per_call_us(bf16)}
+        kernels = {"prepared": graph_us(with_prepared), "plain B": graph_us(with_b)}
+        rows.append(((m, k, n), times, kernels))
     return rows
 
 
@@ -143,35 +168,50 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--plot", help="write a PNG plot of both tables here")
     parser.add_argument("--profile", action="store_true", help="only: where the host time of small calls goes")
+    parser.add_argument("--only", choices=("scans", "qmm"), help="only these rows")
     args = parser.parse_args()
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}")
     if args.profile:
         return profile_calls()
+    scans = qmms = None
+    if args.only != "qmm":
+        scans = print_scans()
+    if args.only != "scans":
+        qmms = print_qmms()
+    if args.plot and scans and qmms:
+        plot(args.plot, scans, qmms)
+
+
+def print_scans():
     copy = copy_bandwidth()
     print(f"copy bandwidth {copy / 1e12:.2f} TB/s")
     bare, scans = scan_rows(copy)
     print(f"\nScans, float32, last axis: µs per eager call (bare Triton launch {bare:.1f} µs)\n")
     names = list(scans[0][2])
-    print("| bytes | shape | " + " | ".join(names) + " | dmlops / torch.cumsum | rev+excl / torch's | floor µs |")
+    print("| bytes | shape | " + " | ".join(names) + " | dmlops − torch.cumsum µs | rev+excl / torch's | floor µs |")
     print("|---" * (len(names) + 5) + "|")
     for nbytes, shape, times, floor in scans:
         print(f"| {nbytes} | {shape} | " + " | ".join(f"{times[name]:.1f}" for name in names) +
-              f" | {times['dmlops'] / times['torch.cumsum']:.2f} | "
+              f" | {times['dmlops'] - times['torch.cumsum']:+.1f} | "
               f"{times['dmlops rev+excl'] / times['torch rev+excl']:.2f} | {floor:.1f} |")
+    return scans
+
+
+def print_qmms():
     qmms = qmm_rows()
-    print("\nQuantized matmul, eager: TOPS (µs per call)\n")
+    print("\nQuantized matmul, µs per eager call (kernels: their GPU time, graph-replayed)\n")
     names = list(qmms[0][1])
-    print("| M × K × N | " + " | ".join(names) + " | prepared / best torch | graph-replayed µs |")
-    print("|---" * (len(names) + 3) + "|")
-    for (m, k, n), times, graph in qmms:
-        tops = {name: 2 * m * n * k / (t * 1e-6) / 1e12 for name, t in times.items()}
-        best_torch = min(times["torch._int_mm"], times["torch fp16"])
-        print(f"| {m} × {k} × {n} | " + " | ".join(f"{tops[name]:.1f} ({times[name]:.0f})" for name in names) +
-              f" | {best_torch / times['dmlops prepared']:.2f}× | {'' if graph is None else f'{graph:.0f}'} |")
-    if args.plot:
-        plot(args.plot, scans, qmms)
-    if args.profile:
-        profile_calls()
+    print("| M × K × N | " + " | ".join(names) + " | kernels prepared | kernels plain B | prepared − kernels |"
+          " plain − kernels | prepared / torch._int_mm | TOPS prepared |")
+    print("|---" * (len(names) + 7) + "|")
+    for (m, k, n), times, kernels in qmms:
+        print(f"| {m} × {k} × {n} | " + " | ".join(f"{times[name]:.1f}" for name in names) +
+              f" | {kernels['prepared']:.1f} | {kernels['plain B']:.1f} | "
+              f"{times['dmlops prepared'] - kernels['prepared']:+.1f} | "
+              f"{times['dmlops plain B'] - kernels['plain B']:+.1f} | "
+              f"{times['dmlops prepared'] / times['torch._int_mm']:.2f} | "
+              f"{2 * m * n * k / (min(times['dmlops prepared'], kernels['prepared']) * 1e-6) / 1e12:.0f} |")
+    return qmms
 
 
 def profile_calls():

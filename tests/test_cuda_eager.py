@@ -246,3 +246,96 @@ def test_replays_through_the_gluon_kernel_read_each_call_s_a():
         padded = torch.empty((m, k + 64), dtype=torch.int8, device="cuda")[:, :k]
         padded.copy_(a)
         assert torch.equal(product(a), product(padded))
+
+
+@gpu_only
+@pytest.mark.parametrize("m", [1, 16, 128])
+@pytest.mark.parametrize("prepared", [False, True])
+def test_torch_compile_reduce_overhead_replays_the_quantized_matmul(m, prepared):
+    """torch.compile's CUDA graph trees run a warm-up call and then replay a captured graph; nothing that dmlops keeps
+    across calls may live in the graph's memory pool. Each replay gives the reference's bits for its own A."""
+    import dmlops.torch  # noqa: F401  (registers torch.ops.dmlops)
+
+    rng = np.random.default_rng(m)
+    k, n = 256, 192
+    arrays, _ = qmm_case(rng, m, k, n)
+    a, a_scale, a_zero, b, b_scale, b_zero, out_scale, out_zero = as_tensors(arrays, "cuda")
+    weights = dmlops.prepare_b(b, b_scale, b_zero) if prepared else None
+
+    def layer(a):
+        if prepared:
+            return dmlops.quantized_linear_matmul(a, a_scale, a_zero, weights, None, None, out_scale, out_zero)
+        return torch.ops.dmlops.quantized_linear_matmul(a, a_scale, a_zero, b, b_scale, b_zero, out_scale,
+                                                        out_zero)
+
+    compiled = torch.compile(layer, mode="reduce-overhead", fullgraph=True)
+    for _ in range(4):
+        a_values = random_data(rng, np.uint8, (m, k))
+        result = compiled(torch.from_numpy(a_values).cuda()).cpu().numpy()
+        expected = reference.quantized_matmul(a_values, arrays[1], arrays[2], arrays[3], arrays[4], arrays[5],
+                                              arrays[6], arrays[7], np.uint8)
+        np.testing.assert_array_equal(result, expected)
+
+
+@gpu_only
+@pytest.mark.parametrize("length", [1000, 70000])
+def test_torch_compile_reduce_overhead_replays_scans(length):
+    """A short and a long line (whose scan keeps look-back scratch words) under CUDA graph trees."""
+    import dmlops.torch  # noqa: F401
+
+    compiled = torch.compile(lambda x: torch.ops.dmlops.cumulative_sum(x, 1, True, True), mode="reduce-overhead",
+                             fullgraph=True)
+    rng = np.random.default_rng(length)
+    for _ in range(4):
+        values = rng.standard_normal((4, length)).astype(np.float32)
+        result = compiled(torch.from_numpy(values).cuda()).cpu().numpy()
+        assert_cumulative_matches(result, "sum", values, 1, True, True)
+
+
+@gpu_only
+def test_first_calls_of_new_layouts_wait_for_nothing():
+    """No CUDA call waits for the GPU, first calls of a new layout included (the inputs are made before the check is
+    turned on: a copy from the host synchronises)."""
+    rng = np.random.default_rng(9)
+    arrays, expected = qmm_case(rng, 3, 96, 40)
+    tensors = as_tensors(arrays, "cuda")
+    x = torch.from_numpy(rng.standard_normal((5, 333)).astype(np.float32)).cuda()
+    plain_b = tensors[3].clone()
+    torch.cuda.synchronize()
+    dmlops.core.plans.forget()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(2):
+            scanned = dmlops.cumulative_product(x, 1, reverse=True)
+            result = dmlops.quantized_linear_matmul(*tensors[:3], plain_b, *tensors[4:])
+            weights = dmlops.prepare_b(plain_b, tensors[4], tensors[5])
+            prepared = dmlops.quantized_linear_matmul(*tensors[:3], weights, None, None, *tensors[6:])
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    np.testing.assert_array_equal(result.cpu().numpy(), expected)
+    np.testing.assert_array_equal(prepared.cpu().numpy(), expected)
+    assert_cumulative_matches(scanned.cpu().numpy(), "product", x.cpu().numpy(), 1, True, False)
+
+
+@gpu_only
+def test_public_launches_give_the_same_bits(monkeypatch):
+    """With Triton's public launch (where the private internals' versions are unknown) kept launches and replays
+    give the same values."""
+    from dmlops.backends.cuda import launch
+
+    monkeypatch.setattr(launch, "PRIVATE", False)
+    dmlops.core.plans.forget()
+    rng = np.random.default_rng(10)
+    for m in (1, 40):
+        arrays, expected = qmm_case(rng, m, 128, 72)
+        tensors = as_tensors(arrays, "cuda")
+        weights = dmlops.prepare_b(tensors[3], tensors[4], tensors[5])
+        for _ in range(3):
+            np.testing.assert_array_equal(dmlops.quantized_linear_matmul(*tensors).cpu().numpy(), expected)
+            np.testing.assert_array_equal(dmlops.quantized_linear_matmul(*tensors[:3], weights, None, None,
+                                                                         *tensors[6:]).cpu().numpy(), expected)
+    x_values = rng.standard_normal((3, 5000)).astype(np.float32)
+    for _ in range(3):
+        result = dmlops.cumulative_sum(torch.from_numpy(x_values).cuda(), 1, exclusive=True)
+        assert_cumulative_matches(result.cpu().numpy(), "sum", x_values, 1, False, True)
+    dmlops.core.plans.forget()

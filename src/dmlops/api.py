@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from . import arrays, dask
 from .arrays import PreparedB, prepare_b  # noqa: F401  (part of the API)
-from .core import plans, registry
+from .core import registry
 from .ops.cumulative import CumulativeOperation
 from .ops.quantized_matmul import NAME as QMM_NAME
 from .types import ValidationError
@@ -50,7 +50,7 @@ def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, 
         b, b_scale, b_zero_point = b.b, b.b_scale, b.b_zero_point
     arguments = [a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point, out]
     if type(a) is not arrays.np.ndarray:
-        if backend is None and out is None and plans.is_torch_tensor(a) and _compiling():
+        if backend is None and out is None and _torch_tensor(a) and _compiling():
             from . import torch as operators
 
             return operators.quantized_linear_matmul_operator(*arrays.as_arrays(arguments[:-1]), output_dtype)
@@ -76,6 +76,11 @@ def check_errors() -> None:
         backend.check_errors()
 
 
+def _torch_tensor(value) -> bool:
+    """Whether value is a torch tensor, by its type's module (simple enough for torch.compile to trace)."""
+    return type(value).__module__.partition(".")[0] == "torch"
+
+
 def _compiling() -> bool:
     import torch  # (a torch tensor was given: torch is imported)
 
@@ -86,7 +91,7 @@ def _through_torch_operator(x, out, backend) -> bool:
     """Whether a call runs as its PyTorch operator (``dmlops.torch``): a torch tensor being traced by
     torch.compile, or one whose gradient autograd records. Plain eager calls run the same code directly, without
     the dispatcher's few microseconds."""
-    if out is not None or backend is not None or not plans.is_torch_tensor(x):
+    if out is not None or backend is not None or not _torch_tensor(x):
         return False
     import torch
 
