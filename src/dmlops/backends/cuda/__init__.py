@@ -153,9 +153,13 @@ class CudaBackend(Backend):
         return run
 
     def prepare_quantized_linear_matmul(self, views: dict, layouts: dict):
-        return qmatmul.prepare_quantized_linear_matmul(
-            views, lambda views: {field: None if view is None else self.restride(view, *layouts[field])
-                                  for field, view in views.items()})
+        fields = tuple(views)  # (binding order)
+
+        def kernel_tensors(views):
+            return {field: None if views[field] is None else self.restride(views[field], *layouts[field])
+                    for field in fields}
+
+        return qmatmul.prepare_quantized_linear_matmul(views, kernel_tensors)
 
 
 def _extent(array):
