@@ -127,23 +127,48 @@ def _check_typed(resource: Resource, why: str) -> None:
         raise ModelError(f"resource '{resource.name}' has no data type (its initialValuesDataType is UNKNOWN); {why}")
 
 
-# What RapidJSON accepts as DxDispatch runs it and JSON does not: // and /* */ comments, and a comma before a
-# closing bracket. Strings are matched first so that nothing inside them is touched.
-_STRING_COMMENT_OR_TRAILING_COMMA = re.compile(
-    r'("(?:[^"\\]|\\.)*")|//[^\n]*|/\*.*?\*/|,(?=(?:\s|//[^\n]*|/\*.*?\*/)*[}\]])', re.DOTALL)
+# The pieces of a model's text, one match at a time from where the last one ended (each is found in time linear in
+# its length, so that the whole text is read once): a string, a comment's opening, a blank run, a comma, a closing
+# bracket, or a run of anything else.
+_PIECE = re.compile(r'"(?:[^"\\]|\\.)*"?|//[^\n]*|/\*|\s+|,|[}\]]|[^\s"/,}\]]+|/', re.DOTALL)
+
+
+def strip_comments(text: str) -> str:
+    """What RapidJSON accepts as DxDispatch runs it and JSON does not, made blank in one pass over the text: // and
+    /* */ comments, and a comma before a closing bracket. Blanks keep every line and column where it was, so that
+    error positions stay true; nothing inside a string is touched."""
+    pieces, position, trailing_comma = [], 0, None  # trailing_comma: the index in pieces of a comma not yet followed
+    while position < len(text):
+        piece = _PIECE.match(text, position).group()
+        if piece == "/*":
+            end = text.find("*/", position + 2)
+            if end < 0:
+                line = text.count("\n", 0, position) + 1
+                raise ModelError(f"JSON parse error at line {line}: a /* comment is not closed")
+            piece = text[position:end + 2]
+        position += len(piece)
+        if piece.startswith("/") and piece != "/" or piece.isspace():  # a comment or a blank run
+            pieces.append(re.sub(r"[^\n]", " ", piece) if piece.startswith("/") else piece)
+            continue
+        if piece in ("}", "]") and trailing_comma is not None:
+            pieces[trailing_comma] = " "
+        trailing_comma = len(pieces) if piece == "," else None
+        pieces.append(piece)
+    return "".join(pieces)
 
 
 def parse_json(text: str):
-    """The model's JSON. Comments and trailing commas become blanks, so that error positions stay true; what
-    follows the root value is ignored, as RapidJSON's kParseStopWhenDoneFlag does."""
-    text = _STRING_COMMENT_OR_TRAILING_COMMA.sub(
-        lambda match: match.group(1) or re.sub(r"[^\n]", " ", match.group(0)), text)
+    """The model's JSON, with comments and trailing commas (``strip_comments``); what follows the root value is
+    ignored, as RapidJSON's kParseStopWhenDoneFlag does."""
+    text = strip_comments(text)
     decoder = json.JSONDecoder(object_pairs_hook=_first_key_wins, parse_constant=_not_finite,
                                parse_float=_finite_float)
     try:
         return decoder.raw_decode(text, len(text) - len(text.lstrip()))[0]
     except json.JSONDecodeError as error:
         raise ModelError(f"JSON parse error at line {error.lineno}, column {error.colno}: {error.msg}") from None
+    except RecursionError:
+        raise ModelError("JSON parse error: the values are nested too deeply") from None
 
 
 def _finite_float(text: str) -> float:

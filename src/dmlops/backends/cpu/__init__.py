@@ -19,6 +19,13 @@ PER_COLUMN = {field for field, (data, _) in QUANTIZATION_PARAMETERS.items() if d
 # quantized matmul load their compiled code in the background (compiled.Loader), so that a first call does not wait
 # for it.
 
+def load_compiled_code() -> None:
+    """Load the scans' and the quantized matmul's compiled loops now and wait for them (NumPy's engine runs calls
+    until then), so that timings measure the compiled engine."""
+    scan.LOOPS.wait()
+    qmatmul.LOOPS.wait()
+
+
 # -- memory and views -------------------------------------------------------------------------------------------
 
 
