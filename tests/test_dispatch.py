@@ -200,7 +200,7 @@ def test_float_sequences_round_at_every_step(tmp_path, data_type, dtype):
     (buffer("FLOAT64", [10**400]), "a number is beyond the range of FLOAT64"),
     (buffer("FLOAT32", []), "'initialValues' must be non-empty"),
     (buffer("FLOAT32", {"valueCount": 0, "value": 1}), "'initialValues' must be non-empty"),
-    (buffer("FLOAT32", "deferred"), "deferred values are bound by ONNX dispatchables, which dmlops does not run"),
+    (buffer("FLOAT32", "deferred"), "deferred values (outputs that ONNX Runtime allocates) are not supported"),
     (buffer("FLOAT32", {"valueCount": 2}), "initialValues: expected an array of numbers, or an object with"),
     (buffer("FLOAT32", 3), "initialValues: expected an array of numbers, or an object with"),
     (buffer("FLOAT32", {"valueCount": 2, "value": 1, "valueStart": 0}),
@@ -449,7 +449,7 @@ def test_every_spelling_dxdispatch_accepts(tmp_path, spelling):
     assert run(tmp_path, model) == "Resource 'Out': 2, 3, 6, 11\n"
 
 
-@pytest.mark.parametrize("type_name", ["hlsl", "onnx", "dmlSerializedGraph", "DML_OPERATOR_GEMM", "GEMM",
+@pytest.mark.parametrize("type_name", ["hlsl", "ONNX", "dmlSerializedGraph", "DML_OPERATOR_GEMM", "GEMM",
                                        "cumulative_summation", "DML_OPERATOR_CUMULATIVE_SUMMATIONS"])
 def test_unsupported_dispatchable_types(tmp_path, type_name):
     model = scan_model()
@@ -457,7 +457,7 @@ def test_unsupported_dispatchable_types(tmp_path, type_name):
     assert error(tmp_path, model) == (
         f"dispatchable 'scan': type: '{type_name}' is not supported; dmlops runs the DirectML operators "
         f"DML_OPERATOR_CUMULATIVE_SUMMATION, DML_OPERATOR_CUMULATIVE_PRODUCT, "
-        f"DML_OPERATOR_QUANTIZED_LINEAR_MATRIX_MULTIPLY")
+        f"DML_OPERATOR_QUANTIZED_LINEAR_MATRIX_MULTIPLY, and ONNX models (\"type\": \"onnx\")")
 
 
 @pytest.mark.parametrize("fields, message", [
