@@ -43,10 +43,10 @@ def evaluator_operators(to_device: Callable, to_host: Callable) -> list:
     def cumulative_node(name: str, operation: Callable):
         def run(self, x, axis, exclusive=None, reverse=None):
             return (to_host(cumulative(operation, to_device(x), axis, exclusive, reverse)),)
-        return type(name, (OpRun,), {"op_domain": "", "_run": run})
+        return type(name, (OpRun,), {"op_domain": "", "_run": run, "__module__": __name__})
 
     def run_qlinear_matmul(self, *inputs):
         return (to_host(qlinear_matmul(*(to_device(x) for x in inputs))),)
 
     return [cumulative_node("CumSum", cumulative_sum), cumulative_node("CumProd", cumulative_product),
-            type("QLinearMatMul", (OpRun,), {"op_domain": "", "_run": run_qlinear_matmul})]
+            type("QLinearMatMul", (OpRun,), {"op_domain": "", "_run": run_qlinear_matmul, "__module__": __name__})]
