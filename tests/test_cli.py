@@ -274,9 +274,10 @@ MS = r"\d+\.\d{4} ms"
 
 
 def test_a_timed_run_as_the_readme_shows_it(capsys):
-    """``-i 20 -v 1`` on the cpu backend: initialization, then cold and hot CPU statistics (no GPU lines), then
+    """``-a cpu -i 20 -v 1``: initialization, then cold and hot CPU statistics (no GPU lines), then
     what the model prints; nothing on standard error, which is no terminal here."""
-    assert cli.main(["dispatch", str(EXAMPLES / "dml_cumulative_product.json"), "-i", "20", "-v", "1"]) == 0
+    assert cli.main(["dispatch", str(EXAMPLES / "dml_cumulative_product.json"), "-a", "cpu", "-i", "20", "-v",
+                     "1"]) == 0
     captured = capsys.readouterr()
     lines = captured.out.splitlines()[1:]
     assert re.fullmatch(rf"Initialize 'cumulative_product': {MS}", lines[0])
@@ -287,7 +288,7 @@ def test_a_timed_run_as_the_readme_shows_it(capsys):
     assert lines[4:] == EXPECTED["dml_cumulative_product.json"].splitlines()
     assert captured.err == ""
     readme = (ROOT / "README.md").read_text()
-    assert "dmlops dispatch examples/dml_cumulative_product.json -i 20 -v 1" in readme
+    assert "dmlops dispatch examples/dml_cumulative_product.json -a cpu -i 20 -v 1" in readme
 
 
 def test_cuda_backend_timing_has_a_gpu_part_only_on_a_gpu(capsys):
