@@ -130,6 +130,14 @@ def test_a_bad_model_exits_2_with_one_line_and_no_traceback(tmp_path):
                             f"Expecting ',' delimiter\n"
 
 
+def test_deeply_nested_json_exits_2(tmp_path, capsys):
+    model = tmp_path / "deep.json"
+    model.write_text("{" + '"a": {' * 50_000)
+    assert cli.main(["dispatch", str(model)]) == 2
+    assert capsys.readouterr().err == \
+        f"dmlops dispatch: error: {model}: JSON parse error: the values are nested too deeply\n"
+
+
 def test_traceback_shows_the_traceback(tmp_path):
     model = tmp_path / "bad.json"
     model.write_text("{")

@@ -22,6 +22,7 @@ import strategies
 from checks import assert_cumulative_matches
 from dmlops import DataType
 from dmlops.dispatch import ModelError, read_model, run_model, runner
+from dmlops.dispatch.model import strip_comments
 from dmlops.dispatch.printing import format_values, resource_text
 from dmlops.dispatch.timing import (Samples, TimingOptions, cold_and_hot, dispatch_lines, progress_bar,
                                     time_dispatches)
@@ -97,6 +98,28 @@ def test_comments_trailing_commas_repeated_keys_and_text_after_the_root(tmp_path
     anything after the root value is not read
     """
     assert run(tmp_path, text) == "Resource 'a//b': 1, 2, 3\n"
+
+
+def test_comments_are_blanked_in_one_pass():
+    """Comments become blanks (newlines kept); a comma before a closing bracket, comments between, is blanked;
+    nothing inside a string is touched."""
+    assert strip_comments('[1, /* a */ ] // b\n') == "[1" + " " * 10 + "]" + " " * 5 + "\n"
+    assert strip_comments('[1, /* a\n */ 2]') == "[1,     \n    2]"
+    assert strip_comments('{"a,]": "\\"/*", "b": [1,], }') == '{"a,]": "\\"/*", "b": [1 ]  }'
+    assert strip_comments("[1, //\n 2 /**/,\n]") == "[1,   \n 2" + " " * 6 + "\n]"
+
+
+@pytest.mark.parametrize("count", [16_000, 40_000])
+def test_many_unterminated_comments_are_one_error_found_at_once(tmp_path, count):
+    """Each comment opener is looked at once (the regular expression this replaced took quadratic time)."""
+    assert error(tmp_path, '{"resources": {}, ' + "/*" * count) == \
+        "JSON parse error at line 1: a /* comment is not closed"
+    assert error(tmp_path, '{"resources": {' + '"/*": 1, ' * count + "}}") == \
+        "resource '/*': expected a JSON object, not 1"
+
+
+def test_deeply_nested_json_is_a_model_error(tmp_path):
+    assert error(tmp_path, "[" * 100_000 + "]" * 100_000) == "JSON parse error: the values are nested too deeply"
 
 
 def test_json_errors_give_line_and_column(tmp_path):
