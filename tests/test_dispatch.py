@@ -869,6 +869,41 @@ def test_gpu_times_come_from_the_backends_events(tmp_path, monkeypatch):
     assert re.fullmatch(rf"Dispatch 'scan': 1 iterations, {MS} median \(CPU\), \d+\.\d{{6}} ms median \(GPU\)", line)
 
 
+def test_timed_runs_wait_for_the_compiled_engines_and_the_default_line_does_not(tmp_path, monkeypatch):
+    from dmlops import Device
+
+    calls = []
+    monkeypatch.setattr(Device, "load_compiled_code", lambda self: calls.append(self.backend_name))
+    run(tmp_path, in_place_model(random_int32()), timing=TimingOptions(load_compiled_code=False))
+    run(tmp_path, in_place_model(random_int32()))
+    assert calls == []
+    run(tmp_path, in_place_model(random_int32()), timing=TimingOptions(iterations=2))
+    assert calls == ["cpu"]
+
+
+def test_the_cpu_backend_loads_its_compiled_code_when_asked():
+    from dmlops import Device
+    from dmlops.backends.cpu import qmatmul, scan
+
+    Device("cpu").load_compiled_code()
+    assert scan.LOOPS.done.is_set() and qmatmul.LOOPS.done.is_set()
+
+
+def test_ctrl_c_keeps_the_iterations_done():
+    """The samples of the whole iterations before the interrupt, and the mark that the loop was interrupted."""
+    done = []
+
+    def dispatch():
+        if len(done) == 5:
+            raise KeyboardInterrupt
+        done.append(1)
+
+    samples = time_dispatches(dispatch, lambda: None, None, TimingOptions(iterations=10**18), None)
+    assert (len(samples.cpu), samples.gpu, samples.interrupted) == (5, None, True)
+    lines = dispatch_lines("scan", samples, TimingOptions(verbosity=1))
+    assert lines[0] == "Dispatch 'scan': 5 iterations" and lines[2].startswith("CPU Timings (Hot)  : 4 samples")
+
+
 def test_without_timing_nothing_is_timed_or_printed(tmp_path, capsys):
     values = random_int32()
     assert run(tmp_path, in_place_model(values)) == summed(values, 1) + "\n"

@@ -204,6 +204,12 @@ def test_the_example_model_matches_onnx_runtime(tmp_path):
     assert out.getvalue().splitlines()[1] == f"Resource 'Products': {', '.join(f'{v:g}' for v in products.ravel())}"
 
 
+def test_the_cuda_backend_prints_the_same(tmp_path):
+    """(Under Triton's interpreter where there is no GPU.)"""
+    pytest.importorskip("torch")
+    assert run_json(tmp_path, example_model(), backend="cuda") == run_json(tmp_path, example_model())
+
+
 def test_shapes_from_bindings_overrides_and_the_command_line(tmp_path):
     """x {N, 4}: its binding's shape, else N by name (JSON, then -f) or denotation (-F), else 1; -b wins."""
     bound = {"x": "X", "sums": "Sums"}

@@ -185,16 +185,10 @@ def _backend_io(backend: str) -> BackendIO:
     import torch
 
     if not torch.cuda.is_available():  # CPU tensors serve Triton's interpreter (the backend refuses them otherwise)
-        return BackendIO(torch.from_numpy, _to_numpy, _write_tensor, _nothing, None, torch.from_numpy, _to_numpy)
-    return BackendIO(_to_cuda, _to_numpy, _write_tensor, torch.cuda.synchronize,
+        return BackendIO(torch.from_numpy, _to_numpy, _write_tensor, _nothing, None, torch.tensor, _to_numpy)
+    return BackendIO(lambda host: torch.from_numpy(host).to("cuda"), _to_numpy, _write_tensor, torch.cuda.synchronize,
                      lambda: (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)),
-                     _to_cuda, _to_numpy)
-
-
-def _to_cuda(host: np.ndarray):
-    import torch
-
-    return torch.from_numpy(np.ascontiguousarray(host)).to("cuda")
+                     lambda array: torch.tensor(array, device="cuda"), _to_numpy)
 
 
 def _to_numpy(buffer):
