@@ -22,6 +22,7 @@ import strategies
 from checks import assert_cumulative_matches
 from dmlops import DataType
 from dmlops.dispatch import ModelError, read_model, run_model, runner
+from dmlops.dispatch.model import strip_comments
 from dmlops.dispatch.printing import format_values, resource_text
 from dmlops.dispatch.timing import (Samples, TimingOptions, cold_and_hot, dispatch_lines, progress_bar,
                                     time_dispatches)
@@ -97,6 +98,28 @@ def test_comments_trailing_commas_repeated_keys_and_text_after_the_root(tmp_path
     anything after the root value is not read
     """
     assert run(tmp_path, text) == "Resource 'a//b': 1, 2, 3\n"
+
+
+def test_comments_are_blanked_in_one_pass():
+    """Comments become blanks (newlines kept); a comma before a closing bracket, comments between, is blanked;
+    nothing inside a string is touched."""
+    assert strip_comments('[1, /* a */ ] // b\n') == "[1" + " " * 10 + "]" + " " * 5 + "\n"
+    assert strip_comments('[1, /* a\n */ 2]') == "[1,     \n    2]"
+    assert strip_comments('{"a,]": "\\"/*", "b": [1,], }') == '{"a,]": "\\"/*", "b": [1 ]  }'
+    assert strip_comments("[1, //\n 2 /**/,\n]") == "[1,   \n 2" + " " * 6 + "\n]"
+
+
+@pytest.mark.parametrize("count", [16_000, 40_000])
+def test_many_unterminated_comments_are_one_error_found_at_once(tmp_path, count):
+    """Each comment opener is looked at once (the regular expression this replaced took quadratic time)."""
+    assert error(tmp_path, '{"resources": {}, ' + "/*" * count) == \
+        "JSON parse error at line 1: a /* comment is not closed"
+    assert error(tmp_path, '{"resources": {' + '"/*": 1, ' * count + "}}") == \
+        "resource '/*': expected a JSON object, not 1"
+
+
+def test_deeply_nested_json_is_a_model_error(tmp_path):
+    assert error(tmp_path, "[" * 100_000 + "]" * 100_000) == "JSON parse error: the values are nested too deeply"
 
 
 def test_json_errors_give_line_and_column(tmp_path):
@@ -200,7 +223,7 @@ def test_float_sequences_round_at_every_step(tmp_path, data_type, dtype):
     (buffer("FLOAT64", [10**400]), "a number is beyond the range of FLOAT64"),
     (buffer("FLOAT32", []), "'initialValues' must be non-empty"),
     (buffer("FLOAT32", {"valueCount": 0, "value": 1}), "'initialValues' must be non-empty"),
-    (buffer("FLOAT32", "deferred"), "deferred values are bound by ONNX dispatchables, which dmlops does not run"),
+    (buffer("FLOAT32", "deferred"), "deferred values (outputs that ONNX Runtime allocates) are not supported"),
     (buffer("FLOAT32", {"valueCount": 2}), "initialValues: expected an array of numbers, or an object with"),
     (buffer("FLOAT32", 3), "initialValues: expected an array of numbers, or an object with"),
     (buffer("FLOAT32", {"valueCount": 2, "value": 1, "valueStart": 0}),
@@ -449,7 +472,7 @@ def test_every_spelling_dxdispatch_accepts(tmp_path, spelling):
     assert run(tmp_path, model) == "Resource 'Out': 2, 3, 6, 11\n"
 
 
-@pytest.mark.parametrize("type_name", ["hlsl", "onnx", "dmlSerializedGraph", "DML_OPERATOR_GEMM", "GEMM",
+@pytest.mark.parametrize("type_name", ["hlsl", "ONNX", "dmlSerializedGraph", "DML_OPERATOR_GEMM", "GEMM",
                                        "cumulative_summation", "DML_OPERATOR_CUMULATIVE_SUMMATIONS"])
 def test_unsupported_dispatchable_types(tmp_path, type_name):
     model = scan_model()
@@ -457,7 +480,7 @@ def test_unsupported_dispatchable_types(tmp_path, type_name):
     assert error(tmp_path, model) == (
         f"dispatchable 'scan': type: '{type_name}' is not supported; dmlops runs the DirectML operators "
         f"DML_OPERATOR_CUMULATIVE_SUMMATION, DML_OPERATOR_CUMULATIVE_PRODUCT, "
-        f"DML_OPERATOR_QUANTIZED_LINEAR_MATRIX_MULTIPLY")
+        f"DML_OPERATOR_QUANTIZED_LINEAR_MATRIX_MULTIPLY, and ONNX models (\"type\": \"onnx\")")
 
 
 @pytest.mark.parametrize("fields, message", [
@@ -844,6 +867,41 @@ def test_gpu_times_come_from_the_backends_events(tmp_path, monkeypatch):
         assert re.fullmatch(rf"iteration {index}: {MS} \(CPU\), {MS} \(GPU\)", line), line
     line = run(tmp_path, in_place_model(random_int32()), timing=TimingOptions()).splitlines()[0]
     assert re.fullmatch(rf"Dispatch 'scan': 1 iterations, {MS} median \(CPU\), \d+\.\d{{6}} ms median \(GPU\)", line)
+
+
+def test_timed_runs_wait_for_the_compiled_engines_and_the_default_line_does_not(tmp_path, monkeypatch):
+    from dmlops import Device
+
+    calls = []
+    monkeypatch.setattr(Device, "load_compiled_code", lambda self: calls.append(self.backend_name))
+    run(tmp_path, in_place_model(random_int32()), timing=TimingOptions(load_compiled_code=False))
+    run(tmp_path, in_place_model(random_int32()))
+    assert calls == []
+    run(tmp_path, in_place_model(random_int32()), timing=TimingOptions(iterations=2))
+    assert calls == ["cpu"]
+
+
+def test_the_cpu_backend_loads_its_compiled_code_when_asked():
+    from dmlops import Device
+    from dmlops.backends.cpu import qmatmul, scan
+
+    Device("cpu").load_compiled_code()
+    assert scan.LOOPS.done.is_set() and qmatmul.LOOPS.done.is_set()
+
+
+def test_ctrl_c_keeps_the_iterations_done():
+    """The samples of the whole iterations before the interrupt, and the mark that the loop was interrupted."""
+    done = []
+
+    def dispatch():
+        if len(done) == 5:
+            raise KeyboardInterrupt
+        done.append(1)
+
+    samples = time_dispatches(dispatch, lambda: None, None, TimingOptions(iterations=10**18), None)
+    assert (len(samples.cpu), samples.gpu, samples.interrupted) == (5, None, True)
+    lines = dispatch_lines("scan", samples, TimingOptions(verbosity=1))
+    assert lines[0] == "Dispatch 'scan': 5 iterations" and lines[2].startswith("CPU Timings (Hot)  : 4 samples")
 
 
 def test_without_timing_nothing_is_timed_or_printed(tmp_path, capsys):

@@ -35,6 +35,10 @@ class Device:
         operator_module(desc).validate(desc, self.feature_level)
         return CompiledOperator(self, desc)
 
+    def load_compiled_code(self) -> None:
+        """Load the backend's compiled engines now and wait for them, so that timings measure them."""
+        self.backend.load_compiled_code()
+
     def __repr__(self):
         return f"Device({self.backend_name!r}, FeatureLevel.{self.feature_level.name})"
 

@@ -11,6 +11,8 @@ from pathlib import Path
 
 from ..types import DataType
 from .fields import ModelError, as_bool, as_object, as_string, as_uint_array, context, describe, member
+from .images import IMAGE_SUFFIXES
+from .onnx_models import OnnxDispatchable, parse_onnx_bindings, parse_onnx_dispatchable
 from .operators import BindingSource, Dispatchable, parse_bindings, parse_dispatchable
 from .resources import Resource, parse_resource
 
@@ -41,14 +43,21 @@ Command = DispatchCommand | PrintCommand | WriteFileCommand
 class Model:
     path: Path
     resources: dict[str, Resource]
-    dispatchables: dict[str, Dispatchable]
+    dispatchables: dict[str, Dispatchable | OnnxDispatchable]
     commands: list[Command]
 
 
 def read_model(path) -> Model:
+    """A JSON model, or an ONNX model (``.onnx``), which runs as the JSON model with no resources and one dispatch
+    of it with no bindings (its inputs implicit), as DxDispatch runs it."""
     path = Path(path)
     if path.is_dir():
         raise ModelError(f"{path}: a model is a JSON file, not a folder")
+    if path.suffix.lower() == ".onnx":
+        if not path.is_file():
+            raise ModelError(f"{path}: cannot read the model (no such file)")
+        return Model(path, {}, {path.name: OnnxDispatchable(path.name, path, {}, {})},
+                     [DispatchCommand(path.name, {})])
     try:
         text = path.read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as error:
@@ -61,7 +70,8 @@ def parse_model(root, path: Path) -> Model:
     root = as_object(root)
     resources = _parse_named("resource", member(root, "resources", as_object),
                              lambda name, value: parse_resource(name, value, path.parent))
-    dispatchables = _parse_named("dispatchable", member(root, "dispatchables", as_object), parse_dispatchable)
+    dispatchables = _parse_named("dispatchable", member(root, "dispatchables", as_object),
+                                 lambda name, value: _parse_dispatchable(name, value, path.parent))
     for dispatchable in dispatchables.values():
         with context(f"dispatchable '{dispatchable.name}'"), context("bindings"):
             _check_resources(dispatchable.initialize_bindings, resources)
@@ -70,6 +80,12 @@ def parse_model(root, path: Path) -> Model:
         with context(f"command {index}"):
             commands.append(parse_command(command, resources, dispatchables))
     return Model(path, resources, dispatchables, commands)
+
+
+def _parse_dispatchable(name: str, value, model_dir: Path) -> Dispatchable | OnnxDispatchable:
+    if isinstance(value, dict) and value.get("type") == "onnx":
+        return parse_onnx_dispatchable(name, value, model_dir)
+    return parse_dispatchable(name, value)
 
 
 def _parse_named(kind: str, objects: dict, parse) -> dict:
@@ -93,7 +109,9 @@ def parse_command(value, resources: dict, dispatchables: dict) -> Command:
         name = member(obj, "dispatchable", as_string)
         if name not in dispatchables:
             raise ModelError(f"dispatchable '{name}' does not exist in the model")
-        bindings = member(obj, "bindings", lambda v: parse_bindings(v, dispatchables[name].desc))
+        dispatchable = dispatchables[name]
+        bindings = member(obj, "bindings", parse_onnx_bindings) if isinstance(dispatchable, OnnxDispatchable) \
+            else member(obj, "bindings", lambda v: parse_bindings(v, dispatchable.desc))
         with context("bindings"):
             _check_resources(bindings, resources)
         return DispatchCommand(name, bindings)
@@ -107,9 +125,16 @@ def parse_command(value, resources: dict, dispatchables: dict) -> Command:
         return PrintCommand(resource, member(obj, "verbose", as_bool, False))
     dimensions = member(obj, "dimensions", as_uint_array, None)
     target_path = member(obj, "targetPath", as_string)
-    if Path(target_path).suffix.lower() == ".npy":
+    suffix = Path(target_path).suffix.lower()
+    if suffix not in WRITABLE_SUFFIXES:
+        raise ModelError(f"targetPath '{target_path}': writeFile writes .npy, .png, .jpg, or raw bytes to .dat or "
+                         f".bin, not '{suffix or 'a name without a suffix'}'")
+    if suffix == ".npy":
         _check_typed(resources[resource], "a .npy file holds values of the resource's data type")
     return WriteFileCommand(resource, target_path, tuple(dimensions) if dimensions else None)
+
+
+WRITABLE_SUFFIXES = (".npy", ".dat", ".bin", *IMAGE_SUFFIXES)
 
 
 def _check_resources(bindings: dict[str, BindingSource], resources: dict) -> None:
@@ -127,23 +152,48 @@ def _check_typed(resource: Resource, why: str) -> None:
         raise ModelError(f"resource '{resource.name}' has no data type (its initialValuesDataType is UNKNOWN); {why}")
 
 
-# What RapidJSON accepts as DxDispatch runs it and JSON does not: // and /* */ comments, and a comma before a
-# closing bracket. Strings are matched first so that nothing inside them is touched.
-_STRING_COMMENT_OR_TRAILING_COMMA = re.compile(
-    r'("(?:[^"\\]|\\.)*")|//[^\n]*|/\*.*?\*/|,(?=(?:\s|//[^\n]*|/\*.*?\*/)*[}\]])', re.DOTALL)
+# The pieces of a model's text, one match at a time from where the last one ended (each is found in time linear in
+# its length, so that the whole text is read once): a string, a comment's opening, a blank run, a comma, a closing
+# bracket, or a run of anything else.
+_PIECE = re.compile(r'"(?:[^"\\]|\\.)*"?|//[^\n]*|/\*|\s+|,|[}\]]|[^\s"/,}\]]+|/', re.DOTALL)
+
+
+def strip_comments(text: str) -> str:
+    """What RapidJSON accepts as DxDispatch runs it and JSON does not, made blank in one pass over the text: // and
+    /* */ comments, and a comma before a closing bracket. Blanks keep every line and column where it was, so that
+    error positions stay true; nothing inside a string is touched."""
+    pieces, position, trailing_comma = [], 0, None  # trailing_comma: the index in pieces of a comma not yet followed
+    while position < len(text):
+        piece = _PIECE.match(text, position).group()
+        if piece == "/*":
+            end = text.find("*/", position + 2)
+            if end < 0:
+                line = text.count("\n", 0, position) + 1
+                raise ModelError(f"JSON parse error at line {line}: a /* comment is not closed")
+            piece = text[position:end + 2]
+        position += len(piece)
+        if piece.startswith("/") and piece != "/" or piece.isspace():  # a comment or a blank run
+            pieces.append(re.sub(r"[^\n]", " ", piece) if piece.startswith("/") else piece)
+            continue
+        if piece in ("}", "]") and trailing_comma is not None:
+            pieces[trailing_comma] = " "
+        trailing_comma = len(pieces) if piece == "," else None
+        pieces.append(piece)
+    return "".join(pieces)
 
 
 def parse_json(text: str):
-    """The model's JSON. Comments and trailing commas become blanks, so that error positions stay true; what
-    follows the root value is ignored, as RapidJSON's kParseStopWhenDoneFlag does."""
-    text = _STRING_COMMENT_OR_TRAILING_COMMA.sub(
-        lambda match: match.group(1) or re.sub(r"[^\n]", " ", match.group(0)), text)
+    """The model's JSON, with comments and trailing commas (``strip_comments``); what follows the root value is
+    ignored, as RapidJSON's kParseStopWhenDoneFlag does."""
+    text = strip_comments(text)
     decoder = json.JSONDecoder(object_pairs_hook=_first_key_wins, parse_constant=_not_finite,
                                parse_float=_finite_float)
     try:
         return decoder.raw_decode(text, len(text) - len(text.lstrip()))[0]
     except json.JSONDecodeError as error:
         raise ModelError(f"JSON parse error at line {error.lineno}, column {error.colno}: {error.msg}") from None
+    except RecursionError:
+        raise ModelError("JSON parse error: the values are nested too deeply") from None
 
 
 def _finite_float(text: str) -> float:

@@ -31,12 +31,13 @@ DISPATCHABLE_FIELDS = ("type", "Type", "executionFlags", "bindings", "dmlCompile
 @dataclass(frozen=True)
 class BindingSource:
     """A resource bound to a tensor; offsets and counts in elements of ``element_size_in_bytes`` (0: the size of
-    the resource's data type)."""
+    the resource's data type); ``shape``: an ONNX model's tensor's shape (None: the model's)."""
 
     name: str
     element_offset: int = 0
     element_count: int = 0
     element_size_in_bytes: int = 0
+    shape: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,8 @@ def as_operator(value):
         if text in (operator_name(desc_type), desc_type.operator_type.name):
             return desc_type
     supported = ", ".join(operator_name(desc_type) for desc_type in OPERATORS)
-    raise ModelError(f"'{text}' is not supported; dmlops runs the DirectML operators {supported}")
+    raise ModelError(f"'{text}' is not supported; dmlops runs the DirectML operators {supported}, and ONNX models "
+                     f"(\"type\": \"onnx\")")
 
 
 def parse_desc(desc_type, obj: dict):

@@ -3,7 +3,9 @@
 ``initialValues`` is an array of numbers (floats may also be "nan", "inf" and "-inf"), a constant
 ``{valueCount, value}``, a sequence ``{valueCount, valueStart, valueDelta}`` (added up in the element type, so
 integers wrap and floats round at every step, as C++ adds them), or ``{sourcePath}``: a ``.npy`` file, which carries
-its data type, or raw bytes (``.dat``, ``.bin``, any other name). Each value is converted as DxDispatch converts a
+its data type, an image (``.png``, ``.jpg``: ``images``; the buffer's ``resampleSize`` and ``resampleMode`` apply), or
+raw bytes (``.dat``, ``.bin``, any other name). A source path is found beside the model, else from the current
+folder; any file that can be read is read, as DxDispatch reads it. Each value is converted as DxDispatch converts a
 JSON number: integers must fit their type; FLOAT32 and FLOAT16 values are read as float32 (FLOAT16 then rounds again).
 Where ``initialValuesDataType`` is ``UNKNOWN`` or absent, an array is a List Initializer: objects
 ``{"type", "value", "name"}`` (the name is a comment), their values packed in order, each in its own type, with no
@@ -24,8 +26,9 @@ from typing import Callable
 import numpy as np
 
 from ..types import DataType
-from .fields import (ModelError, as_enum, as_object, as_string, as_uint, as_uint64, check_keys, context, describe,
-                     member)
+from .fields import (ModelError, as_enum, as_object, as_string, as_uint, as_uint64, as_uint_array, check_keys,
+                     context, describe, member)
+from .images import IMAGE_SUFFIXES, check_resample, image_size, read_image
 
 FLOAT_TYPES = (DataType.FLOAT16, DataType.FLOAT32, DataType.FLOAT64)
 SPECIAL_FLOATS = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}
@@ -68,7 +71,9 @@ class Resource:
 def parse_resource(name: str, value, model_dir: Path) -> Resource:
     obj = as_object(value)
     data_type = member(obj, "initialValuesDataType", as_data_type, None)
-    data_type, byte_count, make = member(obj, "initialValues", lambda v: initial_values(v, data_type, model_dir))
+    resample = (member(obj, "resampleSize", as_uint_array, None), member(obj, "resampleMode", as_string, "scale"))
+    data_type, byte_count, make = member(obj, "initialValues",
+                                         lambda v: initial_values(v, data_type, model_dir, resample))
     if byte_count == 0:
         raise ModelError("'initialValues' must be non-empty")
     # Unless the size is given, it is rounded up to a multiple of 4 bytes (DirectML binds whole 32-bit words).
@@ -85,14 +90,16 @@ def as_data_type(value) -> DataType | None:
     return None if data_type == DataType.UNKNOWN else data_type
 
 
-def initial_values(value, data_type: DataType | None, model_dir: Path):
-    """(data type, byte count, function that makes the values) for an ``initialValues`` field."""
+def initial_values(value, data_type: DataType | None, model_dir: Path, resample=(None, "scale")):
+    """(data type, byte count, function that makes the values) for an ``initialValues`` field; ``resample``: the
+    buffer's resampleSize and resampleMode (images only)."""
     generator = next((key for key in ("value", "valueStart", "sourcePath") if key in value), None) \
         if isinstance(value, dict) else None
     if generator == "sourcePath":
-        return file_values(member(value, "sourcePath", as_path), data_type, model_dir)
+        return file_values(member(value, "sourcePath", as_path), data_type, model_dir, resample)
     if isinstance(value, str) and value == "deferred":
-        raise ModelError("deferred values are bound by ONNX dispatchables, which dmlops does not run")
+        raise ModelError("deferred values (outputs that ONNX Runtime allocates) are not supported; give the "
+                         "resource values of the output's size")
     if not isinstance(value, list) and generator is None:
         raise ModelError(f"expected an array of numbers, or an object with 'value', 'valueStart' or 'sourcePath', "
                          f"not {describe(value)}")
@@ -186,9 +193,14 @@ def as_path(value) -> Path:
     return Path(value)
 
 
-def file_values(source: Path, data_type: DataType | None, model_dir: Path):
+def file_values(source: Path, data_type: DataType | None, model_dir: Path, resample=(None, "scale")):
     """(data type, byte count, reader) for a file, found beside the model or else from the current folder."""
     path = model_dir / source if (model_dir / source).exists() else source
+    if path.suffix.lower() in IMAGE_SUFFIXES:
+        check_resample(*resample, data_type)
+        size = image_size(path, resample[0])
+        return data_type, math.prod(size) * data_type.numpy_dtype.itemsize, \
+            lambda: read_image(path, data_type, resample[0])
     try:
         if path.suffix.lower() == ".npy":
             header = np.load(path, mmap_mode="r", allow_pickle=False)  # reads the header only

@@ -4,7 +4,10 @@
 
 Buffers are NumPy uint8 arrays on the cpu backend and torch uint8 tensors on the cuda backend; what print and
 writeFile read is copied back to the host. A binding's offset is ``elementOffset`` elements of the resource's data
-type (or of ``elementSizeInBytes``); it runs to the end of the buffer, or over ``elementCount`` elements.
+type (or of ``elementSizeInBytes``); it runs to the end of the buffer, or over ``elementCount`` elements. ONNX
+dispatchables run as ``onnx_models`` says.
+
+Ctrl-C during a timed dispatch prints the statistics of the iterations done, then raises KeyboardInterrupt.
 """
 
 from __future__ import annotations
@@ -21,7 +24,9 @@ import numpy as np
 from ..device import BufferBinding, Device
 from ..types import DEFAULT_FEATURE_LEVEL
 from .fields import ModelError, context
+from .images import IMAGE_SUFFIXES, write_image
 from .model import DispatchCommand, Model, PrintCommand, WriteFileCommand
+from .onnx_models import OnnxDispatchable, OnnxOptions, OnnxSession
 from .operators import BindingSource
 from .printing import resource_text
 from .timing import TimingOptions, dispatch_lines, initialize_line, progress_bar, time_dispatches
@@ -30,16 +35,18 @@ DEFAULT_MAX_BYTES = 4 << 30
 
 
 def run_model(model: Model, backend: str = "cpu", feature_level=DEFAULT_FEATURE_LEVEL, output_dir=".",
-              timing: TimingOptions | None = None, max_bytes: int = DEFAULT_MAX_BYTES, out=None) -> None:
+              timing: TimingOptions | None = None, max_bytes: int = DEFAULT_MAX_BYTES, out=None,
+              onnx: OnnxOptions = OnnxOptions()) -> None:
     """Run ``model``'s commands, writing what DxDispatch prints to ``out`` (standard output by default). With
-    ``timing``, each dispatch runs and is timed as the options say, and DxDispatch's timing lines are printed."""
+    ``timing``, each dispatch runs and is timed as the options say, and DxDispatch's timing lines are printed;
+    ``onnx``: the command line's ONNX options."""
     with context(str(model.path)):
-        Runner(model, backend, feature_level, Path(output_dir), timing, max_bytes, out or sys.stdout).run()
+        Runner(model, backend, feature_level, Path(output_dir), timing, max_bytes, out or sys.stdout, onnx).run()
 
 
 class Runner:
     def __init__(self, model: Model, backend: str, feature_level, output_dir: Path, timing: TimingOptions | None,
-                 max_bytes: int, out):
+                 max_bytes: int, out, onnx: OnnxOptions):
         self.model, self.output_dir, self.timing, self.out = model, output_dir, timing, out
         total = sum(resource.size_in_bytes for resource in model.resources.values())
         if total > max_bytes:
@@ -47,13 +54,19 @@ class Runner:
                              f"--max-bytes allows")
         self.device = Device(backend, feature_level)
         self.io = _backend_io(backend)
+        if timing and timing.load_compiled_code:
+            self.device.load_compiled_code()
         self.buffers = {name: self.io.upload(resource.fill()) for name, resource in model.resources.items()}
         self.compiled = {}
         for name, dispatchable in model.dispatchables.items():
             start = time.perf_counter()
             with context(f"dispatchable '{name}'"):
-                compiled = self.device.compile_operator(dispatchable.desc)
-                compiled.initialize(self._bindings(dispatchable.desc.input_fields, dispatchable.initialize_bindings))
+                if isinstance(dispatchable, OnnxDispatchable):
+                    compiled = OnnxSession(dispatchable, onnx, self.io.array_to_device, self.io.array_to_host)
+                else:
+                    compiled = self.device.compile_operator(dispatchable.desc)
+                    compiled.initialize(self._bindings(dispatchable.desc.input_fields,
+                                                       dispatchable.initialize_bindings))
             self.io.synchronize()
             if timing and timing.verbosity >= 1:
                 print(initialize_line(name, (time.perf_counter() - start) * 1000), file=out)
@@ -72,14 +85,22 @@ class Runner:
     def dispatch(self, command: DispatchCommand) -> None:
         compiled = self.compiled[command.dispatchable]
         with context(f"dispatchable '{command.dispatchable}'"):
-            inputs = self._bindings(compiled.desc.input_fields, command.bindings)
-            outputs = self._bindings(compiled.desc.output_fields, command.bindings)
+            if isinstance(compiled, OnnxSession):
+                compiled.check_bindings(command.bindings)
+                run = compiled.prepare(command.bindings, self._read, self._write, self.out)
+            else:
+                inputs = self._bindings(compiled.desc.input_fields, command.bindings)
+                outputs = self._bindings(compiled.desc.output_fields, command.bindings)
+
+                def run():
+                    compiled.execute(inputs, outputs)
             options = self.timing or TimingOptions()
             with progress_bar(options) if self.timing else nullcontext() as progress:
-                samples = time_dispatches(lambda: compiled.execute(inputs, outputs), self.io.synchronize,
-                                          self.io.gpu_events, options, progress)
-        if self.timing:
+                samples = time_dispatches(run, self.io.synchronize, self.io.gpu_events, options, progress)
+        if self.timing and samples.cpu:
             print("\n".join(dispatch_lines(command.dispatchable, samples, options)), file=self.out)
+        if samples.interrupted:
+            raise KeyboardInterrupt
 
     def print(self, command: PrintCommand) -> None:
         """The resource's initial element count of values, from the start of its buffer, as DxDispatch reads them."""
@@ -89,7 +110,8 @@ class Runner:
         print(resource_text(command.resource, values, command.verbose), file=self.out)
 
     def write_file(self, command: WriteFileCommand) -> None:
-        """.npy: the resource's values (its whole buffer, or ``dimensions``); any other name: the buffer's bytes."""
+        """.npy: the resource's values (its whole buffer, or ``dimensions``); .png, .jpg: an image of the values
+        (``images``); .dat, .bin: the buffer's bytes."""
         resource = self.model.resources[command.resource]
         path = self._output_path(command.target_path)
         data = self.io.download(self.buffers[command.resource])
@@ -102,6 +124,8 @@ class Runner:
                                      f"'{command.resource}' holds {values.size}")
                 with open(path, "wb") as file:
                     np.save(file, values[:math.prod(shape)].reshape(shape))
+            elif path.suffix.lower() in IMAGE_SUFFIXES:
+                write_image(path, data, resource.data_type, command.dimensions)
             else:
                 path.write_bytes(data.tobytes())
         except OSError as error:
@@ -120,6 +144,19 @@ class Runner:
             raise ModelError(f"cannot make the folder of '{path}' ({error})") from None
         return path
 
+    def _read(self, source: BindingSource, byte_count: int) -> np.ndarray:
+        """The first ``byte_count`` bytes of a bound resource, on the host."""
+        data = self.io.download(self.buffers[source.name])
+        if byte_count > data.size:
+            raise ModelError(f"resource '{source.name}' holds {data.size} bytes; the tensor needs {byte_count}")
+        return data[:byte_count].copy()
+
+    def _write(self, source: BindingSource, data: np.ndarray) -> None:
+        size = self.model.resources[source.name].size_in_bytes
+        if data.size > size:
+            raise ModelError(f"the result has {data.size} bytes; resource '{source.name}' holds {size}")
+        self.io.write(self.buffers[source.name], data)
+
     def _bindings(self, fields, sources: dict[str, BindingSource]) -> list:
         """The bindings of ``fields`` in binding order, None where nothing is bound."""
         return [self._buffer_binding(sources[field]) if field in sources else None for field in fields]
@@ -135,23 +172,37 @@ class BackendIO(NamedTuple):
 
     upload: Callable
     download: Callable
+    write: Callable  # write(buffer, host bytes): the bytes written from the buffer's start
     synchronize: Callable[[], None]
     gpu_events: Callable | None  # makes a (start, end) pair of timing events; None: no GPU clock
+    array_to_device: Callable  # a NumPy array as an array of the backend (what an ONNX model's dmlops nodes take)
+    array_to_host: Callable
 
 
 def _backend_io(backend: str) -> BackendIO:
     if backend != "cuda":
-        return BackendIO(_same, _same, _nothing, None)
+        return BackendIO(_same, _same, _write_array, _nothing, None, _same, _same)
     import torch
 
     if not torch.cuda.is_available():  # CPU tensors serve Triton's interpreter (the backend refuses them otherwise)
-        return BackendIO(torch.from_numpy, _to_numpy, _nothing, None)
-    return BackendIO(lambda host: torch.from_numpy(host).to("cuda"), _to_numpy, torch.cuda.synchronize,
-                     lambda: (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)))
+        return BackendIO(torch.from_numpy, _to_numpy, _write_tensor, _nothing, None, torch.tensor, _to_numpy)
+    return BackendIO(lambda host: torch.from_numpy(host).to("cuda"), _to_numpy, _write_tensor, torch.cuda.synchronize,
+                     lambda: (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)),
+                     lambda array: torch.tensor(array, device="cuda"), _to_numpy)
 
 
 def _to_numpy(buffer):
     return buffer.cpu().numpy()
+
+
+def _write_array(buffer: np.ndarray, data: np.ndarray) -> None:
+    buffer[:data.size] = data
+
+
+def _write_tensor(buffer, data: np.ndarray) -> None:
+    import torch
+
+    buffer[:data.size].copy_(torch.from_numpy(data))
 
 
 def _same(buffer):

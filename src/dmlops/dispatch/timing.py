@@ -4,7 +4,8 @@ An iteration dispatches ``repeat`` times, then waits for the device; its sample 
 on the CPU's clock and, on the cuda backend with a GPU, on the GPU's (CUDA events around the dispatches). The loop
 runs ``iterations`` times or, given ``milliseconds_to_run``, until an iteration ends (with the sleep that
 ``interval_milliseconds`` asks for) past that time. The first ``warmup_samples`` samples are the cold ones, but one
-sample at least stays hot. A median is the upper one of the sorted samples, as DxDispatch takes it.
+sample at least stays hot. A median is the upper one of the sorted samples, as DxDispatch takes it. Ctrl-C ends the
+loop: the samples of the iterations done are kept (``Samples.interrupted``), so that their statistics are printed.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ class TimingOptions:
     warmup_samples: int = 1
     verbosity: int = 0  # 0: the median line; 1: initialization, cold and hot statistics; 2: every iteration too
     interval_milliseconds: int = 0  # the least time from one iteration's start to the next one's
+    # wait for the backend's compiled engines before timing, so that timings measure them (the one-iteration line
+    # that DxDispatch prints for an untimed run does not wait)
+    load_compiled_code: bool = True
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,7 @@ class Samples:
 
     cpu: list[float]
     gpu: list[float] | None
+    interrupted: bool = False  # Ctrl-C ended the loop
 
 
 def time_dispatches(dispatch: Callable[[], None], synchronize: Callable[[], None], gpu_events, options: TimingOptions,
@@ -43,27 +48,31 @@ def time_dispatches(dispatch: Callable[[], None], synchronize: Callable[[], None
     ``progress(done)`` is told after each iteration how many iterations, or seconds of -t, are done."""
     cpu, gpu = [], None if gpu_events is None else []
     loop_start = time.perf_counter()
-    for iteration in itertools.count() if options.milliseconds_to_run is not None else range(options.iterations):
-        events = gpu_events() if gpu_events else None  # made before the CPU's clock starts
-        start = time.perf_counter()
-        if events:
-            events[0].record()
-        for _ in range(options.repeat):
-            dispatch()
-        if events:
-            events[1].record()
-        synchronize()
-        end = time.perf_counter()
-        cpu.append((end - start) * 1000 / options.repeat)
-        if events:
-            gpu.append(events[0].elapsed_time(events[1]) / options.repeat)
-        sleep = max(0.0, options.interval_milliseconds - (end - start) * 1000)
-        elapsed = (end - loop_start) * 1000
-        if progress is not None:
-            progress(iteration + 1 if options.milliseconds_to_run is None else elapsed / 1000)
-        if options.milliseconds_to_run is not None and elapsed + sleep > options.milliseconds_to_run:
-            break
-        time.sleep(sleep / 1000)
+    try:
+        for iteration in itertools.count() if options.milliseconds_to_run is not None else range(options.iterations):
+            events = gpu_events() if gpu_events else None  # made before the CPU's clock starts
+            start = time.perf_counter()
+            if events:
+                events[0].record()
+            for _ in range(options.repeat):
+                dispatch()
+            if events:
+                events[1].record()
+            synchronize()
+            end = time.perf_counter()
+            cpu.append((end - start) * 1000 / options.repeat)
+            if events:
+                gpu.append(events[0].elapsed_time(events[1]) / options.repeat)
+            sleep = max(0.0, options.interval_milliseconds - (end - start) * 1000)
+            elapsed = (end - loop_start) * 1000
+            if progress is not None:
+                progress(iteration + 1 if options.milliseconds_to_run is None else elapsed / 1000)
+            if options.milliseconds_to_run is not None and elapsed + sleep > options.milliseconds_to_run:
+                break
+            time.sleep(sleep / 1000)
+    except KeyboardInterrupt:  # the iterations done whole are kept
+        count = len(cpu) if gpu is None else min(len(cpu), len(gpu))
+        return Samples(cpu[:count], None if gpu is None else gpu[:count], interrupted=True)
     return Samples(cpu, gpu)
 
 
