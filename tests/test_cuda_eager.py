@@ -193,15 +193,31 @@ def test_calls_captured_in_a_cuda_graph():
 def test_kept_launch_parameters_as_slots():
     """dmlops' launcher takes each kernel parameter as an 8-byte slot holding its value in the low bytes: pointers
     as addresses, integers in two's complement, floats as their bits; constants are not parameters; Triton's two
-    scratch pointers come last; other kinds of parameter keep Triton's launcher."""
-    from dmlops.backends.cuda.launch import _slots
+    scratch pointers come after them; a tensor descriptor is a TMA tensor map (encoded over an address kept in a
+    slot past the parameters), its shape and its strides; other kinds of parameter keep Triton's launcher."""
+    import struct
+
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    from dmlops.backends.cuda.launch import TMA, _parameters
 
     x = torch.arange(4, dtype=torch.float32)
     kinds = ["*fp32", "constexpr", "i32", "i64", "fp32", "*i8"]
-    slots = _slots(kinds, [x, 7, -3, 1 << 40, 1.5, None])
-    assert slots == [x.data_ptr(), 0xFFFF_FFFF_FFFF_FFFD, 1 << 40, np.float32(1.5).view(np.uint32), 0, 0, 0]
-    assert _slots(["*fp32", ("i32", "i32")], [x, (1, 2)]) is None
-    assert _slots(["tensordesc<i8[64, 64]>"], [x]) is None
+    parameters = _parameters(kinds, [x, 7, -3, 1 << 40, 1.5, None], None)
+    assert parameters.slots == [x.data_ptr(), 0xFFFF_FFFF_FFFF_FFFD, 1 << 40, np.float32(1.5).view(np.uint32), 0,
+                                0, 0]
+    assert parameters.parameter_count == 7 and parameters.address_slots == {0: 0, 5: 4}
+    assert _parameters(["*fp32", ("i32", "i32")], [x, (1, 2)], None) is None
+    assert _parameters(["tensordesc<i8[64, 64]>"], [x], None) is None
+    rows = torch.zeros(100, 256, dtype=torch.int8)
+    descriptor = TensorDescriptor.from_tensor(rows, [64, 128])
+    meta = {"swizzle": 3, "elem_size": 1, "elem_type": 0, "block_size": [64, 128], "fp4_padded": False}
+    parameters = _parameters(["*fp32", "tensordesc<i8[64, 128]>", "i32"], [x, descriptor, 5], [meta])
+    assert parameters.slots == [x.data_ptr(), 0, 100, 256, 256, 1, 5, 0, 0, rows.data_ptr()]
+    assert parameters.parameter_count == 9 and parameters.address_slots == {0: 0, 1: 9}
+    (record,) = parameters.tensor_maps
+    assert TMA.unpack(record) == (1, 9, 0, 2, 3, 0, 256, 100, 0, 0, 0, 256, 0, 0, 0, 128, 64, 0, 0, 0, 0)
+    assert len(record) == TMA.size == 120 and struct.calcsize("<6I5Q4Q6I") == 120
 
 
 @gpu_only

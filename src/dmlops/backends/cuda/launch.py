@@ -23,6 +23,8 @@ import functools
 import os
 import pathlib
 import struct
+from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 import triton
@@ -74,7 +76,7 @@ def kept_zeros(shape, dtype, device) -> torch.Tensor:
 INTEGER_KINDS = {"i1", "i8", "i16", "i32", "i64", "u1", "u8", "u16", "u32", "u64"}
 FLOAT_FORMATS = {"fp16": "<e", "fp32": "<f", "fp64": "<d"}
 MAX_SLOTS, MAX_REPLACED = 64, 16  # as in launcher.c
-HEAD = struct.Struct(f"<Q3I4I{MAX_REPLACED}II")  # launcher.c's Head
+HEAD = struct.Struct(f"<Q3I6I{MAX_REPLACED}II")  # launcher.c's Head
 
 
 @functools.cache
@@ -94,24 +96,67 @@ def _launcher_module():
         return None
 
 
-def _slots(kinds, values):
-    """The kernel parameters' values as 8-byte slots (the value in the low bytes), constants left out, then Triton's
-    two scratch pointers (null); None where a parameter is of a kind launcher.c does not take."""
-    slots = []
-    for kind, value in zip(kinds, values):
+# A host tensor descriptor's TMA element type, from the type its kernel's metadata names (as Triton's launcher maps
+# them), and the fields of launcher.c's Tma record.
+TMA_DATA_TYPES = dict((i, i) for i in range(16)) | {8: 10, 9: 8, 10: 9}
+TMA = struct.Struct("<6I5Q4Q6I")
+MAX_TMA = 4  # as in launcher.c
+
+
+@dataclasses.dataclass
+class Parameters:
+    """A kept launch's parameters as launcher.c takes them: 8-byte slots (each parameter's value in the low bytes,
+    constants left out, Triton's two scratch pointers last, then the global addresses of the tensor maps); the tensor
+    maps' records; and the slot that holds each argument's address (pointers and tensor descriptors), by position."""
+
+    slots: list
+    parameter_count: int
+    tensor_maps: list
+    address_slots: dict
+
+
+def _parameters(kinds, values, tensor_map_kinds) -> Parameters | None:
+    """The kernel parameters' values for launcher.c; None where a parameter is of a kind it does not take.
+    ``tensor_map_kinds``: the metadata of the kernel's tensor descriptors (Triton's ``tensordesc_meta``), each passed
+    as a TMA tensor map, its shape and its strides."""
+    slots, addresses, tensor_maps, address_slots = [], [], [], {}
+    maps = iter(tensor_map_kinds or ())
+    for position, (kind, value) in enumerate(zip(kinds, values)):
         if kind == "constexpr":
             continue
         if not isinstance(kind, str):
             return None  # a tuple of parameters
         if kind.startswith("*"):
+            address_slots[position] = len(slots)
             slots.append(0 if value is None else value if isinstance(value, int) else value.data_ptr())
         elif kind in INTEGER_KINDS and isinstance(value, int):
             slots.append(value & 0xFFFF_FFFF_FFFF_FFFF)
         elif kind in FLOAT_FORMATS:
             slots.append(int.from_bytes(struct.pack(FLOAT_FORMATS[kind], value).ljust(8, b"\0"), "little"))
+        elif kind.startswith("tensordesc"):
+            meta = next(maps, None)
+            if meta is None or meta["fp4_padded"] or not _is_descriptor(value) or value.strides[-1] != 1:
+                return None
+            rank, size = len(value.shape), meta["elem_size"]
+            address_slots[position] = -1 - len(addresses)  # (a hidden slot, numbered once the parameters are)
+            tensor_maps.append((len(slots), len(addresses), TMA_DATA_TYPES[meta["elem_type"]], rank,
+                                meta["swizzle"], int(value.padding == "nan"), value.shape[::-1],
+                                [stride * size for stride in value.strides[-2::-1]], meta["block_size"][::-1]))
+            addresses.append(value.base.data_ptr())
+            slots.append(0)  # the tensor map's parameter
+            slots.extend(value.shape)  # (i32)
+            slots.extend(value.strides)  # (i64)
         else:
             return None
-    return slots + [0, 0]
+    slots += [0, 0]
+    if len(tensor_maps) > MAX_TMA:
+        return None
+    count = len(slots)
+    address_slots = {position: slot if slot >= 0 else count - 1 - slot for position, slot in address_slots.items()}
+    records = [TMA.pack(parameter, count + address, data_type, rank, swizzle, fill, *dims, *(0,) * (5 - rank),
+                        *strides, *(0,) * (4 - len(strides)), *box, *(0,) * (5 - rank), 0)
+               for parameter, address, data_type, rank, swizzle, fill, dims, strides, box in tensor_maps]
+    return Parameters(slots + addresses, count, records, address_slots)
 
 
 def kept_stream(device):
@@ -163,17 +208,14 @@ class KeptLaunch:
         self.first_argument = 4 + len(head)
         # dmlops' launcher: for the plain launches (no scratch, cluster, cooperative grid or dependent launch)
         self.kinds = list(getattr(getattr(compiled, "src", None), "signature", {}).values())
-        slots = _slots(self.kinds, [*args, *tail]) if len(self.kinds) == len(self.call) - self.first_argument and \
-            direct and not launcher.launch_cooperative_grid and not launcher.launch_pdl \
-            and compiled.metadata.num_ctas == 1 else None
-        self.slots = None if slots is None or len(slots) > MAX_SLOTS or _launcher_module() is None else slots
+        parameters = _parameters(self.kinds, [*args, *tail], getattr(compiled.metadata, "tensordesc_meta", None)) \
+            if len(self.kinds) == len(self.call) - self.first_argument and direct and \
+            not launcher.launch_cooperative_grid and not launcher.launch_pdl and compiled.metadata.num_ctas == 1 \
+            else None
+        self.parameters = None if parameters is None or len(parameters.slots) > MAX_SLOTS or \
+            _launcher_module() is None else parameters
         self.shape = (compiled.function, *grid3, 32 * compiled.metadata.num_warps, compiled.metadata.shared)
         self.device = current_device()
-
-    @property
-    def takes_addresses(self) -> bool:
-        """Whether ``rebind``'s launcher takes tensors' addresses (else the tensors themselves)."""
-        return self.compiled is not None
 
     def release(self, positions) -> None:
         """Hold no longer the arguments at ``positions`` (the caller's tensors: a plan keeps nothing of a call's
@@ -192,10 +234,8 @@ class KeptLaunch:
         call[self.first_argument:self.first_argument + len(args)] = args
         self.launcher(*call)
 
-    def rebind(self, positions):
-        """``launch(stream, *values)``: this launch again on ``stream`` with ``values`` as the arguments at
-        ``positions`` (their addresses where ``takes_addresses``: a compiled kernel reads nothing else of a tensor;
-        else the tensors, and the stream is not used), the others as the first time."""
+    def rebind(self, positions) -> Rebound:
+        """This launch again with other arguments at ``positions``, the others as the first time (``Rebound``)."""
         if self.compiled is None:
             args = list(self.args)
             for position in positions:
@@ -208,7 +248,17 @@ class KeptLaunch:
                     call[position] = value
                 kernel[grid](*call, **kwargs)
 
-            return launch_public
+            return Rebound(launch_public, False, False)
+        parameters = self.parameters
+        if parameters is not None and len(positions) <= MAX_REPLACED and \
+                all(position in parameters.address_slots for position in positions):
+            replaced = [parameters.address_slots[position] for position in positions]
+            config = HEAD.pack(*self.shape, len(parameters.slots), parameters.parameter_count,
+                               len(parameters.tensor_maps), len(replaced), *replaced,
+                               *(0,) * (MAX_REPLACED - len(replaced)), self.device) + \
+                struct.pack(f"<{len(parameters.slots)}Q", *parameters.slots) + b"".join(parameters.tensor_maps)
+            # (stream, *addresses): ints only
+            return Rebound(functools.partial(_launcher_module().launch, config), True, True)
         template, launcher = self.call.copy(), self.launcher
         indices = [self.first_argument + position for position in positions]
         for index in indices:
@@ -221,16 +271,18 @@ class KeptLaunch:
                 call[index] = value
             launcher(*call)
 
-        if self.slots is None or len(positions) > MAX_REPLACED or \
-                any(not isinstance(self.kinds[position], str) or not self.kinds[position].startswith("*")
-                    for position in positions):
-            return launch
-        # the slot of each replaced pointer: its parameter's place among those that are not constants
-        replaced = [sum(kind != "constexpr" for kind in self.kinds[:position]) for position in positions]
-        config = HEAD.pack(*self.shape, len(self.slots), len(replaced), *replaced,
-                           *(0,) * (MAX_REPLACED - len(replaced)), self.device) + \
-            struct.pack(f"<{len(self.slots)}Q", *self.slots)
-        return functools.partial(_launcher_module().launch, config)  # (stream, *addresses): ints only
+        return Rebound(launch, True, False)
+
+
+class Rebound(NamedTuple):
+    """A kept launch made again: ``launch(stream, *values)`` with the values of the replaced arguments: a tensor's
+    address where ``pointer_addresses`` (a compiled kernel reads nothing else of it), else the tensor (and the
+    stream is the current one); a tensor descriptor's base's address where ``descriptor_addresses``, else the
+    descriptor."""
+
+    launch: Callable
+    pointer_addresses: bool
+    descriptor_addresses: bool
 
 
 STREAM = 3  # the stream's place among a launcher's arguments
@@ -284,7 +336,7 @@ def replay(kept: dict, sample: dict, run_again):
         if tensor is not None and fields.setdefault(tensor.data_ptr(), field) != field:
             fields = None
             break
-    steps = []  # (launcher of the replaced positions, [(field, dtype, descriptor maker or None)], zeroed)
+    steps = []  # (rebound launch, [(field, dtype, descriptor maker or None)], zeroed memory)
     for kept_launch in kept.values():
         positions, replaced = [], []
         for position, arg in enumerate(kept_launch.args):
@@ -294,7 +346,7 @@ def replay(kept: dict, sample: dict, run_again):
                 replaced.append((fields[base.data_ptr()], base.dtype, _descriptor_maker(arg) if base is not arg
                                  else None))
         if fields is not None:
-            steps.append((kept_launch.rebind(positions), replaced, kept_launch.zeroed, kept_launch.takes_addresses))
+            steps.append((kept_launch.rebind(positions), replaced, kept_launch.zeroed))
         kept_launch.release(positions)
     if fields is None:
         return None
@@ -302,22 +354,22 @@ def replay(kept: dict, sample: dict, run_again):
     on_gpu = device.type == "cuda"  # else Triton's interpreter, on CPU tensors
     here = kept_stream(device) if on_gpu else lambda: 0
     stream_of_steps = current_raw_stream(device.index) if on_gpu else 0
-    steps = [(launch_again, replaced, None if zeroed is None else zero(stream_of_steps, zeroed), addresses)
-             for launch_again, replaced, zeroed, addresses in steps]
+    steps = [(rebound, replaced, None if zeroed is None else zero(stream_of_steps, zeroed))
+             for rebound, replaced, zeroed in steps]
 
     def run(tensors):
         stream = here()
         if stream is None:
             run_again(tensors)
             return
-        for launch_again, replaced, zero_memory, addresses in steps:
+        for (launch_again, pointer_addresses, descriptor_addresses), replaced, zero_memory in steps:
             values = []
             for field, dtype, make_descriptor in replaced:
                 tensor = tensors[field]
                 if make_descriptor is not None:
-                    values.append(make_descriptor(tensor.view(dtype)))
-                else:  # a compiled kernel takes the address alone; Triton's launch, the tensor of its dtype
-                    values.append(tensor.data_ptr() if addresses else tensor.view(dtype))
+                    values.append(tensor.data_ptr() if descriptor_addresses else make_descriptor(tensor.view(dtype)))
+                else:
+                    values.append(tensor.data_ptr() if pointer_addresses else tensor.view(dtype))
             if zero_memory is not None:
                 zero_memory()
             launch_again(stream, *values)

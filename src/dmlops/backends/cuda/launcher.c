@@ -1,8 +1,9 @@
-/* dmlops' launcher of kept kernel launches (see launch.py, FastLaunch).
+/* dmlops' launcher of kept kernel launches (see launch.py, KeptLaunch).
 
    Triton's own launcher converts every argument of the kernel from Python at each call (a Python object per
-   parameter, and a driver query per tensor). A kept launch has its parameters' bytes already: this launcher copies
-   them, puts the call's addresses into the slots named in the config, and calls cuLaunchKernel. It is compiled
+   parameter, and a driver query per tensor; a tensor descriptor's TMA tensor map made through Python). A kept
+   launch has its parameters' bytes already: this launcher copies them, puts the call's addresses into the slots
+   named in the config, encodes the tensor maps over their addresses, and calls cuLaunchKernel. It is compiled
    through Triton's build of launchers, with the CUDA headers Triton ships. */
 
 #include "cuda.h"
@@ -13,19 +14,38 @@
 
 #define MAX_SLOTS 64
 #define MAX_REPLACED 16
+#define MAX_TMA 4
 
-/* The head of a config (bytes packed by launch.py), followed by slot_count 8-byte parameter slots: each kernel
-   parameter's value in the low bytes of its slot (little-endian), then Triton's two scratch pointers. */
+/* The head of a config (bytes packed by launch.py), followed by slot_count 8-byte slots: each kernel parameter's
+   value in the low bytes of its slot (little-endian), then Triton's two scratch pointers (parameter_count slots in
+   all), then the global addresses of the tensor maps; then tma_count Tma records. */
 typedef struct {
   uint64_t function;
   uint32_t grid[3];
   uint32_t threads;
   uint32_t shared_memory;
   uint32_t slot_count;
+  uint32_t parameter_count;
+  uint32_t tma_count;
   uint32_t replaced_count;
   uint32_t replaced[MAX_REPLACED];
   uint32_t device; /* its ordinal: whose primary context a thread without one takes */
 } Head;
+
+/* A TMA tensor map passed by value as a parameter, encoded at each launch over the address in its slot, as
+   Triton's launcher encodes a host tensor descriptor's (dims and box innermost first, strides in bytes). */
+typedef struct {
+  uint32_t parameter;
+  uint32_t address_slot;
+  uint32_t data_type;
+  uint32_t rank;
+  uint32_t swizzle;
+  uint32_t nan_fill;
+  uint64_t dims[5];
+  uint64_t strides[4];
+  uint32_t box[5];
+  uint32_t pad;
+} Tma;
 
 /* launch(config, stream, *addresses): the kernel launched on the stream, with the addresses in the replaced slots. */
 static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -41,14 +61,19 @@ static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return NULL;
   }
   memcpy(&head, config, sizeof(Head));
-  if (head.slot_count > MAX_SLOTS || head.replaced_count > MAX_REPLACED ||
-      size != (Py_ssize_t)(sizeof(Head) + 8 * head.slot_count) || nargs != 2 + (Py_ssize_t)head.replaced_count) {
+  if (head.slot_count > MAX_SLOTS || head.parameter_count > head.slot_count || head.tma_count > MAX_TMA ||
+      head.replaced_count > MAX_REPLACED ||
+      size != (Py_ssize_t)(sizeof(Head) + 8 * head.slot_count + sizeof(Tma) * head.tma_count) ||
+      nargs != 2 + (Py_ssize_t)head.replaced_count) {
     PyErr_SetString(PyExc_ValueError, "launch: config and arguments disagree");
     return NULL;
   }
   uint64_t slots[MAX_SLOTS];
   void *params[MAX_SLOTS];
+  CUtensorMap maps[MAX_TMA];
+  Tma tmas[MAX_TMA];
   memcpy(slots, config + sizeof(Head), 8 * head.slot_count);
+  memcpy(tmas, config + sizeof(Head) + 8 * head.slot_count, sizeof(Tma) * head.tma_count);
   uint64_t stream = PyLong_AsUnsignedLongLong(args[1]);
   for (uint32_t i = 0; i < head.replaced_count; ++i) {
     if (head.replaced[i] >= head.slot_count) {
@@ -59,12 +84,30 @@ static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
   }
   if (PyErr_Occurred())
     return NULL;
-  for (uint32_t i = 0; i < head.slot_count; ++i)
+  for (uint32_t i = 0; i < head.parameter_count; ++i)
     params[i] = &slots[i];
-  CUresult result;
+  for (uint32_t i = 0; i < head.tma_count; ++i)
+    if (tmas[i].parameter >= head.parameter_count || tmas[i].address_slot >= head.slot_count || tmas[i].rank < 1 ||
+        tmas[i].rank > 5) {
+      PyErr_SetString(PyExc_ValueError, "launch: a tensor map out of place");
+      return NULL;
+    }
+  CUresult result = CUDA_SUCCESS;
   Py_BEGIN_ALLOW_THREADS;
+  static const cuuint32_t element_strides[5] = {1, 1, 1, 1, 1};
+  for (uint32_t i = 0; i < head.tma_count && result == CUDA_SUCCESS; ++i) {
+    const Tma *tma = &tmas[i];
+    result = cuTensorMapEncodeTiled(&maps[i], (CUtensorMapDataType)tma->data_type, tma->rank,
+                                    (void *)slots[tma->address_slot], tma->dims, tma->strides, tma->box,
+                                    element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                    (CUtensorMapSwizzle)tma->swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                                    tma->nan_fill ? CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA
+                                                  : CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    params[tma->parameter] = &maps[i];
+  }
   CUcontext context = NULL;
-  result = cuCtxGetCurrent(&context);
+  if (result == CUDA_SUCCESS)
+    result = cuCtxGetCurrent(&context);
   if (result == CUDA_SUCCESS && context == NULL) { /* a thread that has not used CUDA yet */
     CUdevice device;
     result = cuDeviceGet(&device, (int)head.device);

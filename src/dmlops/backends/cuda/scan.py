@@ -786,7 +786,7 @@ def prepare_cumulative(operation: CumulativeOperation, x, out, axis: int, revers
     if capturing():  # this launch's scratch belongs to the graph
         return plan_again
     here = kept_stream(x.device)  # the scratch memory is the stream's
-    launch_again, addresses = kept.rebind(positions), kept.takes_addresses
+    launch_again, addresses, _ = kept.rebind(positions)
     others = len(positions) - 1
 
     def run(x, out):
