@@ -45,8 +45,17 @@ _DLPACK_CPU = 1
 
 
 def given(*values) -> bool:
-    """Whether any value is a Dask collection (found without importing Dask)."""
-    return any(hasattr(type(value), "__dask_graph__") for value in values)
+    """Whether any value is a Dask collection (found without importing Dask, by its type)."""
+    for value in values:
+        lazy = _LAZY_TYPES.get(type(value))
+        if lazy is None:
+            lazy = _LAZY_TYPES[type(value)] = hasattr(type(value), "__dask_graph__")
+        if lazy:
+            return True
+    return False
+
+
+_LAZY_TYPES: dict = {}
 
 
 def _check_known_chunks(array, where: str) -> None:

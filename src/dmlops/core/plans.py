@@ -52,7 +52,7 @@ def _numpy_layout(value):
 
 
 def _tensor_layout(value):
-    return type(value), value.dtype, value.shape, value.stride(), value.device, value.data_ptr() % 16
+    return type(value), value.dtype, value.shape, value.stride(), value.device, value.data_ptr() & 15
 
 
 def _by_value(value):
@@ -108,7 +108,20 @@ def is_torch_tensor(value) -> bool:
 
 def key(operation, options, arguments):
     """The key of a call's plan, or None where it can have none."""
-    layouts = tuple(map(layout, arguments))
-    if UNPLANNED in layouts:
-        return None
-    return operation, options, layouts
+    layouts = []
+    for value in arguments:
+        kind = type(value)
+        if kind is np.ndarray:
+            flags = value.flags
+            layouts.append((np.ndarray, value.dtype, value.shape, value.strides, flags.writeable, flags.aligned))
+        elif value is None:
+            layouts.append(None)
+        else:
+            function = _LAYOUT_FUNCTIONS.get(kind)
+            if function is None:
+                function = _LAYOUT_FUNCTIONS[kind] = _layout_function(kind)
+            layout = function(value)
+            if layout is UNPLANNED:
+                return None
+            layouts.append(layout)
+    return operation, options, tuple(layouts)
