@@ -19,6 +19,7 @@ import torch
 from . import arrays
 from .ops import cumulative, quantized_matmul
 from .ops.cumulative import CumulativeOperation
+from .types import DataType
 
 
 def _scan(operation):
@@ -81,8 +82,13 @@ def quantized_linear_matmul(a: torch.Tensor, a_scale: torch.Tensor, a_zero_point
 @quantized_linear_matmul.register_fake
 def _(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point, output_dtype=None):
     sizes = quantized_matmul.output_sizes(tuple(a.shape), tuple(b.shape))
-    zero_point_dtype = None if output_zero_point is None else output_zero_point.dtype
-    return a.new_empty(sizes, dtype=output_dtype or zero_point_dtype or torch.uint8)
+    output_type = quantized_matmul.output_type(_data_type(output_dtype),
+                                               _data_type(getattr(output_zero_point, "dtype", None)), None)
+    return a.new_empty(sizes, dtype=getattr(torch, output_type.numpy_dtype.name))
+
+
+def _data_type(dtype) -> DataType | None:
+    return None if dtype is None else DataType.from_numpy(str(dtype).removeprefix("torch."))
 
 
 def quantized_linear_matmul_operator(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale,

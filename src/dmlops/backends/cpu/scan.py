@@ -457,10 +457,8 @@ def compiled_chunks(loops, operation, x3, out3, accumulation, reverse, exclusive
 
 
 def neutral_of(operation: str, accumulation: np.dtype):
-    """The element that leaves every value as it is: the identity, but −0.0 for float sums."""
-    if operation == "sum" and accumulation.kind == "f":
-        return accumulation.type(-0.0)
-    return accumulation.type(IDENTITIES[operation])
+    """``CumulativeOperation.neutral`` in the accumulation type."""
+    return accumulation.type(CumulativeOperation(operation).neutral(accumulation.kind == "f"))
 
 
 def contiguous_lines(x2, out2) -> bool:
