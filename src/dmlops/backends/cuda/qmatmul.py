@@ -33,9 +33,7 @@ The kernel computes what ``dmlops.ops.quantized_matmul.reference`` means, in the
 from __future__ import annotations
 
 import functools
-import inspect
 import math
-import operator
 from dataclasses import dataclass
 
 import torch
@@ -594,41 +592,50 @@ def _wgmma_in_flight(device) -> bool:
     return not INTERPRETED and torch.cuda.get_device_capability(device) == (9, 0)
 
 
-def _vector(name: str, vector, device) -> dict:
-    """A vector's kernel arguments by parameter name, ``{name}_ptr`` and ``{name}_stride``; a zero read with stride 0
-    when absent."""
+# -- the kernels' arguments: one record per operand, each kernel's list written once from them ---------------
+
+
+def _vector(vector, device) -> tuple:
+    """A vector's (pointer, stride); a zero read with stride 0 when absent."""
+    return (_zeros(device), 0) if vector is None else (vector, vector.stride(0))
+
+
+def _zero_point(vector, device) -> tuple:
+    """A zero-point vector's (int8 bits, stride, mask), the mask giving the value from the bits; 0 when absent."""
     if vector is None:
-        return {f"{name}_ptr": _zeros(device), f"{name}_stride": 0}
-    return {f"{name}_ptr": vector, f"{name}_stride": vector.stride(0)}
+        return _zeros(device).view(torch.int8), 0, 0
+    return vector.view(torch.int8), vector.stride(0), 0xFF if vector.dtype == torch.uint8 else -1
 
 
-def _zero_point(name: str, vector, device) -> dict:
-    """A zero-point vector's kernel arguments by parameter name: its int8 bits ``{name}_ptr``, ``{name}_stride`` and
-    ``{name}_mask``, which gives the value from the bits; 0 when absent."""
-    if vector is None:
-        return {f"{name}_ptr": _zeros(device).view(torch.int8), f"{name}_stride": 0, f"{name}_mask": 0}
-    return {f"{name}_ptr": vector.view(torch.int8), f"{name}_stride": vector.stride(0),
-            f"{name}_mask": 0xFF if vector.dtype == torch.uint8 else -1}
+@dataclass(frozen=True)
+class Requantization:
+    """What every kernel's epilogue reads besides the sums: scales and zero points (``_vector``, ``_zero_point``),
+    the +128 shifts of unsigned operands, the output's bounds, the output (int8 bits and four strides) and the
+    device's error word."""
+
+    a_scale: tuple
+    b_scale: tuple
+    out_scale: tuple
+    a_zero: tuple
+    b_zero: tuple
+    out_zero: tuple
+    a_shift: int
+    b_shift: int
+    bounds: tuple
+    out: tuple
+    errors: torch.Tensor
 
 
-def _parameter_names(function) -> tuple:
-    """The names of a kernel's parameters that are not constants, in order (``function``: the kernel's Python
-    function)."""
-    return tuple(name for name, parameter in inspect.signature(function).parameters.items()
-                 if "constexpr" not in str(parameter.annotation))
+def _column_terms_arguments(q: Requantization, terms, m: int, n: int) -> tuple:
+    return (*q.b_scale, *q.b_zero, q.b_shift, *q.a_scale, *q.out_scale, terms, q.errors, m, n)
 
 
-@functools.cache
-def _argument_getter(function):
-    """What takes a kernel's arguments, in its order, out of values named as its parameters (cached by the Python
-    function, which hashes faster than the kernel)."""
-    return operator.itemgetter(*_parameter_names(function))
-
-
-def _arguments(kernel, named: dict) -> tuple:
-    """The kernel's arguments from values named as its parameters: each kernel takes those it names, in its order,
-    so that kernels which share parameters cannot disagree on it."""
-    return _argument_getter(kernel.fn)(named)
+def _tile_arguments(q: Requantization, a_desc, b_desc, sizes: tuple, num_tiles: int, a_operand: Operand,
+                    b_operand: Operand, terms, device) -> tuple:
+    """The arguments of the tile kernels (``_qmatmul_kernel`` and qmatmul_hopper's, which take the same list)."""
+    return (a_desc, b_desc, *sizes, num_tiles, a_operand.rows_b, a_operand.rows_c, b_operand.rows_b, b_operand.rows_c,
+            *_vector(a_operand.sums, device), *_vector(b_operand.sums, device), terms, *q.a_scale, *q.out_scale,
+            *q.a_zero, q.a_shift, *q.out_zero, *q.bounds, *q.out)
 
 
 # Per device and stream: the zeroed int32 tickets and partial sums of _split_k_kernel (its calls on one stream run one
@@ -644,13 +651,13 @@ def _split_k_workspace(device, size: int):
     return kept[-1]
 
 
-def _split_k(a, b_operand: Operand, named: dict, b_zero: bool, row_scales: bool, config: Config, kept):
+def _split_k(a, b_operand: Operand, q: Requantization, n: int, b_zero: bool, row_scales: bool, config: Config,
+             kept):
     """Launches _split_k_kernel: K split into as many ranges (of whole BLOCK_K steps) as bring the programs to
-    ``config.split_k`` per SM; ``named``: the arguments it shares with the other kernels (to which its own are
-    added)."""
+    ``config.split_k`` per SM."""
     device = a.device
     batches, channels, m, k = a.shape
-    tiles = batches * channels * cdiv(m, config.block_m) * cdiv(named["N"], config.block_n)
+    tiles = batches * channels * cdiv(m, config.block_m) * cdiv(n, config.block_n)
     steps = cdiv(k, config.block_k)
     split_steps = cdiv(steps, min(steps, cdiv(config.split_k * _sm_count(device), tiles)))
     splits = cdiv(steps, split_steps)
@@ -660,12 +667,12 @@ def _split_k(a, b_operand: Operand, named: dict, b_zero: bool, row_scales: bool,
         tickets, partials = workspace, workspace[ticket_space:]
     else:
         tickets = partials = _zeros(device).view(torch.int32)
-    stride_ab, stride_ac, stride_am, stride_ak = a.stride()
-    named.update(a_ptr=a.view(torch.int8), stride_ab=stride_ab, stride_ac=stride_ac, stride_am=stride_am,
-                 stride_ak=stride_ak, b_ptr=b_operand.rows, stride_b=b_operand.rows.stride(0), splits=splits,
-                 split_steps=split_steps, tickets_ptr=tickets, partials_ptr=partials,
-                 **_vector("a_sums", None, device))  # A's row sums: folded into the partial sums
-    launch(kept, "split k", _split_k_kernel, (_grid_size(tiles * splits),), _arguments(_split_k_kernel, named),
+    arguments = (a.view(torch.int8), *a.stride(), b_operand.rows, b_operand.rows.stride(0), m, n, k, channels,
+                 b_operand.rows_b, b_operand.rows_c, splits, split_steps, tickets, partials,
+                 *_vector(b_operand.sums, device), *q.b_scale, *q.b_zero, q.b_shift,
+                 *_vector(None, device),  # A's row sums: folded into the partial sums
+                 *q.a_scale, *q.out_scale, *q.a_zero, q.a_shift, *q.out_zero, *q.bounds, *q.out, q.errors)
+    launch(kept, "split k", _split_k_kernel, (_grid_size(tiles * splits),), arguments,
            dict(A_FLIP=a.dtype == torch.uint8, B_ZERO=b_zero, ROW_SCALES=row_scales, SPLIT=splits > 1,
                 BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, num_warps=config.num_warps,
                 num_stages=config.num_stages))
@@ -695,46 +702,38 @@ def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, 
     b_operand = b_operand or _prepare(b.transpose(-1, -2), can_flip=False, pack=False, sum_rows=a_zero, kept=kept,
                                       site="b", empty=empty)
     row_scales = m > 1 and (a_scale.stride(0) != 0 or output_scale.stride(0) != 0)
-    low, high = OUTPUT_RANGE[data_type(out)]
-    stride_ob, stride_oc, stride_om, stride_on = out.stride()
-    # What the kernels share, by parameter name: each takes those it names (``_arguments``).
-    named = {
-        "M": m, "N": n, "K": k, "channels": channels, "b_rows_b": b_operand.rows_b, "b_rows_c": b_operand.rows_c,
-        **_vector("b_sums", b_operand.sums, device), **_vector("b_scale", b_scale, device),
-        **_zero_point("b_zero", b_zero_point, device), "b_shift": 128 if b_unsigned else 0,
-        **_vector("a_scale", a_scale, device), **_vector("out_scale", output_scale, device),
-        **_zero_point("a_zero", a_zero_point, device), "a_shift": 128 if a_unsigned else 0,
-        **_zero_point("out_zero", output_zero_point, device), "low": low, "high": high,
-        "out_ptr": out.view(torch.int8), "stride_ob": stride_ob, "stride_oc": stride_oc, "stride_om": stride_om,
-        "stride_on": stride_on, "errors_ptr": error_word(device)}
+    q = Requantization(_vector(a_scale, device), _vector(b_scale, device), _vector(output_scale, device),
+                       _zero_point(a_zero_point, device), _zero_point(b_zero_point, device),
+                       _zero_point(output_zero_point, device), 128 if a_unsigned else 0, 128 if b_unsigned else 0,
+                       OUTPUT_RANGE[data_type(out)], (out.view(torch.int8), *out.stride()), error_word(device))
     if config.split_k:
-        _split_k(a, b_operand, named, b_zero, row_scales, config, kept)
+        _split_k(a, b_operand, q, n, b_zero, row_scales, config, kept)
         return
 
     # The Gluon kernel reads A from shared memory straight into the tensor cores: a uint8 A is flipped in a copy.
     a_operand = _prepare(a, can_flip=not config.gluon, pack=False, sum_rows=b_zero, kept=kept, site="a", empty=empty)
-    named["terms_ptr"] = empty((2, n), dtype=torch.float64, device=device)
+    terms = empty((2, n), dtype=torch.float64, device=device)
     block = 256
     launch(kept, "column terms", _column_terms_kernel, (cdiv(max(m, n), block),),
-           _arguments(_column_terms_kernel, named), dict(ROW_SCALES=row_scales, BLOCK=block))
+           _column_terms_arguments(q, terms, m, n), dict(ROW_SCALES=row_scales, BLOCK=block))
 
     num_tiles = _grid_size(batches * channels * cdiv(m, config.block_m) * cdiv(n, config.block_n))
     programs = min(num_tiles, config.programs_per_sm * _sm_count(device)) if config.programs_per_sm else num_tiles
-    named.update(num_tiles=num_tiles, a_rows_b=a_operand.rows_b, a_rows_c=a_operand.rows_c,
-                 **_vector("a_sums", a_operand.sums, device))
     if config.gluon:
         from . import qmatmul_hopper
 
         kernel = qmatmul_hopper._qmatmul_kernel
-        named.update(a_desc=qmatmul_hopper.operand_descriptor(a_operand.rows, config.block_m, config.block_k),
-                     b_desc=qmatmul_hopper.operand_descriptor(b_operand.rows, config.block_n, config.block_k))
-        launch(kept, "gluon", kernel, (num_tiles,), _arguments(kernel, named),
+        descriptors = (qmatmul_hopper.operand_descriptor(a_operand.rows, config.block_m, config.block_k),
+                       qmatmul_hopper.operand_descriptor(b_operand.rows, config.block_n, config.block_k))
+        launch(kept, "gluon", kernel, (num_tiles,),
+               _tile_arguments(q, *descriptors, (m, n, k, channels), num_tiles, a_operand, b_operand, terms, device),
                dict(ROW_SCALES=row_scales, GROUP_M=config.group_m, EPILOGUE_N=config.epilogue_n,
                     INSTR_N=math.gcd(config.block_n, 128), STAGES=config.num_stages, num_warps=config.num_warps))
         return
-    named.update(a_desc=TensorDescriptor.from_tensor(a_operand.rows, [config.block_m, config.block_k]),
-                 b_desc=TensorDescriptor.from_tensor(b_operand.rows, [config.block_n, config.block_k]))
-    launch(kept, "tiles", _qmatmul_kernel, (programs,), _arguments(_qmatmul_kernel, named),
+    descriptors = (TensorDescriptor.from_tensor(a_operand.rows, [config.block_m, config.block_k]),
+                   TensorDescriptor.from_tensor(b_operand.rows, [config.block_n, config.block_k]))
+    launch(kept, "tiles", _qmatmul_kernel, (programs,),
+           _tile_arguments(q, *descriptors, (m, n, k, channels), num_tiles, a_operand, b_operand, terms, device),
            dict(A_FLIP=a_operand.flip, ROW_SCALES=row_scales, LONG_K=k > K_SLICE, K_SLICE=K_SLICE,
                 BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, GROUP_M=config.group_m,
                 EPILOGUE_N=config.epilogue_n, PERSISTENT=programs < num_tiles, num_warps=config.num_warps,
