@@ -318,6 +318,13 @@ def test_cpu_tensors_need_the_interpreter(monkeypatch):
             axis=0)).execute([torch.zeros(4)], [torch.zeros(4)])
 
 
+def test_unsupported_tensor_types_list_the_supported():
+    x = torch.ones(4, 5, dtype=torch.bfloat16, device=DEVICE)
+    with pytest.raises(ValidationError, match=r"input_tensor: torch dtype torch.bfloat16 has no DirectML data type; "
+                                              r"the supported types are float32, float16, .*int64"):
+        dmlops.cumulative_sum(x, 0, backend="cuda")
+
+
 def test_tensors_on_different_devices():
     x = torch.randn(4, 5, device=DEVICE)
     other = torch.empty(4, 5, device="cpu" if ON_GPU else "meta")

@@ -46,6 +46,7 @@ def test_desc_normalizes_fields():
     assert desc.data_type is DataType.FLOAT32
     assert desc.sizes == (2, 3) and desc.strides == (3, 1)
     assert desc.flags is TensorFlags.OWNED_BY_DML and desc.owned_by_dml
+    assert TensorDesc(1, [2], flags=np.uint32(1)).flags is TensorFlags.OWNED_BY_DML  # NumPy integers are integers
     assert desc.dimension_count == 2 and desc.element_count == 6
     assert desc.total_tensor_size_in_bytes == 24
     assert desc.offset_alignment == 16
@@ -87,6 +88,11 @@ def test_desc_limits_accepted():
     (["strides", "one stride per size"], lambda: TensorDesc(DataType.FLOAT32, [2, 2], [1])),
     (["strides"], lambda: TensorDesc(DataType.FLOAT32, [2, 2], 1)),
     (["flags", "DML_TENSOR_FLAGS"], lambda: TensorDesc(DataType.FLOAT32, [2], flags="owned")),
+    # IntFlag keeps unknown bits, and -1 would be every bit (OWNED_BY_DML among them): each is rejected.
+    (["flags", "DML_TENSOR_FLAGS", "2"], lambda: TensorDesc(DataType.FLOAT32, [2], flags=2)),
+    (["flags", "DML_TENSOR_FLAGS", "4294967296"], lambda: TensorDesc(DataType.FLOAT32, [2], flags=1 << 32)),
+    (["flags", "DML_TENSOR_FLAGS", "-1"], lambda: TensorDesc(DataType.FLOAT32, [2], flags=-1)),
+    (["flags", "DML_TENSOR_FLAGS"], lambda: TensorDesc(DataType.FLOAT32, [2], flags=True)),
     (["total_tensor_size_in_bytes", "less than", "16"],
      lambda: TensorDesc(DataType.FLOAT32, [4], total_tensor_size_in_bytes=12)),
     (["total_tensor_size_in_bytes", "less than", "60"],

@@ -8,7 +8,7 @@ import numpy as np
 
 from ...ops.cumulative import CumulativeOperation
 from ...ops.quantized_matmul import QUANTIZATION_PARAMETERS
-from ...types import DataType, ValidationError
+from ...types import DataType, ValidationError, no_data_type
 from . import qmatmul, scan
 from .compiled import viewer
 
@@ -35,6 +35,9 @@ def memory(buffer, where: str, *, writable: bool) -> np.ndarray:
             flat = np.frombuffer(buffer, dtype=np.uint8)
         except (TypeError, ValueError) as error:
             raise ValidationError(f"{where}: {type(buffer).__name__} is not a buffer of bytes ({error})") from None
+        except BufferError as error:  # a strided memoryview, say
+            raise ValidationError(f"{where}: a {type(buffer).__name__} must be C-contiguous to be read as bytes "
+                                  f"({error})") from None
     if writable and not flat.flags.writeable:
         raise ValidationError(f"{where}: the output buffer is read-only")
     return flat
@@ -199,7 +202,10 @@ def adopt(obj):
             return None
         import torch
 
-        return _torch_numpy(obj), torch.from_numpy
+        try:
+            return _torch_numpy(obj), torch.from_numpy
+        except TypeError:  # a dtype NumPy lacks (bfloat16, say)
+            raise no_data_type(f"torch dtype {obj.dtype}") from None
     if hasattr(obj, "__dlpack_device__"):
         if obj.__dlpack_device__()[0] != 1:  # kDLCPU
             return None

@@ -9,7 +9,7 @@ import torch
 import triton.language as tl
 
 from ...ops.quantized_matmul import NAME
-from ...types import DataType, ValidationError
+from ...types import DataType, ValidationError, no_data_type
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
@@ -56,7 +56,7 @@ def check_devices(operator: str, **tensors) -> None:
 
 def data_type(array) -> DataType:
     if array.dtype not in DATA_TYPES:
-        raise ValidationError(f"torch dtype {array.dtype} has no DirectML data type")
+        raise no_data_type(f"torch dtype {array.dtype}")
     return DATA_TYPES[array.dtype]
 
 
