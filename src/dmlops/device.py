@@ -28,7 +28,7 @@ def load_backend(name: str):
         return importlib.import_module(BACKENDS[name])
     except ImportError as error:
         raise ValidationError(f"Device.backend: the {name!r} backend cannot load ({error}); "
-                              f"pip install 'dmlops[cuda]'") from None
+                              f"in dmlops' folder: pip install '.[cuda]'") from None
 
 
 class Device:
