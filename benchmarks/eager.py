@@ -13,15 +13,21 @@ column-major, A padded to 32 rows where it has fewer) plus the requantization in
 with B dequantized once. The n³ rows also give dmlops' time graph-replayed (the kernel alone): the eager call
 should be within 10 % of it.
 
-    PYTHONPATH=src python3 benchmarks/eager.py [--plot eager.png] [--profile]
+    PYTHONPATH=src python3 benchmarks/eager.py [--plot DIR] [--record FILE.json] [--profile]
+
+``--plot DIR`` draws the run's figures (eager_cost.png, eager_throughput.png: ``eager_plots.py``, matplotlib from
+the ``bench`` extra); ``--record`` keeps its numbers, from which ``eager_plots.py`` redraws them.
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import datetime
+import json
 import pstats
 import time
+from pathlib import Path
 
 import torch
 import triton
@@ -33,6 +39,8 @@ SCAN_BYTES = [256, 4096, 65536, 1 << 20, 16 << 20, 64 << 20]
 LLM_M = [1, 16, 32, 128, 512, 4096]
 LLM_KN = [(4096, 4096), (4096, 11008)]
 SQUARE = [4096, 8192]
+# Dense int8 tensor-core peaks (TOPS, without sparsity) by the device name's model: the limit the figures draw.
+INT8_PEAK_TOPS = {"H100": 1979, "H200": 1979}
 
 
 @triton.jit
@@ -132,7 +140,7 @@ def qmm_rows():
             y = ((a.float() - a_zero.float()) * a_scale).half() @ b_half
             return torch.clamp(torch.round(y.float() / out_scale) + out_zero, 0, 255).to(torch.uint8)
 
-        times = {"dmlops prepared": per_call_us(with_prepared), "dmlops": per_call_us(with_b),
+        times = {"dmlops prepared": per_call_us(with_prepared), "dmlops B each call": per_call_us(with_b),
                  "torch._int_mm": per_call_us(int_mm), "torch fp16": per_call_us(half)}
         graph = graph_us(with_prepared) if m == n else None
         rows.append(((m, k, n), times, graph))
@@ -141,7 +149,8 @@ def qmm_rows():
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--plot", help="write a PNG plot of both tables here")
+    parser.add_argument("--plot", metavar="DIR", help="draw the run's figures into this folder")
+    parser.add_argument("--record", metavar="FILE", help="write the run's numbers here (JSON, for eager_plots.py)")
     parser.add_argument("--profile", action="store_true", help="only: where the host time of small calls goes")
     args = parser.parse_args()
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}")
@@ -168,10 +177,22 @@ def main():
         best_torch = min(times["torch._int_mm"], times["torch fp16"])
         print(f"| {m} × {k} × {n} | " + " | ".join(f"{tops[name]:.1f} ({times[name]:.0f})" for name in names) +
               f" | {best_torch / times['dmlops prepared']:.2f}× | {'' if graph is None else f'{graph:.0f}'} |")
+    record = {
+        "device": torch.cuda.get_device_name(), "date": datetime.date.today().isoformat(),
+        "versions": f"torch {torch.__version__}, triton {triton.__version__}",
+        "copy_bandwidth_tb_s": copy / 1e12, "bare_launch_us": bare,
+        "int8_peak_tops": next((peak for model, peak in INT8_PEAK_TOPS.items()
+                                if model in torch.cuda.get_device_name()), None),
+        "scans": [{"bytes": nbytes, "shape": list(shape), "us": times} for nbytes, shape, times, _ in scans],
+        "qmatmul": [{"m": m, "k": k, "n": n, "us": times, "graph_us": graph} for (m, k, n), times, graph in qmms],
+    }
+    if args.record:
+        Path(args.record).write_text(json.dumps(record, indent=1) + "\n")
     if args.plot:
-        plot(args.plot, scans, qmms)
-    if args.profile:
-        profile_calls()
+        import eager_plots  # beside this script
+
+        for path in eager_plots.draw(record, args.plot):
+            print(path)
 
 
 def profile_calls():
@@ -192,31 +213,6 @@ def profile_calls():
         torch.cuda.synchronize()
         print(f"\n{name}")
         pstats.Stats(profile).sort_stats("tottime").print_stats(14)
-
-
-def plot(path, scans, qmms):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for name in scans[0][2]:
-        left.plot([row[0] for row in scans], [row[2][name] for row in scans], marker="o", label=name)
-    left.plot([row[0] for row in scans], [row[3] for row in scans], "k--", label="floor")
-    left.set(xscale="log", yscale="log", xlabel="bytes scanned (float32)", ylabel="µs per eager call",
-             title="Scans along the last axis")
-    left.legend()
-    for k, n in LLM_KN:
-        rows = [row for row in qmms if row[0][1:] == (k, n) and row[0][0] in LLM_M]
-        for name in rows[0][1]:
-            right.plot([row[0][0] for row in rows], [2 * m * n * k / row[1][name] / 1e6 for row, (m, _, _) in
-                                                     zip(rows, (row[0] for row in rows))],
-                       marker="o", label=f"{name}, {k}×{n}")
-    right.set(xscale="log", yscale="log", xlabel="M (rows of A)", ylabel="TOPS, eager", title="Quantized matmul")
-    right.legend(fontsize=7)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
 
 
 if __name__ == "__main__":
