@@ -311,10 +311,7 @@ def test_cuda_backend_prints_the_same(name, capsys):
     pytest.importorskip("torch")
     from dmlops.dispatch import read_model, run_model
 
-    try:
-        run_model(read_model(EXAMPLES / name), backend="cuda")
-    except NotImplementedError as error:
-        pytest.skip(f"the CUDA kernels are not written yet ({error})")
+    run_model(read_model(EXAMPLES / name), backend="cuda")
     assert capsys.readouterr().out == EXPECTED[name]
 
 
