@@ -12,6 +12,7 @@ from dmlops import DataType, Device
 
 import reference
 from checks import assert_cumulative_matches, rejects
+from conftest import examples
 
 SUM, PRODUCT = "DML_OPERATOR_CUMULATIVE_SUMMATION", "DML_OPERATOR_CUMULATIVE_PRODUCT"
 QMM = "DML_OPERATOR_QUANTIZED_LINEAR_MATRIX_MULTIPLY"
@@ -295,7 +296,7 @@ LAYOUTS = dict(a_layout=["plain", "transposed", "strided", "batch", "broadcast b
                out_layout=["new", "contiguous", "strided"])
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(st.lists(st.fixed_dictionaries({name: st.sampled_from(choices) for name, choices in LAYOUTS.items()}),
                 min_size=2, max_size=6), st.integers(0, 2**32 - 1))
 def test_repeated_and_changed_layouts_give_the_reference(calls, seed):
@@ -393,7 +394,7 @@ SCAN_LAYOUTS = dict(x_layout=["plain", "transposed", "strided", "broadcast", "ne
                     operation=["sum", "product"])
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(st.lists(st.fixed_dictionaries({name: st.sampled_from(choices) for name, choices in SCAN_LAYOUTS.items()}),
                 min_size=2, max_size=6), st.integers(0, 2**32 - 1))
 def test_repeated_and_changed_scan_layouts_give_the_reference(calls, seed):

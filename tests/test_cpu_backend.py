@@ -34,6 +34,7 @@ from dmlops.ops import quantized_matmul as quantized_matmul_op
 import dmlops
 import reference
 from checks import assert_cumulative_matches, rejects
+from conftest import examples
 
 # The scans' compiled loops, loaded now (None without numba, or with DMLOPS_NUMBA=off), so that calls that leave the
 # engine to dmlops take them, as they do once loaded.
@@ -126,7 +127,7 @@ def strided_scans(draw):
                 seed=draw(st.integers(0, 2**32 - 1)))
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(strided_scans())
 def test_strides_broadcasts_and_padded_outputs(case):
     rng = np.random.default_rng(case["seed"])
@@ -267,7 +268,7 @@ def test_errors_on_other_threads_are_raised():
         cpu_pieces.run_in_pieces([lambda: None, fail, lambda: None], True)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(st.integers(1, 300), st.integers(1, 9))
 def test_pieces_cover_each_line_once(size, pieces):
     slices = [slice(*bounds) for bounds in cpu_pieces.cut(size, pieces, 1)]
@@ -699,7 +700,7 @@ PRODUCT_ENGINES = ["float32"] + [kernel.name for kernel in cpu_integer_gemm.RUNN
 
 
 @pytest.mark.parametrize("k", [1, 2, 257, 258, 259, 1023, 1024, 1025, 2100])
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=examples(12), deadline=None)
 @given(types=st.tuples(*[st.sampled_from(QMM_TYPES)] * 3), zero_points=st.sampled_from(ZERO_POINTS),
        per_element=st.booleans(), compiled=st.sampled_from(REQUANTIZATIONS), seed=st.integers(0, 2**32 - 1),
        products=st.sampled_from(PRODUCT_ENGINES))
@@ -1062,7 +1063,7 @@ def requantizations(draw):
 
 
 @pytest.mark.skipif(QMM_LOOPS is None, reason="no numba")
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(requantizations())
 def test_compiled_requantization_gives_the_operators_bits(case):
     product, corrections, a_scale, b_scale, output_scale, zero_point, out_type, pad = case
@@ -1163,7 +1164,7 @@ def strided_operands(draw):
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(strided_operands())
 def test_kernel_product_is_exact(kernel, case):
     a, zero_a, b, zero_b, pieces = case
@@ -1506,7 +1507,7 @@ def test_kernel_product_in_a_forked_child(kernel):
 
 
 @pytest.mark.parametrize("products", PRODUCT_ENGINES)
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(types=st.tuples(*[st.sampled_from(QMM_TYPES)] * 3), zero_points=st.sampled_from(ZERO_POINTS),
        per_element=st.booleans(), compiled=st.sampled_from(REQUANTIZATIONS), seed=st.integers(0, 2**32 - 1),
        k=st.sampled_from([1, 31, 300, 1100]), m=st.integers(1, 20), n=st.integers(1, 20),

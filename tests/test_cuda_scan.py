@@ -26,6 +26,7 @@ from dmlops.types import ValidationError  # noqa: E402
 
 import reference  # noqa: E402
 from checks import assert_cumulative_matches  # noqa: E402
+from conftest import examples  # noqa: E402
 
 ON_GPU = os.environ.get("DMLOPS_TEST_GPU") == "1"
 DEVICE = "cuda" if ON_GPU else "cpu"
@@ -205,7 +206,7 @@ def cases(draw):
 
 
 # On the GPU each new shape compiles a kernel: fewer examples there, the interpreter covers the rest.
-@settings(max_examples=12 if ON_GPU else 30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(12 if ON_GPU else 30), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases())
 def test_strides_and_aliasing(case):
     rng = np.random.default_rng(case.pop("seed"))

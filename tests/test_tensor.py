@@ -12,6 +12,7 @@ from dmlops.tensor import strides_overlap
 
 import reference
 from checks import rejects
+from conftest import examples
 
 
 @pytest.mark.parametrize("data_type, sizes, strides, expected", [
@@ -32,7 +33,7 @@ def test_calc_buffer_tensor_size_examples(data_type, sizes, strides, expected):
     assert TensorDesc(data_type, sizes, strides).total_tensor_size_in_bytes == expected
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(data=st.data(), data_type=st.sampled_from([t for t in DataType if t.bits >= 8]))
 def test_calc_buffer_tensor_size_matches_reference(data, data_type):
     sizes = data.draw(st.lists(st.integers(1, 9), min_size=1, max_size=8))
@@ -137,7 +138,7 @@ def test_strides_overlap_examples(sizes, strides, overlapping):
     assert strides_overlap(sizes, strides) is overlapping
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(dims=st.lists(st.tuples(st.integers(1, 4), st.integers(0, 12)), min_size=1, max_size=4))
 def test_strides_overlap_matches_counting(dims):
     sizes, strides = zip(*dims)
