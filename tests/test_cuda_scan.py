@@ -7,6 +7,7 @@ compiler, plus large shapes, determinism and graph capture.
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 
@@ -141,12 +142,24 @@ TILINGS = [
 ]
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
-@pytest.mark.parametrize("operation", [SUM, PRODUCT])
-@pytest.mark.parametrize("reverse", [False, True], ids=["increasing", "decreasing"])
-@pytest.mark.parametrize("exclusive", [False, True], ids=["inclusive", "exclusive"])
-@pytest.mark.parametrize("tiling", range(len(TILINGS)))
-def test_every_variant(dtype, operation, reverse, exclusive, tiling):
+VARIANTS = list(itertools.product([SUM, PRODUCT], [False, True], [False, True]))  # operation, reverse, exclusive
+
+
+def variant_cases(tilings, dtypes):
+    """(tiling, dtype, operation, reverse, exclusive): on the GPU every combination; under the interpreter, whose
+    every case takes a good fraction of a second, each tiling runs every variant, the data types taking the
+    variants in turn from a different start in each tiling, so that each tiling runs every data type and each data
+    type every variant, and each pair of them meets in some tiling."""
+    for tiling in range(len(tilings)):
+        for index, variant in enumerate(VARIANTS):
+            for dtype in dtypes if ON_GPU else [dtypes[(index + tiling) % len(dtypes)]]:
+                yield pytest.param(tiling, dtype, *variant, id=f"{tiling}-{np.dtype(dtype).name}-{variant[0].value}-"
+                                   f"{'decreasing' if variant[1] else 'increasing'}-"
+                                   f"{'exclusive' if variant[2] else 'inclusive'}")
+
+
+@pytest.mark.parametrize("tiling, dtype, operation, reverse, exclusive", list(variant_cases(TILINGS, DTYPES)))
+def test_every_variant(tiling, dtype, operation, reverse, exclusive):
     shape, axis, tuning = TILINGS[tiling]
     run_case(np.random.default_rng(), operation, dtype, shape, axis, reverse, exclusive, tuning=tuning)
 
@@ -169,11 +182,9 @@ EXACT_TILINGS = TILINGS + [((4096,), 0, scan.Tuning(tile_bytes=256, tiles_in_fli
                            ((6, 40), 1, scan.Tuning(tile_bytes=64, tiles_in_flight=1))]
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=lambda d: np.dtype(d).name)
-@pytest.mark.parametrize("operation", [SUM, PRODUCT])
-@pytest.mark.parametrize("reverse, exclusive", [(False, False), (True, False), (False, True), (True, True)])
-@pytest.mark.parametrize("tiling", range(len(EXACT_TILINGS)))
-def test_exact_floats(dtype, operation, reverse, exclusive, tiling):
+@pytest.mark.parametrize("tiling, dtype, operation, reverse, exclusive",
+                         list(variant_cases(EXACT_TILINGS, [np.float32, np.float16])))
+def test_exact_floats(tiling, dtype, operation, reverse, exclusive):
     shape, axis, tuning = EXACT_TILINGS[tiling]
     values = exact_values(np.random.default_rng(), operation, dtype, shape, axis)
     out = torch.full(shape, math.nan, dtype=torch.from_numpy(values).dtype, device=DEVICE)
