@@ -145,17 +145,34 @@ TILINGS = [
 VARIANTS = list(itertools.product([SUM, PRODUCT], [False, True], [False, True]))  # operation, reverse, exclusive
 
 
-def variant_cases(tilings, dtypes):
-    """(tiling, dtype, operation, reverse, exclusive): on the GPU every combination; under the interpreter, whose
-    every case takes a good fraction of a second, each tiling runs every variant, the data types taking the
-    variants in turn from a different start in each tiling, so that each tiling runs every data type and each data
-    type every variant, and each pair of them meets in some tiling."""
+def variant_cases(tilings, dtypes, variants=VARIANTS):
+    """(tiling, dtype, operation, reverse, exclusive) for each of ``variants``: on the GPU every combination; under
+    the interpreter, whose every case takes a good fraction of a second, each tiling runs every variant, the data
+    types taking the variants in turn from a different start in each tiling, so that each tiling runs every data
+    type and each data type every variant, and each pair of them meets in some tiling."""
     for tiling in range(len(tilings)):
-        for index, variant in enumerate(VARIANTS):
+        for index, variant in enumerate(variants):
             for dtype in dtypes if ON_GPU else [dtypes[(index + tiling) % len(dtypes)]]:
-                yield pytest.param(tiling, dtype, *variant, id=f"{tiling}-{np.dtype(dtype).name}-{variant[0].value}-"
-                                   f"{'decreasing' if variant[1] else 'increasing'}-"
-                                   f"{'exclusive' if variant[2] else 'inclusive'}")
+                yield case_of(tiling, dtype, *variant)
+
+
+def case_of(tiling, dtype, operation, reverse, exclusive):
+    return pytest.param(tiling, dtype, operation, reverse, exclusive,
+                        id=f"{tiling}-{np.dtype(dtype).name}-{operation.value}-"
+                           f"{'decreasing' if reverse else 'increasing'}-{'exclusive' if exclusive else 'inclusive'}")
+
+
+def exact_cases(tilings, dtypes):
+    """As variant_cases for two data types, but under the interpreter each tiling runs the four directions and
+    exclusive settings once, the operations and data types in turn (each tiling runs both operations, both data
+    types and the four pairs of them; each direction and setting meets each operation and type in some tiling)."""
+    if ON_GPU:
+        yield from variant_cases(tilings, dtypes)
+        return
+    for tiling in range(len(tilings)):
+        for index, (reverse, exclusive) in enumerate(itertools.product([False, True], repeat=2)):
+            yield case_of(tiling, dtypes[(index // 2 + tiling) % 2], [SUM, PRODUCT][(index + tiling) % 2], reverse,
+                          exclusive)
 
 
 @pytest.mark.parametrize("tiling, dtype, operation, reverse, exclusive", list(variant_cases(TILINGS, DTYPES)))
@@ -183,7 +200,7 @@ EXACT_TILINGS = TILINGS + [((4096,), 0, scan.Tuning(tile_bytes=256, tiles_in_fli
 
 
 @pytest.mark.parametrize("tiling, dtype, operation, reverse, exclusive",
-                         list(variant_cases(EXACT_TILINGS, [np.float32, np.float16])))
+                         list(exact_cases(EXACT_TILINGS, [np.float32, np.float16])))
 def test_exact_floats(tiling, dtype, operation, reverse, exclusive):
     shape, axis, tuning = EXACT_TILINGS[tiling]
     values = exact_values(np.random.default_rng(), operation, dtype, shape, axis)
