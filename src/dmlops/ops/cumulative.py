@@ -160,5 +160,5 @@ def run(desc: CumulativeDesc, backend, views: dict) -> None:
 
 def prepare(desc: CumulativeDesc, backend, views: dict):
     """Run, and return the backend's kept run, ``run(x, out)``, for arrays of the same layouts."""
-    return backend.prepare_cumulative(desc.operation, views["input_tensor"], views["output_tensor"],
-                                      int(desc.axis), desc.axis_direction == AxisDirection.DECREASING, bool(desc.exclusive))
+    return backend.prepare_cumulative(desc.operation, views["input_tensor"], views["output_tensor"], int(desc.axis),
+                                      desc.axis_direction == AxisDirection.DECREASING, bool(desc.exclusive))
