@@ -14,15 +14,18 @@ each call's kernels (the call captured in a CUDA graph and replayed); against to
 (B column-major, A padded to 32 rows where it has fewer) plus the requantization in float32, and a bfloat16 matmul
 with B dequantized once. The floor of an eager call is its kernels' GPU time plus a launch's host cost.
 
-    PYTHONPATH=src python3 benchmarks/eager.py [--plot eager.png] [--profile]
+    PYTHONPATH=src python3 benchmarks/eager.py [--only scans|qmm] [--plot DIR] [--record FILE] [--profile]
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import datetime
+import json
 import pstats
 import time
+from pathlib import Path
 
 import torch
 import triton
@@ -35,6 +38,8 @@ LLM_M = [1, 16, 128, 512, 4096]
 LLM_KN = [(4096, 4096)]
 SQUARE = [8192]
 ROTATED = 4  # A tensors a call takes in turn
+# Dense int8 tensor-core peaks (TOPS, without sparsity) by the device name's model: the limit the figures draw.
+INT8_PEAK_TOPS = {"H100": 1979, "H200": 1979}
 
 
 @triton.jit
@@ -166,20 +171,33 @@ def qmm_rows():
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--plot", help="write a PNG plot of both tables here")
+    parser.add_argument("--plot", metavar="DIR", help="draw the run's figures into this folder")
+    parser.add_argument("--record", metavar="FILE", help="write the run's numbers here (JSON, for eager_plots.py)")
     parser.add_argument("--profile", action="store_true", help="only: where the host time of small calls goes")
     parser.add_argument("--only", choices=("scans", "qmm"), help="only these rows")
     args = parser.parse_args()
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}")
     if args.profile:
         return profile_calls()
-    scans = qmms = None
+    record = {"device": torch.cuda.get_device_name(), "date": datetime.date.today().isoformat(),
+              "versions": f"torch {torch.__version__}, triton {triton.__version__}",
+              "int8_peak_tops": next((peak for model, peak in INT8_PEAK_TOPS.items()
+                                      if model in torch.cuda.get_device_name()), None)}
     if args.only != "qmm":
-        scans = print_scans()
+        copy, bare, scans = print_scans()
+        record |= {"copy_bandwidth_tb_s": copy / 1e12, "bare_launch_us": bare,
+                   "scans": [{"bytes": nbytes, "shape": list(shape), "us": times}
+                             for nbytes, shape, times, _ in scans]}
     if args.only != "scans":
-        qmms = print_qmms()
-    if args.plot and scans and qmms:
-        plot(args.plot, scans, qmms)
+        record["qmatmul"] = [{"m": m, "k": k, "n": n, "us": times, "graph_us": kernels["prepared"]}
+                             for (m, k, n), times, kernels in print_qmms()]
+    if args.record:
+        Path(args.record).write_text(json.dumps(record, indent=1) + "\n")
+    if args.plot and "scans" in record and "qmatmul" in record:
+        import eager_plots  # beside this script
+
+        for path in eager_plots.draw(record, args.plot):
+            print(path)
 
 
 def print_scans():
@@ -194,7 +212,7 @@ def print_scans():
         print(f"| {nbytes} | {shape} | " + " | ".join(f"{times[name]:.1f}" for name in names) +
               f" | {times['dmlops'] - times['torch.cumsum']:+.1f} | "
               f"{times['dmlops rev+excl'] / times['torch rev+excl']:.2f} | {floor:.1f} |")
-    return scans
+    return copy, bare, scans
 
 
 def print_qmms():
@@ -232,31 +250,6 @@ def profile_calls():
         torch.cuda.synchronize()
         print(f"\n{name}")
         pstats.Stats(profile).sort_stats("tottime").print_stats(14)
-
-
-def plot(path, scans, qmms):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for name in scans[0][2]:
-        left.plot([row[0] for row in scans], [row[2][name] for row in scans], marker="o", label=name)
-    left.plot([row[0] for row in scans], [row[3] for row in scans], "k--", label="floor")
-    left.set(xscale="log", yscale="log", xlabel="bytes scanned (float32)", ylabel="µs per eager call",
-             title="Scans along the last axis")
-    left.legend()
-    for k, n in LLM_KN:
-        rows = [row for row in qmms if row[0][1:] == (k, n) and row[0][0] in LLM_M]
-        for name in rows[0][1]:
-            right.plot([row[0][0] for row in rows], [2 * m * n * k / row[1][name] / 1e6 for row, (m, _, _) in
-                                                     zip(rows, (row[0] for row in rows))],
-                       marker="o", label=f"{name}, {k}×{n}")
-    right.set(xscale="log", yscale="log", xlabel="M (rows of A)", ylabel="TOPS, eager", title="Quantized matmul")
-    right.legend(fontsize=7)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
 
 
 if __name__ == "__main__":

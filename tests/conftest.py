@@ -8,6 +8,22 @@ if not ON_GPU:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import pytest  # noqa: E402
+from hypothesis import settings  # noqa: E402
+
+# Hypothesis profiles. A property test draws examples(n) examples: n scaled by the profile's max_examples / 100.
+# "default" (a plain ``pytest``) draws a quarter of n: most of the suite's time is numba compiling each new
+# combination of types and layouts that an example brings, and Triton's interpreter. "ci" (where the CI variable is
+# set) draws the same number, derandomized (the same examples every run) and without the example database.
+# "thorough" draws n, as many as each test was written for: ``pytest --hypothesis-profile=thorough``.
+settings.register_profile("default", max_examples=25, deadline=None)
+settings.register_profile("ci", settings.get_profile("default"), derandomize=True, database=None, print_blob=True)
+settings.register_profile("thorough", max_examples=100, deadline=None)
+settings.load_profile("ci" if os.environ.get("CI") else "default")
+
+
+def examples(n: int) -> int:
+    """How many examples a property test written for ``n`` draws under the loaded profile (at least 2)."""
+    return max(2, round(n * settings.default.max_examples / 100))
 
 # DMLOPS_TEST_NO_NUMBA=1 runs the tests as where numba is not installed: its import fails, the CPU backend runs on
 # NumPy alone and the tests of compiled loops skip.

@@ -199,7 +199,7 @@ def test_version_names_the_gpu_or_why_the_cuda_backend_cannot_run(monkeypatch):
     assert "  cuda : Triton's interpreter, on the CPU" in cli.version_text()
     monkeypatch.setattr(cli.importlib.util, "find_spec", lambda name: None)
     assert cli.version_text().endswith("  cuda : cannot run: PyTorch and Triton are not both installed "
-                         "(pip install 'dmlops[cuda]')\n")
+                         "(in dmlops' folder: pip install '.[cuda]')\n")
 
 
 def test_missing_model_file(tmp_path, capsys):

@@ -38,7 +38,7 @@ from dmlops import (AxisDirection, BufferBinding, CumulativeProductOperatorDesc,
 import reference
 import toy_backend  # noqa: F401  (registers the "toy" backend)
 from checks import assert_cumulative_matches
-from conftest import ON_GPU
+from conftest import ON_GPU, examples
 from strategies import bound_tensors, fill, poison, random_scales, random_values, shapes, strides
 
 SCAN_TYPES = [np.float32, np.float16, np.int32, np.uint32, np.int64, np.uint64]  # LEVEL_5_0 and above
@@ -242,7 +242,7 @@ def chunks(rng, sizes):
 
 def with_examples(backend, test):
     """The hypothesis test run with the backend's number of examples."""
-    return settings(max_examples=backend.examples, deadline=None,
+    return settings(max_examples=examples(backend.examples), deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])(test)
 
 

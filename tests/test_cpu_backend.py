@@ -34,6 +34,7 @@ from dmlops.ops import quantized_matmul as quantized_matmul_op
 import dmlops
 import reference
 from checks import assert_cumulative_matches, rejects
+from conftest import examples
 
 # The scans' compiled loops, loaded now (None without numba, or with DMLOPS_NUMBA=off), so that calls that leave the
 # engine to dmlops take them, as they do once loaded.
@@ -126,7 +127,7 @@ def strided_scans(draw):
                 seed=draw(st.integers(0, 2**32 - 1)))
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(strided_scans())
 def test_strides_broadcasts_and_padded_outputs(case):
     rng = np.random.default_rng(case["seed"])
@@ -267,7 +268,7 @@ def test_errors_on_other_threads_are_raised():
         cpu_pieces.run_in_pieces([lambda: None, fail, lambda: None], True)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(st.integers(1, 300), st.integers(1, 9))
 def test_pieces_cover_each_line_once(size, pieces):
     slices = [slice(*bounds) for bounds in cpu_pieces.cut(size, pieces, 1)]
@@ -699,7 +700,7 @@ PRODUCT_ENGINES = ["float32"] + [kernel.name for kernel in cpu_integer_gemm.RUNN
 
 
 @pytest.mark.parametrize("k", [1, 2, 257, 258, 259, 1023, 1024, 1025, 2100])
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=examples(12), deadline=None)
 @given(types=st.tuples(*[st.sampled_from(QMM_TYPES)] * 3), zero_points=st.sampled_from(ZERO_POINTS),
        per_element=st.booleans(), compiled=st.sampled_from(REQUANTIZATIONS), seed=st.integers(0, 2**32 - 1),
        products=st.sampled_from(PRODUCT_ENGINES))
@@ -831,6 +832,16 @@ def test_prepared_products_run_on_new_arrays_of_the_layout(compiled, products, m
 # -- products in one compiled call (prepare_one_call) --
 
 ONE_CALL = pytest.mark.skipif(QMM_LOOPS is None or not cpu_integer_gemm.RUNNABLE, reason="no integer kernel")
+
+
+def wait_for_the_pool():
+    """Return once every pool thread has ended the tasks it took before: each takes one of these, which meet (the
+    pool takes its tasks in order)."""
+    meeting = threading.Barrier(cpu_pieces.HELPERS + 1)
+    for _ in range(cpu_pieces.HELPERS):
+        cpu_pieces.give_to_pool(meeting.wait, 10)
+    cpu_pieces.ring_from_python(cpu_pieces.HELPERS)
+    meeting.wait(10)
 TYPE_TRIPLES = list(itertools.product(QMM_TYPES, repeat=3))  # A, B, output
 # How each of a_scale, zero_a, b_scale, zero_b, output_scale, zero_out is given: a number (per tensor, as the array
 # API's prepared run hands it), a vector (per row / column) or None (a zero point of 0).
@@ -923,7 +934,7 @@ def test_one_call_products_in_pieces_on_the_pool(m, k, n):
     arguments[4][-1] = np.nan
     before = buffer.copy()
     rejects(["b_scale_tensor", "finite and non-zero"], lambda: product(*arguments))
-    time.sleep(0.01)  # (a pool thread that started late has looked at the scales too)
+    wait_for_the_pool()  # (a pool thread that started late has looked at the scales too)
     np.testing.assert_array_equal(buffer, before)
 
 
@@ -938,7 +949,7 @@ def test_pool_keeps_no_arrays_after_a_call():
     arguments, _, _ = one_call_case(rng, (np.int8, np.uint8, np.uint8), 40, 70, 33, "mixed")
     product = cpu_qmatmul.prepare_one_call(*arguments, pieces=3)
     product(*arguments)
-    time.sleep(0.01)  # (the pool's threads have taken their tasks and returned)
+    wait_for_the_pool()
     kept = [weakref.ref(array) for array in (arguments[0], arguments[3])]
     del arguments
     gc.collect()
@@ -1052,7 +1063,7 @@ def requantizations(draw):
 
 
 @pytest.mark.skipif(QMM_LOOPS is None, reason="no numba")
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(requantizations())
 def test_compiled_requantization_gives_the_operators_bits(case):
     product, corrections, a_scale, b_scale, output_scale, zero_point, out_type, pad = case
@@ -1153,7 +1164,7 @@ def strided_operands(draw):
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(strided_operands())
 def test_kernel_product_is_exact(kernel, case):
     a, zero_a, b, zero_b, pieces = case
@@ -1410,12 +1421,19 @@ def test_ring_calls_the_threads_it_asks_for():
 
     doorbell = np.zeros(len(cpu_pieces.DOORBELL), np.int64)
     gone = []
-    waiters = [threading.Thread(target=lambda: (atomics.wait_for_ring(doorbell, 0, 1 << 34), gone.append(1)))
-               for _ in range(2)]
+    one_gone, both_gone = threading.Event(), threading.Event()
+
+    def wait():
+        atomics.wait_for_ring(doorbell, 0, 1 << 34)
+        gone.append(1)
+        (both_gone if len(gone) == 2 else one_gone).set()
+
+    waiters = [threading.Thread(target=wait) for _ in range(2)]
     for waiter in waiters:
         waiter.start()
     atomics.ring(doorbell, 1)
-    time.sleep(0.2)
+    assert one_gone.wait(5)
+    assert not both_gone.wait(0.1)  # the other still waits
     assert len(gone) == 1
     atomics.ring(doorbell, 1)
     for waiter in waiters:
@@ -1447,10 +1465,13 @@ def test_pieces_then_start_after_every_first_piece(threads):
     """``then`` calls start only once every first call has ended, whichever thread took it; a failed first call
     counts as ended (no thread waits forever) and its error is raised."""
     events = []
+    ended = [threading.Event() for _ in range(4)]
 
     def first(index):
-        time.sleep(0.002 * index)  # the later ones end last, on whichever thread
+        if index:  # the later ones end last, on whichever thread
+            assert ended[index - 1].wait(10)
         events.append(("first", index))
+        ended[index].set()
 
     cpu_pieces.run_in_pieces([functools.partial(first, i) for i in range(4)], threads,
                                  then=[functools.partial(events.append, ("then", i)) for i in range(4)])
@@ -1486,7 +1507,7 @@ def test_kernel_product_in_a_forked_child(kernel):
 
 
 @pytest.mark.parametrize("products", PRODUCT_ENGINES)
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(types=st.tuples(*[st.sampled_from(QMM_TYPES)] * 3), zero_points=st.sampled_from(ZERO_POINTS),
        per_element=st.booleans(), compiled=st.sampled_from(REQUANTIZATIONS), seed=st.integers(0, 2**32 - 1),
        k=st.sampled_from([1, 31, 300, 1100]), m=st.integers(1, 20), n=st.integers(1, 20),

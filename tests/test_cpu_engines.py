@@ -27,6 +27,7 @@ from dmlops.backends.cpu import qmatmul as cpu_qmatmul, scan as cpu_scan
 
 from checks import assert_cumulative_matches
 from strategies import random_scales, random_values
+from conftest import examples
 
 SCAN_LOOPS = cpu_scan.LOOPS.wait()  # loaded now: None without numba
 COMPILED = pytest.mark.skipif(SCAN_LOOPS is None, reason="no numba")
@@ -102,7 +103,7 @@ def bits(array: np.ndarray) -> np.ndarray:
 
 
 @COMPILED
-@settings(max_examples=250, deadline=None)
+@settings(max_examples=examples(250), deadline=None)
 @given(scan_cases())
 def test_engines_give_the_same_bits(case):
     x = fresh_values(np.random.default_rng(case["seed"]), case["shape"], case["dtype"], case["operation"],
@@ -115,7 +116,7 @@ def test_engines_give_the_same_bits(case):
 
 
 @pytest.mark.parametrize("walk_bytes", [32, 64])
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(scan_cases())
 def test_numpy_engine_walks_vectors_of_either_width(walk_bytes, case):
     """NumPy's engine walks lines by vectors of either width that WALK_BYTES takes (64 bytes where the processor
@@ -135,7 +136,7 @@ QMM_TYPES = [np.int8, np.uint8]
 @QMM_COMPILED
 @pytest.mark.parametrize("types", list(itertools.product(QMM_TYPES, repeat=3)), ids=str)  # A, B, output
 @pytest.mark.parametrize("per_tensor", [True, False], ids=["per-tensor", "per-row-column"])
-@settings(max_examples=8, deadline=None)
+@settings(max_examples=examples(8), deadline=None)
 @given(m=st.integers(1, 24), k=st.integers(1, 1200), n=st.integers(1, 80),
        zero_points=st.tuples(st.booleans(), st.booleans(), st.booleans()), seed=st.integers(0, 2**32 - 1))
 def test_quantized_matmul_paths_give_the_same_bits(types, per_tensor, m, k, n, zero_points, seed):

@@ -27,7 +27,7 @@ from dmlops.ops.quantized_matmul import requantize  # noqa: E402
 
 import reference  # noqa: E402
 from checks import rejects  # noqa: E402
-from conftest import ON_GPU  # noqa: E402
+from conftest import ON_GPU, examples  # noqa: E402
 from test_quantized_matmul import random_data  # noqa: E402
 from strategies import random_scales  # noqa: E402
 
@@ -115,7 +115,7 @@ def check_case(case, device):
     np.testing.assert_array_equal(got, expected)
 
 
-@settings(max_examples=40 if ON_GPU else 30, deadline=None)
+@settings(max_examples=examples(40 if ON_GPU else 30), deadline=None)
 @given(case=cases())
 def test_matches_cpu_backend(case, torch_device):
     check_case(case, torch_device)
@@ -129,7 +129,7 @@ hopper_only = pytest.mark.skipif(not on_hopper(), reason="the Gluon kernel needs
 
 
 @hopper_only
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(case=cases())
 def test_wgmma_kernel_matches_cpu_backend(case, monkeypatch):
     """The same cases through the Gluon kernel, whatever their shape."""
@@ -329,7 +329,7 @@ def test_few_rows_choose_the_split_k_kernel():
     assert not qmatmul.choose_config(1, 17, 4096, 4096, 132).split_k
 
 
-@settings(max_examples=40 if ON_GPU else 15, deadline=None,
+@settings(max_examples=examples(40 if ON_GPU else 15), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(case=cases(rows=st.sampled_from(FEW_ROWS)))
 def test_split_k_matches_cpu_backend(case, torch_device, monkeypatch):

@@ -7,6 +7,7 @@ compiler, plus large shapes, determinism and graph capture.
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 
@@ -26,6 +27,7 @@ from dmlops.types import ValidationError  # noqa: E402
 
 import reference  # noqa: E402
 from checks import assert_cumulative_matches  # noqa: E402
+from conftest import examples  # noqa: E402
 
 ON_GPU = os.environ.get("DMLOPS_TEST_GPU") == "1"
 DEVICE = "cuda" if ON_GPU else "cpu"
@@ -140,12 +142,41 @@ TILINGS = [
 ]
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
-@pytest.mark.parametrize("operation", [SUM, PRODUCT])
-@pytest.mark.parametrize("reverse", [False, True], ids=["increasing", "decreasing"])
-@pytest.mark.parametrize("exclusive", [False, True], ids=["inclusive", "exclusive"])
-@pytest.mark.parametrize("tiling", range(len(TILINGS)))
-def test_every_variant(dtype, operation, reverse, exclusive, tiling):
+VARIANTS = list(itertools.product([SUM, PRODUCT], [False, True], [False, True]))  # operation, reverse, exclusive
+
+
+def variant_cases(tilings, dtypes, variants=VARIANTS):
+    """(tiling, dtype, operation, reverse, exclusive) for each of ``variants``: on the GPU every combination; under
+    the interpreter, whose every case takes a good fraction of a second, each tiling runs every variant, the data
+    types taking the variants in turn from a different start in each tiling, so that each tiling runs every data
+    type and each data type every variant, and each pair of them meets in some tiling."""
+    for tiling in range(len(tilings)):
+        for index, variant in enumerate(variants):
+            for dtype in dtypes if ON_GPU else [dtypes[(index + tiling) % len(dtypes)]]:
+                yield case_of(tiling, dtype, *variant)
+
+
+def case_of(tiling, dtype, operation, reverse, exclusive):
+    return pytest.param(tiling, dtype, operation, reverse, exclusive,
+                        id=f"{tiling}-{np.dtype(dtype).name}-{operation.value}-"
+                           f"{'decreasing' if reverse else 'increasing'}-{'exclusive' if exclusive else 'inclusive'}")
+
+
+def exact_cases(tilings, dtypes):
+    """As variant_cases for two data types, but under the interpreter each tiling runs the four directions and
+    exclusive settings once, the operations and data types in turn (each tiling runs both operations, both data
+    types and the four pairs of them; each direction and setting meets each operation and type in some tiling)."""
+    if ON_GPU:
+        yield from variant_cases(tilings, dtypes)
+        return
+    for tiling in range(len(tilings)):
+        for index, (reverse, exclusive) in enumerate(itertools.product([False, True], repeat=2)):
+            yield case_of(tiling, dtypes[(index // 2 + tiling) % 2], [SUM, PRODUCT][(index + tiling) % 2], reverse,
+                          exclusive)
+
+
+@pytest.mark.parametrize("tiling, dtype, operation, reverse, exclusive", list(variant_cases(TILINGS, DTYPES)))
+def test_every_variant(tiling, dtype, operation, reverse, exclusive):
     shape, axis, tuning = TILINGS[tiling]
     run_case(np.random.default_rng(), operation, dtype, shape, axis, reverse, exclusive, tuning=tuning)
 
@@ -168,11 +199,9 @@ EXACT_TILINGS = TILINGS + [((4096,), 0, scan.Tuning(tile_bytes=256, tiles_in_fli
                            ((6, 40), 1, scan.Tuning(tile_bytes=64, tiles_in_flight=1))]
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=lambda d: np.dtype(d).name)
-@pytest.mark.parametrize("operation", [SUM, PRODUCT])
-@pytest.mark.parametrize("reverse, exclusive", [(False, False), (True, False), (False, True), (True, True)])
-@pytest.mark.parametrize("tiling", range(len(EXACT_TILINGS)))
-def test_exact_floats(dtype, operation, reverse, exclusive, tiling):
+@pytest.mark.parametrize("tiling, dtype, operation, reverse, exclusive",
+                         list(exact_cases(EXACT_TILINGS, [np.float32, np.float16])))
+def test_exact_floats(tiling, dtype, operation, reverse, exclusive):
     shape, axis, tuning = EXACT_TILINGS[tiling]
     values = exact_values(np.random.default_rng(), operation, dtype, shape, axis)
     out = torch.full(shape, math.nan, dtype=torch.from_numpy(values).dtype, device=DEVICE)
@@ -205,7 +234,7 @@ def cases(draw):
 
 
 # On the GPU each new shape compiles a kernel: fewer examples there, the interpreter covers the rest.
-@settings(max_examples=12 if ON_GPU else 30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(12 if ON_GPU else 30), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases())
 def test_strides_and_aliasing(case):
     rng = np.random.default_rng(case.pop("seed"))
@@ -316,6 +345,13 @@ def test_cpu_tensors_need_the_interpreter(monkeypatch):
         dmlops.Device("cuda").compile_operator(dmlops.CumulativeSummationOperatorDesc(
             dmlops.TensorDesc(dmlops.DataType.FLOAT32, (4,)), dmlops.TensorDesc(dmlops.DataType.FLOAT32, (4,)),
             axis=0)).execute([torch.zeros(4)], [torch.zeros(4)])
+
+
+def test_unsupported_tensor_types_list_the_supported():
+    x = torch.ones(4, 5, dtype=torch.bfloat16, device=DEVICE)
+    with pytest.raises(ValidationError, match=r"input_tensor: torch dtype torch.bfloat16 has no DirectML data type; "
+                                              r"the supported types are float32, float16, .*int64"):
+        dmlops.cumulative_sum(x, 0, backend="cuda")
 
 
 def test_tensors_on_different_devices():

@@ -21,6 +21,7 @@ pytest.importorskip("triton")  # the CUDA backend's kernels
 
 import strategies  # noqa: E402
 from checks import rejects  # noqa: E402
+from conftest import examples  # noqa: E402
 from dmlops import cumulative_gradient  # noqa: E402
 from dmlops.backends.cpu import BACKEND as cpu_backend  # noqa: E402
 from dmlops.backends.cpu import recurrence as cpu_recurrence  # noqa: E402
@@ -265,7 +266,7 @@ def test_entry_against_torch_autograd(kind, dtype):
                         expected=torch_gradient(operation, x, g, axis, reverse, exclusive))
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(data=st.data())
 def test_entry_any_shape(data):
     shape = data.draw(strategies.shapes(max_elements=60, max_size=9))

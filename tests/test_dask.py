@@ -14,6 +14,7 @@ import dmlops  # noqa: E402
 
 from checks import assert_cumulative_matches, rejects  # noqa: E402
 from strategies import random_values, shapes  # noqa: E402
+from conftest import examples  # noqa: E402
 
 SUM, PRODUCT = "DML_OPERATOR_CUMULATIVE_SUMMATION", "DML_OPERATOR_CUMULATIVE_PRODUCT"
 QMM = "DML_OPERATOR_QUANTIZED_LINEAR_MATRIX_MULTIPLY"
@@ -54,7 +55,7 @@ def chunkings(draw, length):
 # -- scans ---------------------------------------------------------------------------------------------------------
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(data=st.data(), operation=st.sampled_from(["sum", "product"]), dtype=st.sampled_from(SCAN_TYPES),
        reverse=st.booleans(), exclusive=st.booleans())
 def test_scans_match_the_in_memory_scan_for_any_chunking(client, data, operation, dtype, reverse, exclusive):
@@ -121,7 +122,7 @@ def parameter(draw, rng, field, length, chunks, dtype, magnitude=1.0):
 
 
 @pytest.mark.filterwarnings("ignore:Increasing number of chunks")  # M, N and K blocks of one element: many blocks
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(data=st.data(), a_type=st.sampled_from([np.int8, np.uint8]), b_type=st.sampled_from([np.int8, np.uint8]),
        output_type=st.sampled_from([np.int8, np.uint8]))
 def test_quantized_matmul_is_bit_identical_to_the_in_memory_call(client, data, a_type, b_type, output_type):

@@ -12,6 +12,7 @@ from dmlops.tensor import strides_overlap
 
 import reference
 from checks import rejects
+from conftest import examples
 
 
 @pytest.mark.parametrize("data_type, sizes, strides, expected", [
@@ -32,7 +33,7 @@ def test_calc_buffer_tensor_size_examples(data_type, sizes, strides, expected):
     assert TensorDesc(data_type, sizes, strides).total_tensor_size_in_bytes == expected
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(data=st.data(), data_type=st.sampled_from([t for t in DataType if t.bits >= 8]))
 def test_calc_buffer_tensor_size_matches_reference(data, data_type):
     sizes = data.draw(st.lists(st.integers(1, 9), min_size=1, max_size=8))
@@ -46,6 +47,7 @@ def test_desc_normalizes_fields():
     assert desc.data_type is DataType.FLOAT32
     assert desc.sizes == (2, 3) and desc.strides == (3, 1)
     assert desc.flags is TensorFlags.OWNED_BY_DML and desc.owned_by_dml
+    assert TensorDesc(1, [2], flags=np.uint32(1)).flags is TensorFlags.OWNED_BY_DML  # NumPy integers are integers
     assert desc.dimension_count == 2 and desc.element_count == 6
     assert desc.total_tensor_size_in_bytes == 24
     assert desc.offset_alignment == 16
@@ -87,6 +89,11 @@ def test_desc_limits_accepted():
     (["strides", "one stride per size"], lambda: TensorDesc(DataType.FLOAT32, [2, 2], [1])),
     (["strides"], lambda: TensorDesc(DataType.FLOAT32, [2, 2], 1)),
     (["flags", "DML_TENSOR_FLAGS"], lambda: TensorDesc(DataType.FLOAT32, [2], flags="owned")),
+    # IntFlag keeps unknown bits, and -1 would be every bit (OWNED_BY_DML among them): each is rejected.
+    (["flags", "DML_TENSOR_FLAGS", "2"], lambda: TensorDesc(DataType.FLOAT32, [2], flags=2)),
+    (["flags", "DML_TENSOR_FLAGS", "4294967296"], lambda: TensorDesc(DataType.FLOAT32, [2], flags=1 << 32)),
+    (["flags", "DML_TENSOR_FLAGS", "-1"], lambda: TensorDesc(DataType.FLOAT32, [2], flags=-1)),
+    (["flags", "DML_TENSOR_FLAGS"], lambda: TensorDesc(DataType.FLOAT32, [2], flags=True)),
     (["total_tensor_size_in_bytes", "less than", "16"],
      lambda: TensorDesc(DataType.FLOAT32, [4], total_tensor_size_in_bytes=12)),
     (["total_tensor_size_in_bytes", "less than", "60"],
@@ -131,7 +138,7 @@ def test_strides_overlap_examples(sizes, strides, overlapping):
     assert strides_overlap(sizes, strides) is overlapping
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(dims=st.lists(st.tuples(st.integers(1, 4), st.integers(0, 12)), min_size=1, max_size=4))
 def test_strides_overlap_matches_counting(dims):
     sizes, strides = zip(*dims)

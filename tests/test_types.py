@@ -52,8 +52,16 @@ def test_data_types_without_numpy_dtype(name):
 
 @pytest.mark.parametrize("dtype", [np.bool_, np.complex64, ">f4", "U3", object])
 def test_numpy_dtypes_without_data_type(dtype):
-    with pytest.raises(ValidationError, match="no DirectML data type"):
+    """The message lists the dtypes that have a DirectML data type."""
+    with pytest.raises(ValidationError, match="no DirectML data type; the supported types are float32, float16, "
+                                              "uint32, uint16, uint8, int32, int16, int8, float64, uint64, int64"):
         DataType.from_numpy(dtype)
+
+
+def test_big_endian_dtypes_say_the_byte_order():
+    with pytest.raises(ValidationError, match=r">f4 \(byte order not native\).*newbyteorder"):
+        DataType.from_numpy(">f4")
+    assert DataType.from_numpy("=f4") == DataType.from_numpy("<f4") == DataType.FLOAT32
 
 
 def test_other_enumerations():

@@ -167,10 +167,15 @@ F32_23 = TensorDesc(DataType.FLOAT32, [2, 3])
     (["output_tensor", "share memory"], {"output_tensor": TensorDesc(DataType.FLOAT32, [2, 3], [1, 1])}),
     (["axis", "2", "dimension count"], {"axis": 2}),
     (["axis", "-1"], {"axis": -1}),
-    (["axis", "True"], {"axis": True}),
-    (["axis", "1.0"], {"axis": 1.0}),
+    (["axis", "True", "not an integer"], {"axis": True}),
+    (["axis", "1.0", "not an integer"], {"axis": 1.0}),
+    (["axis", "'1'", "not an integer"], {"axis": "1"}),
+    (["axis", "2", "dimension count"], {"axis": np.int64(2)}),
     (["axis_direction", "DML_AXIS_DIRECTION"], {"axis_direction": 2}),
     (["axis_direction", "DML_AXIS_DIRECTION"], {"axis_direction": "DECREASING"}),
+    (["axis_direction", "DML_AXIS_DIRECTION", "'yes'"], {"axis_direction": "yes"}),
+    (["axis_direction", "DML_AXIS_DIRECTION", "1.0"], {"axis_direction": 1.0}),  # equal to 1, not an integer
+    (["axis_direction", "DML_AXIS_DIRECTION", "True"], {"axis_direction": True}),
 ])
 def test_cumulative_desc_rejections(operation, words, changes):
     desc = SCAN_DESCS[operation](F32_23, F32_23, 1, AxisDirection.INCREASING, False)
@@ -178,7 +183,7 @@ def test_cumulative_desc_rejections(operation, words, changes):
 
 
 @pytest.mark.parametrize("operation, field", [("sum", "has_exclusive_sum"), ("product", "has_exclusive_product")])
-@pytest.mark.parametrize("value", [1, None, "yes"])
+@pytest.mark.parametrize("value", [1, 2, 1.0, None, "yes", np.int64(1)])
 def test_cumulative_exclusive_must_be_bool(operation, field, value):
     desc = SCAN_DESCS[operation](F32_23, F32_23, 0, AxisDirection.INCREASING, value)
     rejects([SCAN_NAMES[operation], field, "BOOL"], lambda: Device().compile_operator(desc))
@@ -193,6 +198,13 @@ def test_cumulative_accepted_variants():
     for x, out in [(broadcast, padded), (padded, permuted), (F32_23, F32_23)]:
         device.compile_operator(CumulativeSummationOperatorDesc(x, out, 1, 1, np.bool_(True)))
         device.compile_operator(CumulativeProductOperatorDesc(x, out, 0, AxisDirection.DECREASING, False))
+    # NumPy integers are integers: an axis or a direction of np.int64 runs as the Python int would.
+    x = np.array([[2, 1, 3], [5, 3, 8]], np.float32)
+    for axis in (0, 1):
+        op = device.compile_operator(CumulativeSummationOperatorDesc(F32_23, F32_23, np.int64(axis), np.uint8(1)))
+        out = np.full_like(x, np.nan)
+        op.execute([x], [out])
+        np.testing.assert_array_equal(out, np.flip(np.cumsum(np.flip(x, axis), axis), axis))
 
 
 # -- quantized matmul desc rules -------------------------------------------------------------------------------

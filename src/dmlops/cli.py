@@ -262,7 +262,7 @@ def _installed_version(distribution: str) -> str:
 def _cuda_backend() -> str:
     """The GPU that the cuda backend runs on, or why it cannot run."""
     if not (importlib.util.find_spec("torch") and importlib.util.find_spec("triton")):
-        return "cannot run: PyTorch and Triton are not both installed (pip install 'dmlops[cuda]')"
+        return "cannot run: PyTorch and Triton are not both installed (in dmlops' folder: pip install '.[cuda]')"
     import torch
 
     if torch.cuda.is_available():

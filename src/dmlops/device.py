@@ -122,13 +122,20 @@ class CompiledOperator:
             if isinstance(value, bool) or not hasattr(value, "__index__"):
                 raise ValidationError(f"{self.name}.{field}: binding {name} {value!r} is not an integer")
         offset = int(binding.offset)
-        size = nbytes - offset if binding.size is None else int(binding.size)
-        if offset < 0 or offset % tensor.offset_alignment:
+        if offset < 0:
+            raise ValidationError(f"{self.name}.{field}: binding offset {offset} is negative")
+        if offset % tensor.offset_alignment:
             raise ValidationError(f"{self.name}.{field}: binding offset {offset} must be a multiple of "
                                   f"{tensor.offset_alignment}")
-        if size < 0 or offset + size > nbytes:
-            raise ValidationError(f"{self.name}.{field}: binding range {offset}+{size} exceeds the buffer's "
+        if offset > nbytes:
+            raise ValidationError(f"{self.name}.{field}: binding offset {offset} is past the end of the buffer's "
                                   f"{nbytes} bytes")
+        size = nbytes - offset if binding.size is None else int(binding.size)
+        if size < 0:
+            raise ValidationError(f"{self.name}.{field}: binding size {size} is negative")
+        if offset + size > nbytes:
+            raise ValidationError(f"{self.name}.{field}: binding of {size} bytes at offset {offset} runs past the "
+                                  f"end of the buffer's {nbytes} bytes")
         if size < tensor.total_tensor_size_in_bytes:
             raise ValidationError(f"{self.name}.{field}: the binding holds {size} bytes; the tensor needs "
                                   f"total_tensor_size_in_bytes = {tensor.total_tensor_size_in_bytes}")

@@ -93,10 +93,7 @@ class TensorDesc:
                 raise ValidationError(
                     f"{where}.strides: {len(strides)} strides for {len(sizes)} dimensions; one stride per size")
             object.__setattr__(self, "strides", strides)
-        try:
-            object.__setattr__(self, "flags", TensorFlags(self.flags))
-        except ValueError:
-            raise ValidationError(f"{where}.flags: {self.flags!r} is not a DML_TENSOR_FLAGS value") from None
+        object.__setattr__(self, "flags", _as_flags(self.flags, f"{where}.flags"))
         minimum = calc_buffer_tensor_size(data_type, sizes, self.strides)
         total = _as_uint(self.total_tensor_size_in_bytes, f"{where}.total_tensor_size_in_bytes", bits=64)
         if total == 0:
@@ -135,6 +132,14 @@ class TensorDesc:
     @property
     def owned_by_dml(self) -> bool:
         return bool(self.flags & TensorFlags.OWNED_BY_DML)
+
+
+def _as_flags(value, where) -> TensorFlags:
+    # IntFlag keeps bits it has no name for (and takes -1 as every bit): check the bits here.
+    known = sum(TensorFlags)
+    if isinstance(value, bool) or not hasattr(value, "__index__") or int(value) & ~known:
+        raise ValidationError(f"{where}: {value!r} is not a DML_TENSOR_FLAGS value (NONE or OWNED_BY_DML)")
+    return TensorFlags(int(value))
 
 
 def _as_uints(values, where) -> tuple[int, ...]:

@@ -48,8 +48,18 @@ class DataType(enum.IntEnum):
         except TypeError:
             raise ValidationError(f"{dtype!r} is not a NumPy dtype") from None
         if dtype not in _FROM_NUMPY:
-            raise ValidationError(f"NumPy dtype {dtype} has no DirectML data type")
+            if dtype.newbyteorder("=") in _FROM_NUMPY:
+                raise no_data_type(f"NumPy dtype {dtype} (byte order not native)",
+                                   "in native byte order: x.astype(x.dtype.newbyteorder('='))")
+            raise no_data_type(f"NumPy dtype {dtype}")
         return _FROM_NUMPY[dtype]
+
+
+def no_data_type(what: str, hint: str = "") -> ValidationError:
+    """The error for an element type (``what``) that no DirectML data type matches: it lists the types that do."""
+    supported = ", ".join(_NUMPY.values())
+    return ValidationError(f"{what} has no DirectML data type; the supported types are {supported}"
+                           + (f" {hint}" if hint else ""))
 
 
 _BITS = {

@@ -44,7 +44,7 @@ def prepare(desc, backend: Backend, views: dict):
     """Run a validated desc on ``views`` (backend arrays by field, as the desc lays them out) through the backend's
     lowering, and return run(*arrays) (binding order: the inputs, then the output) for arrays of the same layouts."""
     if isinstance(desc, CumulativeSummationOperatorDesc | CumulativeProductOperatorDesc):
-        return backend.prepare_cumulative(desc.operation, views["input_tensor"], views["output_tensor"], desc.axis,
+        return backend.prepare_cumulative(desc.operation, views["input_tensor"], views["output_tensor"], int(desc.axis),
                                           desc.axis_direction == AxisDirection.DECREASING, bool(desc.exclusive))
     fields = desc.input_fields + desc.output_fields
     layouts = kernel_layouts(desc, {field: backend.element_strides(views[field]) for field in owned(desc)})

@@ -173,7 +173,8 @@ def _builtin(module: str) -> Callable[[], Backend]:
 
 # In the order a call's arrays are offered to them: the default (the host) last.
 _registrations: dict[str, Registration] = {
-    "cuda": Registration("cuda", _claims_cuda, _builtin("dmlops.backends.cuda"), "pip install '.[cuda]'"),
+    "cuda": Registration("cuda", _claims_cuda, _builtin("dmlops.backends.cuda"),
+                         "in dmlops' folder: pip install '.[cuda]'"),
     "cpu": Registration("cpu", _claims_host, _builtin("dmlops.backends.cpu")),
 }
 _loaded: dict[str, Backend] = {}

@@ -117,14 +117,22 @@ def validate(desc: CumulativeDesc, feature_level: FeatureLevel) -> None:
     if strides_overlap(out.sizes, out.element_strides):
         raise ValidationError(f"{name}.output_tensor: the strides {list(out.element_strides)} make two "
                               f"elements share memory")
-    if isinstance(desc.axis, bool) or not isinstance(desc.axis, int) or not 0 <= desc.axis < x.dimension_count:
+    if not _is_integer(desc.axis):
+        raise ValidationError(f"{name}.axis: {desc.axis!r} is not an integer (a UINT)")
+    if not 0 <= desc.axis < x.dimension_count:
         raise ValidationError(
             f"{name}.axis: {desc.axis!r} must be less than the input's dimension count ({x.dimension_count})")
-    if desc.axis_direction not in tuple(AxisDirection):
-        raise ValidationError(f"{name}.axis_direction: {desc.axis_direction!r} is not a DML_AXIS_DIRECTION")
+    if not _is_integer(desc.axis_direction) or desc.axis_direction not in tuple(AxisDirection):
+        raise ValidationError(f"{name}.axis_direction: {desc.axis_direction!r} is not a DML_AXIS_DIRECTION "
+                              f"(INCREASING 0 or DECREASING 1)")
     if not isinstance(desc.exclusive, bool | np.bool_):
         raise ValidationError(f"{name}.{desc.operation.exclusive_field}: {desc.exclusive!r} is not a BOOL (True or "
                               f"False)")
+
+
+def _is_integer(value) -> bool:
+    """Python and NumPy integers (an AxisDirection among them); not booleans, floats or strings."""
+    return isinstance(value, int | np.integer) and not isinstance(value, bool)
 
 
 def output_rule(sizes: tuple, data_type):

@@ -9,7 +9,7 @@ import numpy as np
 from ...core import plans
 from ...core.registry import Backend
 from ...ops.quantized_matmul import QUANTIZATION_PARAMETERS
-from ...types import DataType, ValidationError
+from ...types import DataType, ValidationError, no_data_type
 from . import qmatmul, scan
 from .compiled import viewer
 
@@ -41,6 +41,9 @@ class CpuBackend(Backend):
                 flat = np.frombuffer(buffer, dtype=np.uint8)
             except (TypeError, ValueError) as error:
                 raise ValidationError(f"{where}: {type(buffer).__name__} is not a buffer of bytes ({error})") from None
+            except BufferError as error:  # a strided memoryview, say
+                raise ValidationError(f"{where}: a {type(buffer).__name__} must be C-contiguous to be read as "
+                                      f"bytes ({error})") from None
         if writable and not flat.flags.writeable:
             raise ValidationError(f"{where}: the output buffer is read-only")
         return flat
@@ -80,7 +83,10 @@ class CpuBackend(Backend):
         if plans.is_torch_tensor(obj):
             if obj.device.type != "cpu":
                 return None
-            return _torch_numpy(obj), _torch_from_numpy
+            try:
+                return _torch_numpy(obj), _torch_from_numpy
+            except TypeError:  # a dtype NumPy lacks (bfloat16, say)
+                raise no_data_type(f"torch dtype {obj.dtype}") from None
         if hasattr(obj, "__dlpack_device__"):
             if obj.__dlpack_device__()[0] != 1:  # kDLCPU
                 return None

@@ -4,7 +4,7 @@ The tensor is seen as 3-D views (P, L, Q): P lines before the axis, the axis of 
 (dimensions merge where the strides allow; the rest are walked one index at a time). Reverse walks the axis from
 its end and exclusive writes the tally before adding: neither flips nor shifts a copy.
 
-Two engines scan such views. With numba installed (optional: ``pip install dmlops[fast]``), a compiled loop walks
+Two engines scan such views. With numba installed (optional: ``pip install ".[fast]"``), a compiled loop walks
 memory once, keeping the running values in a row that stays in L1 (rows of lines, a vector at a time: adding in the
 order of the walk, as the reference does, so that its float results are the reference's bits), or walking a
 contiguous line a vector at a time (a tree within the vector: deterministic bits within a running tally's bound;

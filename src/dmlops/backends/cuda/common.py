@@ -8,7 +8,7 @@ import os
 import torch
 import triton.language as tl
 
-from ...types import DataType, ValidationError
+from ...types import DataType, ValidationError, no_data_type
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
@@ -55,5 +55,5 @@ def check_devices(operator: str, **tensors) -> None:
 
 def data_type(array) -> DataType:
     if array.dtype not in DATA_TYPES:
-        raise ValidationError(f"torch dtype {array.dtype} has no DirectML data type")
+        raise no_data_type(f"torch dtype {array.dtype}")
     return DATA_TYPES[array.dtype]
