@@ -153,6 +153,25 @@ def test_numpy_integers_and_booleans_are_options():
     assert_cumulative_matches(result, "product", X, 0, True, False)
 
 
+@pytest.mark.parametrize("words, call", [
+    (["axis_direction", "reverse", "True or False", "str 'yes'"], lambda: gradient(reverse="yes")),
+    (["has_exclusive_product", "exclusive", "True or False", "int 1"], lambda: gradient("product", exclusive=1)),
+    (["axis", "must be an integer", "float 1.0"], lambda: gradient(axis=1.0)),
+    (["axis", "None", "one axis"], lambda: gradient(axis=None)),
+])
+def test_cumulative_gradient_rejections(words, call):
+    rejects(words, call)
+
+
+def gradient(operation="sum", axis=1, reverse=False, exclusive=False):
+    return dmlops.cumulative_gradient(operation, X, X, axis, reverse, exclusive)
+
+
+def test_cumulative_gradient_takes_numpy_booleans():
+    np.testing.assert_array_equal(gradient(axis=np.int64(1), reverse=np.bool_(True), exclusive=np.bool_(False)),
+                                  gradient(reverse=True))
+
+
 @pytest.mark.parametrize("shape, axis", [((0,), 0), ((0, 3), 0), ((0, 3), 1), ((3, 0), -1), ((2, 0, 4), 2)])
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int32, np.uint64])
 def test_empty_input_gives_an_empty_result(shape, axis, dtype):
