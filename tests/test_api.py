@@ -581,3 +581,36 @@ def test_device_and_backend_names():
     assert dmlops.cumulative_sum(X, 0, backend="cpu").dtype == np.float32
     assert Device("cpu").feature_level == dmlops.FeatureLevel.LEVEL_6_4
     assert DataType.from_numpy(dmlops.cumulative_sum(X.astype(np.float16), 0).dtype) is DataType.FLOAT16
+
+
+# -- what a reader meets --------------------------------------------------------------------------------------------
+
+DOCUMENTED = [dmlops, dmlops.cumulative_sum, dmlops.cumulative_product, dmlops.quantized_linear_matmul,
+              dmlops.prepare_b, dmlops.cumulative_gradient, dmlops.check_errors]
+
+
+@pytest.mark.parametrize("documented", DOCUMENTED, ids=lambda value: value.__name__)
+def test_docstring_examples_hold(documented):
+    import doctest
+
+    runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE)
+    tests = doctest.DocTestFinder(recurse=False).find(documented)
+    assert sum(len(test.examples) for test in tests) > 0
+    for test in tests:
+        runner.run(test)
+    assert runner.summarize(verbose=False).failed == 0
+
+
+def test_the_array_api_is_typed():
+    import inspect
+    from pathlib import Path
+
+    assert (Path(dmlops.__file__).parent / "py.typed").is_file()
+    for function in DOCUMENTED[1:]:
+        signature = inspect.signature(function)
+        assert signature.return_annotation is not inspect.Signature.empty, function.__name__
+        assert all(parameter.annotation is not inspect.Parameter.empty
+                   for parameter in signature.parameters.values()), function.__name__
+        sections = ("Parameters", "Returns", "Raises", "Examples") if signature.parameters else \
+            ("Returns", "Raises", "Examples")
+        assert all(f"{section}\n    ---" in function.__doc__ for section in sections), function.__name__

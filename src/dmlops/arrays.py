@@ -10,6 +10,7 @@ lives on (``core.registry``: NumPy arrays and CPU torch tensors on the CPU, CUDA
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, TypeAlias
 
 import numpy as np
 
@@ -25,6 +26,10 @@ from .ops.quantized_matmul import QUANTIZATION_PARAMETERS, QuantizedLinearMatrix
 from .support import check_array_rank
 from .tensor import TensorDesc, packed_strides
 from .types import DEFAULT_FEATURE_LEVEL, AxisDirection, DataType, OperatorType, ValidationError
+
+# An array of any kind the array API takes: a NumPy array, a torch tensor, a CUDA array (CuPy, JAX: DLPack), a Dask
+# array or a nested list of numbers. A result is an array of the input's kind (a NumPy array for a list).
+Array: TypeAlias = Any
 
 DESC_TYPES = {CumulativeOperation.SUM: CumulativeSummationOperatorDesc,
               CumulativeOperation.PRODUCT: CumulativeProductOperatorDesc}
@@ -324,9 +329,44 @@ class PreparedB:
     b_zero_point: object
 
 
-def prepare_b(b, b_scale, b_zero_point=None, *, backend=None) -> PreparedB:
-    """Prepare B {…, K, N} and its scale and zero point (numbers, vectors of N or DirectML-shaped tensors) for
-    repeated ``quantized_linear_matmul`` calls."""
+def prepare_b(b: Array, b_scale: Array | float, b_zero_point: Array | int | None = None, *,
+              backend: str | None = None) -> PreparedB:
+    """Prepare B and its scale and zero point once for many ``quantized_linear_matmul`` calls.
+
+    The backend keeps a copy of B in its own layout (the CUDA backend packs it K-major, with its column sums), as
+    DirectML does with an OWNED_BY_DML B; later changes to ``b`` do not reach it.
+
+    Parameters
+    ----------
+    b : array
+        B {…, K, N}: int8 or uint8, 2 to 4 dimensions, a NumPy array or a torch tensor (CPU or CUDA).
+    b_scale : number or array
+        Per tensor or per column: a number, a one-element array, a vector of N float32 values or a tensor
+        {…, 1, N}; finite and non-zero.
+    b_zero_point : number or array, optional
+        Of B's type, in the same forms; None for 0.
+    backend : {"cpu", "cuda"}, optional
+        By default the backend where B lives.
+
+    Returns
+    -------
+    PreparedB
+        Pass it as ``quantized_linear_matmul``'s B, with None for B's scale and zero point.
+
+    Raises
+    ------
+    ValidationError
+        B's type or dimension count, or a scale or zero point of the wrong type, value or length.
+
+    Examples
+    --------
+    >>> import numpy as np, dmlops
+    >>> b = dmlops.prepare_b(np.array([[1, 2], [3, 4]], np.int8), 1.0)
+    >>> a = np.array([[10, 20], [30, 40]], np.uint8)
+    >>> dmlops.quantized_linear_matmul(a, 0.5, np.uint8(10), b, None, None, 4.0, np.uint8(128))
+    array([[132, 133],
+           [142, 148]], dtype=uint8)
+    """
     be = registry.backend_for([b, b_scale, b_zero_point], backend)
     native, _ = _adopt(be, b, f"{QMM_NAME}.b_tensor")
     check_array_rank(OperatorType.QUANTIZED_LINEAR_MATRIX_MULTIPLY, QMM_NAME, "b_tensor", len(native.shape))
