@@ -571,7 +571,8 @@ def test_cpu_torch_tensors_come_back_as_torch_tensors():
     assert isinstance(product, torch.Tensor) and product.dtype == torch.int8
     np.testing.assert_array_equal(product.numpy(), expected_qmm(A, 0.05, -4, B, 0.05, None, 2.0, None, np.int8))
     for tensor, words in ((x.to(torch.bfloat16), ["BFloat16"]), (x > 0, ["bool"])):
-        rejects([SUM, "input_tensor", *words, "supported", "float32, float16"], lambda: dmlops.cumulative_sum(tensor, 0))
+        rejects([SUM, "input_tensor", *words, "supported", "float32, float16"],
+                lambda: dmlops.cumulative_sum(tensor, 0))
 
 
 def test_device_and_backend_names():

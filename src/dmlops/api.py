@@ -125,9 +125,10 @@ def _cumulative(operation, x, axis, reverse, exclusive, out, backend):
 
 
 def quantized_linear_matmul(a: Array, a_scale: Array | float, a_zero_point: Array | int | None, b: Array | PreparedB,
-                            b_scale: Array | float | None, b_zero_point: Array | int | None, output_scale: Array | float,
-                            output_zero_point: Array | int | None, *, output_dtype: DTypeLike | torch.dtype = None,
-                            out: Array | None = None, backend: str | None = None) -> Array:
+                            b_scale: Array | float | None, b_zero_point: Array | int | None,
+                            output_scale: Array | float, output_zero_point: Array | int | None, *,
+                            output_dtype: DTypeLike | torch.dtype = None, out: Array | None = None,
+                            backend: str | None = None) -> Array:
     """(A − za)·sa × (B − zb)·sb, requantized with the output scale and zero point
     (DML_OPERATOR_QUANTIZED_LINEAR_MATRIX_MULTIPLY).
 

@@ -41,7 +41,7 @@ def _validated(desc):
     return desc
 
 
-# What an element type DirectML lacks is told to use instead.
+# The element types that have a DirectML data type, named where an array's type has none.
 SUPPORTED_TYPES = ("the supported element types are float32, float16, float64, int8, int16, int32, int64, uint8, "
                    "uint16, uint32 and uint64, in the machine's byte order")
 
@@ -89,7 +89,7 @@ def _strided(backend, array):
     if strides is None:
         array = backend.contiguous(array)
         strides = backend.element_strides(array)
-        if strides is None:  # packed already, with a negative stride on a dimension of 1, which never moves
+        if strides is None:  # packed already: a stride DirectML cannot say is on a dimension of 1, never moved along
             strides = packed_strides(array.shape)
             array = backend.restride(array, tuple(array.shape), strides)
     return array, strides
@@ -475,11 +475,10 @@ def _empty_product(be: Backend, desc, native: dict, output_sizes: tuple, output_
         raise ValidationError(f"{QMM_NAME}.output_tensor: sizes {list(written.shape)} must be {list(output_sizes)} "
                               f"(A × B)")
     _validated(desc)
+    host = {field: None if native[field] is None else be.to_host(native[field]) for field in QUANTIZATION_PARAMETERS}
+    for field in qmm.SCALE_FIELDS:
+        qmm.check_scale(field, host[field])
     if 0 not in output_sizes:
-        host = {field: None if native[field] is None else be.to_host(native[field])
-                for field in QUANTIZATION_PARAMETERS}
-        for field in qmm.SCALE_FIELDS:
-            qmm.check_scale(field, host[field])
         zero_point = host["output_zero_point_tensor"]
         values = qmm.requantize(np.zeros(output_sizes), host["a_scale_tensor"], host["b_scale_tensor"],
                                 host["output_scale_tensor"], 0 if zero_point is None else zero_point, output_type)

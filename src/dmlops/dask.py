@@ -190,7 +190,7 @@ def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, 
 
     out_index = batch_index + "ij"
     meta = _meta(a, len(batch) + 2, output_type.numpy_dtype)
-    if a.numblocks[-1] == 1 and b.numblocks[-2] == 1 or k == 0:  # (no K: the in-memory call's requantized zero)
+    if a.numblocks[-1] == 1 and b.numblocks[-2] == 1 or k == 0:  # (K = 0: the in-memory call's output zero point)
         return da.blockwise(_matmul_block, out_index, *_arguments(pairs, QuantizedLinearMatrixMultiplyOperatorDesc
                                                                   .input_fields),
                             output_dtype=output_type.numpy_dtype, backend=backend, concatenate=True,
