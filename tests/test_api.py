@@ -109,9 +109,16 @@ def test_lists_become_arrays():
 @pytest.mark.parametrize("words, call", [
     (["axis", "2", "out of range"], lambda f: f(X, 2)),
     (["axis", "-3", "out of range"], lambda f: f(X, -3)),
-    (["axis", "True"], lambda f: f(X, True)),
-    (["axis", "1.0"], lambda f: f(X, 1.0)),
-    (["axis", "'0'"], lambda f: f(X, "0")),
+    (["axis", "must be an integer", "bool True"], lambda f: f(X, True)),
+    (["axis", "must be an integer", "float 1.0"], lambda f: f(X, 1.0)),
+    (["axis", "must be an integer", "str '0'"], lambda f: f(X, "0")),
+    (["axis", "must be an integer", "tuple (0, 1)"], lambda f: f(X, (0, 1))),
+    (["axis", "None", "one axis", "flattens", "reshape(-1)"], lambda f: f(X, None)),
+    (["axis", "np.int64(2)", "out of range"], lambda f: f(X, np.int64(2))),
+    (["axis_direction", "reverse", "True or False", "str 'yes'"], lambda f: f(X, 0, reverse="yes")),
+    (["axis_direction", "reverse", "True or False", "int 2"], lambda f: f(X, 0, reverse=2)),
+    (["has_exclusive", "exclusive", "True or False", "float 1.0"], lambda f: f(X, 0, exclusive=1.0)),
+    (["has_exclusive", "exclusive", "True or False", "int 0"], lambda f: f(X, 0, exclusive=0)),
     (["input_tensor", "FLOAT64", "not supported"], lambda f: f(X.astype(np.float64), 0)),
     (["input_tensor", "INT8", "not supported"], lambda f: f(X.astype(np.int8), 0)),
     (["input_tensor", "UINT16", "not supported"], lambda f: f(X.astype(np.uint16), 0)),
@@ -121,7 +128,13 @@ def test_lists_become_arrays():
     (["output_tensor", "no DirectML data type"], lambda f: f(X, 0, out=np.zeros((6, 10), bool)[::-1])),
     (["input_tensor", "dimension count", "not 0"], lambda f: f(np.float32(3), 0)),
     (["input_tensor", "dimension count", "not 9"], lambda f: f(np.ones([1] * 9, np.float32), 0)),
-    (["input_tensor", "size of 0"], lambda f: f(np.ones((3, 0), np.float32), 0)),
+    (["input_tensor", "FLOAT64", "not supported"], lambda f: f(np.ones((3, 0)), 0)),
+    (["axis", "2", "out of range"], lambda f: f(np.ones((3, 0), np.float32), 2)),
+    (["axis_direction", "reverse", "'no'"], lambda f: f(np.ones((3, 0), np.float32), 0, reverse="no")),
+    (["output_tensor", "sizes [0, 4]", "[0, 3]"], lambda f: f(np.ones((0, 3), np.float32), 0,
+                                                               out=np.ones((0, 4), np.float32))),
+    (["output_tensor", "input's data type", "INT32"], lambda f: f(np.ones((0, 3), np.float32), 0,
+                                                                   out=np.ones((0, 3), np.int32))),
     (["output_tensor", "input's data type", "INT32"], lambda f: f(X, 0, out=np.zeros((6, 10), np.int32))),
     (["output_tensor", "sizes", "[10, 6]"], lambda f: f(X, 0, out=np.zeros((10, 6), np.float32))),
     (["output_tensor", "read-only"], lambda f: f(X, 0, out=read_only(np.zeros((6, 10), np.float32)))),
@@ -133,6 +146,47 @@ def test_lists_become_arrays():
 ])
 def test_cumulative_rejections(function, name, words, call):
     rejects([name, *words], lambda: call(function))
+
+
+def test_numpy_integers_and_booleans_are_options():
+    for axis in (np.int64(1), np.int8(-1), np.uint32(1)):
+        assert_cumulative_matches(dmlops.cumulative_sum(X, axis), "sum", X, 1, False, False)
+    result = dmlops.cumulative_product(X, 0, reverse=np.bool_(True), exclusive=np.bool_(False))
+    assert_cumulative_matches(result, "product", X, 0, True, False)
+
+
+@pytest.mark.parametrize("words, call", [
+    (["axis_direction", "reverse", "True or False", "str 'yes'"], lambda: gradient(reverse="yes")),
+    (["has_exclusive_product", "exclusive", "True or False", "int 1"], lambda: gradient("product", exclusive=1)),
+    (["axis", "must be an integer", "float 1.0"], lambda: gradient(axis=1.0)),
+    (["axis", "None", "one axis"], lambda: gradient(axis=None)),
+])
+def test_cumulative_gradient_rejections(words, call):
+    rejects(words, call)
+
+
+def gradient(operation="sum", axis=1, reverse=False, exclusive=False):
+    return dmlops.cumulative_gradient(operation, X, X, axis, reverse, exclusive)
+
+
+def test_cumulative_gradient_takes_numpy_booleans():
+    np.testing.assert_array_equal(gradient(axis=np.int64(1), reverse=np.bool_(True), exclusive=np.bool_(False)),
+                                  gradient(reverse=True))
+
+
+@pytest.mark.parametrize("shape, axis", [((0,), 0), ((0, 3), 0), ((0, 3), 1), ((3, 0), -1), ((2, 0, 4), 2)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int32, np.uint64])
+def test_empty_input_gives_an_empty_result(shape, axis, dtype):
+    x = np.ones(shape, dtype)
+    for function in (dmlops.cumulative_sum, dmlops.cumulative_product):
+        result = function(x, axis, reverse=True, exclusive=True)
+        assert result.shape == shape and result.dtype == dtype
+        out = np.empty(shape, dtype)
+        assert function(x, axis, out=out) is out
+        assert function(x, axis, out=x) is x
+    torch = pytest.importorskip("torch")
+    result = dmlops.cumulative_sum(torch.ones(shape), axis)
+    assert isinstance(result, torch.Tensor) and tuple(result.shape) == shape and result.dtype == torch.float32
 
 
 SQUARE = np.arange(16, dtype=np.float32).reshape(4, 4)
@@ -230,9 +284,69 @@ def test_quantized_matmul_out_views_and_batches():
     (["output_tensor", "may not share memory", "a_tensor"],
      lambda: dmlops.quantized_linear_matmul(SQUARE_Q, 1.0, None, SQUARE_Q.T.copy(), 1.0, None, 1.0, None,
                                             out=SQUARE_Q)),
+    (["a_tensor", "FLOAT16", "must be INT8 or UINT8", "a_zero_point_tensor"],
+     lambda: qmm(a=A.astype(np.float16), za=3)),
+    (["output_tensor", "FLOAT64", "must be INT8 or UINT8", "output_zero_point_tensor"],
+     lambda: qmm(zo=3, out=np.zeros((5, 7), np.float64))),
+    (["output_tensor", "FLOAT32", "must be INT8 or UINT8"], lambda: qmm(zo=0, output_dtype=np.float32)),
+    (["b_tensor", "FLOAT32", "must be INT8 or UINT8"], lambda: dmlops.prepare_b(B.astype(np.float32), 0.5, 3)),
+    (["output_tensor", "bool", "supported", "float32"], lambda: qmm(output_dtype=bool)),
+    (["a_tensor", "bool", "supported", "float32"], lambda: qmm(a=A > 0)),
+    (["a_tensor", "FLOAT32", "not supported"], lambda: qmm(a=A[:, :0].astype(np.float32), b=B[:0])),
+    (["output_scale_tensor", "finite and non-zero"], lambda: qmm(a=A[:, :0], b=B[:0], so=0.0)),
+    (["a_scale_tensor", "vector of 4 values", "1 or 5"], lambda: qmm(a=A[:, :0], b=B[:0], sa=np.ones(4, np.float32))),
+    (["output_tensor", "sizes [5, 1]", "[5, 0]"], lambda: qmm(b=B[:, :0], out=np.zeros((5, 1), np.uint8))),
+    (["output_tensor", "sizes [0, 7]", "[5, 7]"], lambda: qmm(a=A[:, :0], b=B[:0], out=np.zeros((0, 7), np.uint8))),
 ])
 def test_quantized_matmul_rejections(words, call):
     rejects([QMM, *words], call)
+
+
+@pytest.mark.parametrize("make_a, make_b", [
+    (lambda: RNG.integers(-128, 128, (1, 12), dtype=np.int8)[::-1], lambda: B),
+    (lambda: A, lambda: RNG.integers(0, 256, (12, 2), dtype=np.uint8)[:, :1][:, ::-1]),
+    (lambda: RNG.integers(-128, 128, (1, 5, 12), dtype=np.int8)[::-1], lambda: B[None, None][::-1, ::-1]),
+    (lambda: RNG.integers(-128, 128, (1, 5, 24), dtype=np.int8)[::-1, :, ::2], lambda: B),
+], ids=["A's rows", "B's columns", "batches", "strided"])
+def test_negative_strides_on_dimensions_of_one_are_run(make_a, make_b):
+    """A stride on a dimension of size 1 never moves: a negative one (made by reversing it) is no reason to copy or
+    to reject. Twice, with fresh values: the second call runs the first one's plan."""
+    for _ in range(2):
+        a, b = make_a(), make_b()
+        assert any(stride < 0 for stride in a.strides + b.strides)
+        zo = RNG.integers(-128, 128, a.shape[-2], dtype=np.int8)
+        np.testing.assert_array_equal(dmlops.quantized_linear_matmul(a, 0.05, np.int8(-3), b, 0.04, np.uint8(7), 2.0,
+                                                                     zo),
+                                      expected_qmm(a, 0.05, -3, b, 0.04, 7, 2.0, zo[:, None], np.int8))
+    x = X[:1][::-1]
+    assert_cumulative_matches(dmlops.cumulative_sum(x, 1, exclusive=True), "sum", x, 1, False, True)
+
+
+def test_a_product_over_no_terms_is_the_requantized_output_zero_point():
+    """K = 0: every accumulator is 0, so each output element is saturate(round(0) + zo)."""
+    for batch in [(), (2,)]:
+        a, b = np.ones((*batch, 5, 0), np.int8), np.ones((0, 7), np.uint8)
+        sa, sb, so = RNG.uniform(0.01, 1, (5, 1)).astype(np.float32), np.float32(0.5), np.float32(3.0)
+        zo = RNG.integers(-128, 128, 5, dtype=np.int8)
+        out = RNG.integers(-128, 128, (*batch, 5, 14), dtype=np.int8)[..., ::2]  # poisoned, a strided view
+        expected = expected_qmm(a, sa, None, b, sb, None, so, zo[:, None], np.int8)
+        np.testing.assert_array_equal(expected, np.broadcast_to(zo[:, None], (*batch, 5, 7)))
+        assert dmlops.quantized_linear_matmul(a, sa[:, 0], np.int8(3), b, sb, None, so, zo, out=out) is out
+        np.testing.assert_array_equal(out, expected)
+        new = dmlops.quantized_linear_matmul(a, sa, None, b, sb, np.uint8(9), so, None)
+        assert new.dtype == np.uint8 and new.shape == (*batch, 5, 7) and not new.any()
+
+
+@pytest.mark.parametrize("a_shape, b_shape, expected", [((0, 12), (12, 7), (0, 7)), ((5, 12), (12, 0), (5, 0)),
+                                                        ((0, 5, 12), (12, 7), (0, 5, 7)),
+                                                        ((2, 1, 0, 3), (4, 3, 7), (2, 4, 0, 7)),
+                                                        ((0, 0), (0, 0), (0, 0))])
+def test_an_empty_product_is_empty(a_shape, b_shape, expected):
+    a, b = np.ones(a_shape, np.uint8), np.ones(b_shape, np.int8)
+    result = dmlops.quantized_linear_matmul(a, 0.5, None, b, 0.5, np.int8(1), 2.0, np.int8(4))
+    assert result.shape == expected and result.dtype == np.int8
+    out = np.empty(expected, np.uint8)
+    assert dmlops.quantized_linear_matmul(a, 0.5, np.uint8(2), b, 0.5, None, 2.0, None, out=out) is out
 
 
 SQUARE_Q = np.arange(16, dtype=np.uint8).reshape(4, 4)
@@ -469,3 +583,36 @@ def test_device_and_backend_names():
     assert dmlops.cumulative_sum(X, 0, backend="cpu").dtype == np.float32
     assert Device("cpu").feature_level == dmlops.FeatureLevel.LEVEL_6_4
     assert DataType.from_numpy(dmlops.cumulative_sum(X.astype(np.float16), 0).dtype) is DataType.FLOAT16
+
+
+# -- what a reader meets --------------------------------------------------------------------------------------------
+
+DOCUMENTED = [dmlops, dmlops.cumulative_sum, dmlops.cumulative_product, dmlops.quantized_linear_matmul,
+              dmlops.prepare_b, dmlops.cumulative_gradient, dmlops.check_errors]
+
+
+@pytest.mark.parametrize("documented", DOCUMENTED, ids=lambda value: value.__name__)
+def test_docstring_examples_hold(documented):
+    import doctest
+
+    runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE)
+    tests = doctest.DocTestFinder(recurse=False).find(documented)
+    assert sum(len(test.examples) for test in tests) > 0
+    for test in tests:
+        runner.run(test)
+    assert runner.summarize(verbose=False).failed == 0
+
+
+def test_the_array_api_is_typed():
+    import inspect
+    from pathlib import Path
+
+    assert (Path(dmlops.__file__).parent / "py.typed").is_file()
+    for function in DOCUMENTED[1:]:
+        signature = inspect.signature(function)
+        assert signature.return_annotation is not inspect.Signature.empty, function.__name__
+        assert all(parameter.annotation is not inspect.Parameter.empty
+                   for parameter in signature.parameters.values()), function.__name__
+        sections = ("Parameters", "Returns", "Raises", "Examples") if signature.parameters else \
+            ("Returns", "Raises", "Examples")
+        assert all(f"{section}\n    ---" in function.__doc__ for section in sections), function.__name__

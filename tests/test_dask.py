@@ -223,7 +223,9 @@ def qmm(a=A, sa=0.5, za=None, b=B, sb=0.5, zb=None, so=2.0, zo=None, **options):
     ([PRODUCT, "output_tensor", "immutable"], lambda: dmlops.cumulative_product(X, 0, out=X)),
     ([SUM, "output_tensor", "immutable"], lambda: dmlops.cumulative_sum(X, 0, out=np.zeros((3, 4), np.float32))),
     ([SUM, "input_tensor", "FLOAT64", "not supported"], lambda: dmlops.cumulative_sum(X.astype(np.float64), 0)),
-    ([SUM, "input_tensor", "size of 0"], lambda: dmlops.cumulative_sum(X[:0], 0)),
+    ([SUM, "axis_direction", "reverse", "'yes'"], lambda: dmlops.cumulative_sum(X, 0, reverse="yes")),
+    ([SUM, "axis", "None", "one axis"], lambda: dmlops.cumulative_sum(X[:0], None)),
+    ([SUM, "axis", "must be an integer", "float 0.0"], lambda: dmlops.cumulative_sum(X, 0.0)),
     ([PRODUCT, "axis", "2", "out of range"], lambda: dmlops.cumulative_product(X, 2)),
     ([QMM, "a_tensor", "unknown chunk sizes"], lambda: qmm(a=UNKNOWN.astype(np.int8)[None])),
     ([QMM, "b_scale_tensor", "GPU", "GpuTensor"], lambda: qmm(sb=GpuTensor())),
@@ -247,6 +249,50 @@ def qmm(a=A, sa=0.5, za=None, b=B, sb=0.5, zb=None, so=2.0, zo=None, **options):
 ])
 def test_rejections_at_the_call(words, call):
     rejects(words, call)
+
+
+# -- empty chunks and arrays (boolean filtering makes empty chunks) -------------------------------------------------
+
+
+@pytest.mark.parametrize("chunks", [((2, 0, 3), (4,)), ((5,), (0, 3, 0, 1)), ((0, 5, 0), (2, 0, 2)), ((5,), (4,))])
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+def test_scans_of_empty_chunks(chunks, dtype):
+    x = random_values(np.random.default_rng(3), dtype, 20, small=True).reshape(5, 4)
+    for operation, function in SCANS.items():
+        for axis, reverse, exclusive in [(0, False, False), (0, True, True), (1, False, True), (1, True, False)]:
+            result = function(da.from_array(x, chunks=chunks), axis, reverse=reverse, exclusive=exclusive)
+            assert result.chunks == chunks
+            assert_cumulative_matches(result.compute(scheduler="threads"), operation, x, axis, reverse, exclusive)
+    empty = da.from_array(x[:0], chunks=((0,), (2, 2)))
+    for axis in (0, 1):
+        result = dmlops.cumulative_sum(empty, axis).compute(scheduler="threads")
+        assert result.shape == (0, 4) and result.dtype == dtype
+
+
+def test_scans_of_a_boolean_selection():
+    values = da.from_array(np.arange(12, dtype=np.int64), chunks=4)
+    selected = values[values % 5 > 3]  # the chunk 4…7 keeps nothing: (4), (), (9)
+    selected.compute_chunk_sizes()
+    assert 0 in selected.chunks[0]
+    np.testing.assert_array_equal(dmlops.cumulative_sum(selected, 0, exclusive=True).compute(), [0, 4])
+
+
+@pytest.mark.parametrize("m_chunks, k_chunks, n_chunks", [((2, 0, 2), (6,), (5,)), ((4,), (3, 0, 3), (2, 0, 3)),
+                                                          ((4,), (0, 6), (5,)), ((4,), (0,), (5,)),
+                                                          ((2, 2), (0, 0), (0, 5)), ((0,), (6,), (5,))])
+def test_quantized_matmul_of_empty_chunks(m_chunks, k_chunks, n_chunks):
+    """Empty chunks along M, N or K, and K = 0 (the requantized output zero point), as the in-memory call."""
+    rng = np.random.default_rng(4)
+    m, k, n = sum(m_chunks), sum(k_chunks), sum(n_chunks)
+    a = rng.integers(-128, 128, (m, k), dtype=np.int8)
+    b = rng.integers(0, 256, (k, n), dtype=np.uint8)
+    sa, za = rng.uniform(0.01, 0.1, m).astype(np.float32), rng.integers(-128, 128, m, dtype=np.int8)
+    zb, zo = rng.integers(0, 256, n, dtype=np.uint8), rng.integers(-128, 128, m, dtype=np.int8)
+    result = dmlops.quantized_linear_matmul(da.from_array(a, chunks=(m_chunks, k_chunks)), sa, za,
+                                            da.from_array(b, chunks=(k_chunks, n_chunks)), 0.05, zb, 3.0, zo)
+    expected = dmlops.quantized_linear_matmul(a, sa, za, b, 0.05, zb, 3.0, zo)
+    assert result.shape == expected.shape == (m, n) and result.dtype == expected.dtype == np.int8
+    np.testing.assert_array_equal(result.compute(scheduler="threads"), expected)
 
 
 @pytest.mark.parametrize("k_chunks", [6, 2], ids=["one K chunk", "K split"])

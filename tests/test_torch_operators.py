@@ -89,3 +89,32 @@ def test_torch_compile_fullgraph_matches_eager():
     torch.testing.assert_close(product, expected[1])  # its input may be fused differently (one multiply-add)
     torch.testing.assert_close(quantized, expected[2], rtol=0, atol=0)
     assert_cumulative_matches(model(x, a, b, b_scale)[0].cpu().numpy(), "sum", 2 * x.cpu().numpy(), 1, True, True)
+
+
+@pytest.mark.parametrize("operator", ["cumulative_sum", "cumulative_product"])
+@pytest.mark.parametrize("shape, axis", [((0, 5), 0), ((0, 5), 1), ((3, 0, 2), 2)])
+def test_empty_scans(operator, shape, axis):
+    """An empty tensor gives an empty result of its sizes and type, through the operator, its checks and autograd."""
+    x = torch.ones(shape, device=DEVICE, requires_grad=True)
+    torch.library.opcheck(getattr(torch.ops.dmlops, operator), (x, axis, True, True))
+    y = getattr(dmlops, operator)(x, axis, reverse=True)
+    assert y.shape == x.shape and y.dtype == x.dtype and y.grad_fn is not None
+    y.backward(torch.ones_like(y))
+    assert x.grad.shape == x.shape and x.grad.dtype == x.dtype
+
+
+@pytest.mark.parametrize("m, k, n", [(0, 8, 4), (5, 8, 0), (5, 0, 4)])
+def test_empty_quantized_matmul(m, k, n):
+    """Empty sizes give an empty output; K = 0 gives the requantized output zero point (every accumulator is 0)."""
+    a = torch.randint(-128, 128, (m, k), dtype=torch.int8, device=DEVICE)
+    b = torch.randint(0, 256, (k, n), dtype=torch.uint8, device=DEVICE)
+    scale = torch.tensor(0.05, device=DEVICE)
+    zero = torch.arange(-2, m - 2, dtype=torch.int8, device=DEVICE).reshape(m, 1)
+    arguments = (a, scale, None, b, torch.rand(n, device=DEVICE) + 0.1, None, scale * 40, zero, torch.int8)
+    torch.library.opcheck(torch.ops.dmlops.quantized_linear_matmul, arguments)
+    result = torch.ops.dmlops.quantized_linear_matmul(*arguments)
+    assert result.shape == (m, n) and result.dtype == torch.int8
+    if k == 0:
+        torch.testing.assert_close(result, zero.expand(m, n), rtol=0, atol=0)
+        torch.testing.assert_close(dmlops.quantized_linear_matmul(a, 0.05, None, b, 0.5, None, 2.0, zero), result,
+                                   rtol=0, atol=0)

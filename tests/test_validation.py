@@ -278,3 +278,9 @@ def test_device_defaults():
     assert device.feature_level is FeatureLevel.LEVEL_6_4
     assert Device("cpu", 0x5000).feature_level is FeatureLevel.LEVEL_5_0
     assert repr(Device("cpu", "4_1")) == "Device('cpu', FeatureLevel.LEVEL_4_1)"
+
+
+@pytest.mark.parametrize("sizes", [[0], [3, 0], [0, 2, 2]])
+def test_tensors_have_no_size_of_zero(sizes):
+    """DirectML's rule stays in the operator API (the array API gives empty results for empty arrays)."""
+    rejects(["sizes", "size of 0"], lambda: TensorDesc(DataType.FLOAT32, sizes))

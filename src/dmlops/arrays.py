@@ -10,6 +10,7 @@ lives on (``core.registry``: NumPy arrays and CPU torch tensors on the CPU, CUDA
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, TypeAlias
 
 import numpy as np
 
@@ -23,8 +24,12 @@ from .ops.cumulative_gradient import GRADIENT_DATA_TYPES
 from .ops.quantized_matmul import NAME as QMM_NAME
 from .ops.quantized_matmul import QUANTIZATION_PARAMETERS, QuantizedLinearMatrixMultiplyOperatorDesc
 from .support import check_array_rank
-from .tensor import TensorDesc
+from .tensor import TensorDesc, packed_strides
 from .types import DEFAULT_FEATURE_LEVEL, AxisDirection, DataType, OperatorType, ValidationError
+
+# An array of any kind the array API takes: a NumPy array, a torch tensor, a CUDA array (CuPy, JAX: DLPack), a Dask
+# array or a nested list of numbers. A result is an array of the input's kind (a NumPy array for a list).
+Array: TypeAlias = Any
 
 DESC_TYPES = {CumulativeOperation.SUM: CumulativeSummationOperatorDesc,
               CumulativeOperation.PRODUCT: CumulativeProductOperatorDesc}
@@ -36,16 +41,22 @@ def _validated(desc):
     return desc
 
 
+def _type_error(where: str, error: Exception) -> ValidationError:
+    """The ValidationError of an array or dtype whose element type DirectML lacks (bool, complex, big-endian, a
+    torch bfloat16 tensor): its message (``types.no_data_type``'s) lists the types it has."""
+    return ValidationError(f"{where}: {error}")
+
+
 def _try_adopt(be, obj, what: str):
     """The backend's (array, restore), or None where obj lives elsewhere; an array whose element type DirectML
-    lacks (bool, complex, a torch bfloat16 tensor) is a ValidationError."""
+    lacks is a ValidationError."""
     try:
         adopted = be.adopt(obj)
         if adopted is not None:
             be.data_type(adopted[0])
         return adopted
     except (TypeError, ValidationError) as error:
-        raise ValidationError(f"{what}: {error}") from None
+        raise _type_error(what, error) from None
 
 
 def _adopt(be: Backend, obj, what: str):
@@ -73,6 +84,9 @@ def _strided(backend, array):
     if strides is None:
         array = backend.contiguous(array)
         strides = backend.element_strides(array)
+        if strides is None:  # packed already: a stride DirectML cannot say is on a dimension of 1, never moved along
+            strides = packed_strides(array.shape)
+            array = backend.restride(array, tuple(array.shape), strides)
     return array, strides
 
 
@@ -86,12 +100,41 @@ def _output_through(backend, out, like):
     return written, backend.element_strides(written), out
 
 
-def _described(backend, array, strides, where: str) -> TensorDesc:
-    """The TensorDesc of an array whose element strides are ``strides``."""
+def _described(backend, array, strides, where: str, stand_in: bool = False) -> TensorDesc:
+    """The TensorDesc of an array whose element strides are ``strides``; with ``stand_in``, an empty array's is
+    that of a packed stand-in of one element along each empty dimension (DirectML has no empty tensors: an empty
+    array is validated so)."""
+    sizes = tuple(array.shape)
+    if stand_in and 0 in sizes:
+        sizes, strides = tuple(max(size, 1) for size in sizes), None
     try:
-        return TensorDesc(backend.data_type(array), tuple(array.shape), strides)
+        return TensorDesc(backend.data_type(array), sizes, strides)
     except ValidationError as error:
         raise ValidationError(f"{where}: {error}") from None
+
+
+def _axis(name: str, axis, dimension_count: int) -> int:
+    """The axis, from 0: an integer (Python or NumPy) from -dimension_count to dimension_count - 1."""
+    if axis is None:
+        raise ValidationError(f"{name}.axis: None is not an axis: dmlops scans along one axis (where NumPy's "
+                              f"axis=None flattens, pass x.reshape(-1) and axis 0)")
+    if isinstance(axis, bool | np.bool_) or not isinstance(axis, int | np.integer):
+        raise ValidationError(f"{name}.axis: must be an integer, not {type(axis).__name__} {axis!r}")
+    if not -dimension_count <= axis < dimension_count:
+        raise ValidationError(f"{name}.axis: {axis!r} is out of range for {dimension_count} dimensions")
+    return int(axis) % dimension_count
+
+
+def _flag(where: str, option: str, value) -> bool:
+    """An option that is True or False (a Python or NumPy bool: a number or a word is not taken for one)."""
+    if not isinstance(value, bool | np.bool_):
+        raise ValidationError(f"{where}: {option} must be True or False, not {type(value).__name__} {value!r}")
+    return bool(value)
+
+
+def _cumulative_options(name: str, operation: CumulativeOperation, reverse, exclusive) -> tuple[bool, bool]:
+    return (_flag(f"{name}.axis_direction", "reverse", reverse),
+            _flag(f"{name}.{operation.exclusive_field}", "exclusive", exclusive))
 
 
 # -- plans: calls whose layout repeats ----------------------------------------------------------------------------
@@ -193,23 +236,28 @@ def cumulative(operation: CumulativeOperation, x, axis, reverse, exclusive, out,
 def _cumulative_planned(operation, x, axis, reverse, exclusive, out, backend, planned: bool):
     """(result, plan for later calls of the same layout, or None where not ``planned`` or none can be)."""
     name = operation.operator_name
+    reverse, exclusive = _cumulative_options(name, operation, reverse, exclusive)
     be = registry.backend_for([x, out], backend)
     native_x, restore = _adopt(be, x, f"{name}.input_tensor")
     native_x, x_strides = _strided(be, native_x)
-    x_desc = _described(be, native_x, x_strides, f"{name}.input_tensor")
-    ndim = x_desc.dimension_count
-    if isinstance(axis, bool) or not isinstance(axis, int | np.integer) or not -ndim <= axis < ndim:
-        raise ValidationError(f"{name}.axis: {axis!r} is out of range for {ndim} dimensions")
-    axis = int(axis) % ndim
-    sizes, data_type = cumulative_rules.output_rule(x_desc.sizes, x_desc.data_type)
+    empty = 0 in tuple(native_x.shape)
+    x_desc = _described(be, native_x, x_strides, f"{name}.input_tensor", empty)
+    axis = _axis(name, axis, x_desc.dimension_count)
+    sizes, data_type = cumulative_rules.output_rule(tuple(native_x.shape), x_desc.data_type)
     if out is None:
         native_out = be.empty(sizes, data_type, like=native_x)
     else:
         native_out = _adopt_output(be, out, f"{name}.output_tensor")
     native_out, out_strides, target = _output_through(be, native_out, like=native_x)
-    out_desc = _described(be, native_out, out_strides, f"{name}.output_tensor")
+    out_desc = _described(be, native_out, out_strides, f"{name}.output_tensor", empty)
     direction = AxisDirection.DECREASING if reverse else AxisDirection.INCREASING
-    desc = DESC_TYPES[operation](x_desc, out_desc, axis, direction, bool(exclusive))
+    desc = DESC_TYPES[operation](x_desc, out_desc, axis, direction, exclusive)
+    if empty:  # as NumPy: an empty result (validated as the one-element stand-ins of x and out)
+        if tuple(native_out.shape) != sizes:
+            raise ValidationError(f"{name}.output_tensor: sizes {list(native_out.shape)} must be the input's "
+                                  f"{list(sizes)}")
+        _validated(desc)
+        return (out if out is not None else restore(native_out)), None
     views = {"input_tensor": native_x, "output_tensor": native_out}
     run = _run_lowered(be, desc, views)
     if target is not None:
@@ -242,10 +290,8 @@ def cumulative_gradient(operation: CumulativeOperation | str, x, grad, axis: int
     if (grad_type, tuple(grad.shape)) != (data_type, tuple(x.shape)):
         raise ValidationError(f"{name}.gradient: must have the input's data type and sizes (input {data_type.name} "
                               f"{list(x.shape)}, gradient {grad_type.name} {list(grad.shape)})")
-    ndim = len(x.shape)
-    if isinstance(axis, bool) or not isinstance(axis, int | np.integer) or not -ndim <= axis < ndim:
-        raise ValidationError(f"{name}.axis: {axis!r} is out of range for {ndim} dimensions")
-    axis, reverse, exclusive = int(axis) % ndim, bool(reverse), bool(exclusive)
+    axis = _axis(name, axis, len(x.shape))
+    reverse, exclusive = _cumulative_options(name, operation, reverse, exclusive)
     if 0 in tuple(x.shape):  # (DirectML has no empty tensors, but gradients of them are asked for)
         return restore(be.empty(tuple(x.shape), data_type, like=x))
     if operation is CumulativeOperation.SUM:  # the running sum of grad the other way
@@ -261,7 +307,7 @@ def _try_data_type(be: Backend, array, where: str) -> DataType:
     try:
         return be.data_type(array)
     except (TypeError, ValidationError) as error:
-        raise ValidationError(f"{where}: {error}") from None
+        raise _type_error(where, error) from None
 
 
 # -- the quantized matmul ------------------------------------------------------------------------------------------
@@ -278,9 +324,44 @@ class PreparedB:
     b_zero_point: object
 
 
-def prepare_b(b, b_scale, b_zero_point=None, *, backend=None) -> PreparedB:
-    """Prepare B {…, K, N} and its scale and zero point (numbers, vectors of N or DirectML-shaped tensors) for
-    repeated ``quantized_linear_matmul`` calls."""
+def prepare_b(b: Array, b_scale: Array | float, b_zero_point: Array | int | None = None, *,
+              backend: str | None = None) -> PreparedB:
+    """Prepare B and its scale and zero point once for many ``quantized_linear_matmul`` calls.
+
+    The backend keeps a copy of B in its own layout (the CUDA backend packs it K-major, with its column sums), as
+    DirectML does with an OWNED_BY_DML B; later changes to ``b`` do not reach it.
+
+    Parameters
+    ----------
+    b : array
+        B {…, K, N}: int8 or uint8, 2 to 4 dimensions, a NumPy array or a torch tensor (CPU or CUDA).
+    b_scale : number or array
+        Per tensor or per column: a number, a one-element array, a vector of N float32 values or a tensor
+        {…, 1, N}; finite and non-zero.
+    b_zero_point : number or array, optional
+        Of B's type, in the same forms; None for 0.
+    backend : {"cpu", "cuda"}, optional
+        By default the backend where B lives.
+
+    Returns
+    -------
+    PreparedB
+        Pass it as ``quantized_linear_matmul``'s B, with None for B's scale and zero point.
+
+    Raises
+    ------
+    ValidationError
+        B's type or dimension count, or a scale or zero point of the wrong type, value or length.
+
+    Examples
+    --------
+    >>> import numpy as np, dmlops
+    >>> b = dmlops.prepare_b(np.array([[1, 2], [3, 4]], np.int8), 1.0)
+    >>> a = np.array([[10, 20], [30, 40]], np.uint8)
+    >>> dmlops.quantized_linear_matmul(a, 0.5, np.uint8(10), b, None, None, 4.0, np.uint8(128))
+    array([[132, 133],
+           [142, 148]], dtype=uint8)
+    """
     be = registry.backend_for([b, b_scale, b_zero_point], backend)
     native, _ = _adopt(be, b, f"{QMM_NAME}.b_tensor")
     check_array_rank(OperatorType.QUANTIZED_LINEAR_MATRIX_MULTIPLY, QMM_NAME, "b_tensor", len(native.shape))
@@ -289,7 +370,7 @@ def prepare_b(b, b_scale, b_zero_point=None, *, backend=None) -> PreparedB:
     for field, value, data_type in (("b_scale_tensor", b_scale, DataType.FLOAT32),
                                     ("b_zero_point_tensor", b_zero_point, desc.data_type)):
         if value is not None:  # checked now; kept as given
-            _parameter(be, value, data_type, native.shape[-1], -1, len(native.shape), native, f"{QMM_NAME}.{field}")
+            _parameter(be, value, data_type, native.shape[-1], -1, len(native.shape), native, field)
     kept = be.persist(OperatorType.QUANTIZED_LINEAR_MATRIX_MULTIPLY, "b_tensor", native)
     return PreparedB(kept, b_scale, b_zero_point)
 
@@ -348,7 +429,7 @@ def _quantized_linear_matmul_planned(arguments, output_dtype, backend, planned: 
             continue
         parameter_type = DataType.FLOAT32 if "scale" in field else element_types[data_field]
         native[field], strides[field] = _parameter(be, given[field], parameter_type, lengths[data_field],
-                                                   free_axis, rank, native["a_tensor"], f"{QMM_NAME}.{field}")
+                                                   free_axis, rank, native["a_tensor"], field)
 
     if out is None:
         native["output_tensor"] = be.empty(output_sizes, output_type, like=native["a_tensor"])
@@ -363,9 +444,12 @@ def _quantized_linear_matmul_planned(arguments, output_dtype, backend, planned: 
 
     fields = QuantizedLinearMatrixMultiplyOperatorDesc.input_fields + ("output_tensor",)
     native = {field: native[field] for field in fields}  # (binding order)
+    empty = 0 in (*output_sizes, native["a_tensor"].shape[-1])
     desc = QuantizedLinearMatrixMultiplyOperatorDesc(
-        **{field: _described(be, native[field], strides[field], f"{QMM_NAME}.{field}") if field in strides else None
-           for field in fields})
+        **{field: _described(be, native[field], strides[field], f"{QMM_NAME}.{field}", empty)
+           if field in strides else None for field in fields})
+    if empty:
+        return _empty_product(be, desc, native, output_sizes, output_type, target, out, restore), None
     run = _run_lowered(be, desc, native)
     if target is not None:
         be.assign(target, native["output_tensor"])
@@ -376,6 +460,27 @@ def _quantized_linear_matmul_planned(arguments, output_dtype, backend, planned: 
     return result, plan
 
 
+def _empty_product(be: Backend, desc, native: dict, output_sizes: tuple, output_type: DataType, target, out,
+                   restore):
+    """The result of a product with an empty dimension (validated as the one-element stand-in of each): an empty
+    output, or where only K is 0 (no terms: every accumulator is 0) the operator's requantization of 0, which is the
+    output zero point."""
+    written = native["output_tensor"]
+    if tuple(written.shape) != output_sizes:
+        raise ValidationError(f"{QMM_NAME}.output_tensor: sizes {list(written.shape)} must be {list(output_sizes)} "
+                              f"(A × B)")
+    _validated(desc)
+    host = {field: None if native[field] is None else be.to_host(native[field]) for field in QUANTIZATION_PARAMETERS}
+    for field in qmm.SCALE_FIELDS:
+        qmm.check_scale(field, host[field])
+    if 0 not in output_sizes:
+        zero_point = host["output_zero_point_tensor"]
+        values = qmm.requantize(np.zeros(output_sizes), host["a_scale_tensor"], host["b_scale_tensor"],
+                                host["output_scale_tensor"], 0 if zero_point is None else zero_point, output_type)
+        be.assign(written if target is None else target, be.from_host(values, like=written))
+    return out if out is not None else restore(written)
+
+
 def _dtype_type(dtype, where: str) -> DataType:
     """The DataType of a NumPy dtype, scalar type or name, or a torch dtype."""
     if type(dtype).__module__ == "torch":
@@ -383,7 +488,7 @@ def _dtype_type(dtype, where: str) -> DataType:
     try:
         return DataType.from_numpy(dtype)
     except (TypeError, ValidationError) as error:
-        raise ValidationError(f"{where}: {error}") from None
+        raise _type_error(where, error) from None
 
 
 def _asked_type(output_dtype) -> DataType | None:
@@ -409,15 +514,20 @@ def _broadcast(be, array, batch):
     return be.restride(array, (*batch, rows, columns), strides), strides
 
 
-def _parameter(be, value, data_type: DataType, length: int, free_axis: int, rank: int, like, where: str):
-    """(view, element strides) of a scale or zero point in DirectML's shape: per tensor {1, …}, per row
+def _parameter(be, value, data_type: DataType, length: int, free_axis: int, rank: int, like, field: str):
+    """(view, element strides) of the scale or zero point ``field`` in DirectML's shape: per tensor {1, …}, per row
     {…, M, 1} or per column {…, 1, N}."""
+    where = f"{QMM_NAME}.{field}"
     adopted = _try_adopt(be, value, where) if hasattr(value, "shape") else None
     if adopted is None:  # a number or a list
         values = np.asarray(value)
         if values.dtype.kind not in "fiub":
             raise ValidationError(f"{where}: {value!r} is not a number")
-        if data_type != DataType.FLOAT32:
+        if "zero_point" in field:  # values of its tensor's type
+            if data_type not in qmm.OUTPUT_RANGE:
+                tensor = QUANTIZATION_PARAMETERS[field][0]
+                raise ValidationError(f"{QMM_NAME}.{tensor}: data type {data_type.name} must be INT8 or UINT8 (the "
+                                      f"type of its zero point, {field})")
             info = np.iinfo(data_type.numpy_dtype)
             if values.dtype.kind == "f" and not np.array_equal(values, np.round(values)) or \
                     np.any(values < info.min) or np.any(values > info.max):

@@ -70,8 +70,8 @@ def _reject_out(out, where: str) -> None:
 
 
 def _probe(value, fill):
-    """A one-element NumPy stand-in of an array's type and dimension count (0-sized dimensions kept, so they are
-    rejected as the in-memory call rejects them), for checking a call with the in-memory API."""
+    """A NumPy stand-in of at most one element of an array's type and dimension count (0-sized dimensions kept, so
+    that the in-memory call checks them as it checks an empty array), for checking a call with the in-memory API."""
     return np.full(tuple(min(size, 1) for size in value.shape), fill, dtype=value.dtype)
 
 
@@ -126,7 +126,11 @@ def _scan_chunk(chunk, scan, accumulation=None, *, axis, reverse, exclusive, bac
 
 
 def _chunk_total(local, chunk, operation, axis, reverse, exclusive):
-    """The chunk's total: its scan's last value in the scan's direction (the exclusive scan's, with that element)."""
+    """The chunk's total: its scan's last value in the scan's direction (the exclusive scan's, with that element);
+    that of a chunk empty along the axis (boolean filtering makes them) changes nothing that it combines with."""
+    if chunk.shape[axis] == 0:
+        return np.full_like(local, operation.neutral(local.dtype.kind == "f"),
+                            shape=(*local.shape[:axis], 1, *local.shape[axis + 1:]))
     last = (slice(None),) * axis + ((slice(0, 1) if reverse else slice(-1, None)),)
     total = local[last]
     return _combine(operation, total, chunk[last].astype(total.dtype)) if exclusive else total
@@ -195,7 +199,7 @@ def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, 
 
     out_index = batch_index + "ij"
     meta = _meta(a, len(batch) + 2, output_type.numpy_dtype)
-    if a.numblocks[-1] == 1 and b.numblocks[-2] == 1:
+    if a.numblocks[-1] == 1 and b.numblocks[-2] == 1 or k == 0:  # (K = 0: the in-memory call's output zero point)
         return da.blockwise(_matmul_block, out_index, *_arguments(pairs, QuantizedLinearMatrixMultiplyOperatorDesc
                                                                   .input_fields),
                             output_dtype=output_type.numpy_dtype, backend=backend, concatenate=True,
