@@ -3,30 +3,33 @@ here, the default backend's first. ``-a`` picks one by a substring of its id or 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from ..core import registry
 from ..core.host import cpu_name  # noqa: F401  (the name of the host's device)
 from ..core.registry import ComputeDevice
 from ..types import ValidationError
 
 
-def devices() -> list[ComputeDevice]:
-    """The devices of the backends that can run here (a backend that cannot load runs on none)."""
-    found = []
+def devices() -> Iterator[ComputeDevice]:
+    """The devices of the backends that can run here (a backend that cannot load runs on none), each backend loaded
+    as they are reached: the default's first, so that a run on it loads no other."""
     for name in registry.built_in():
-        if registry.installed(name):
-            try:
-                found += registry.backend(name).devices()
-            except ValidationError:
-                pass
-    return found
+        if not registry.installed(name):
+            continue
+        try:
+            loaded = registry.backend(name)
+        except ValidationError:
+            continue
+        yield from loaded.devices()
 
 
 def choose(adapter: str | None, backend: str | None) -> ComputeDevice:
     """The device ``-a`` names (the first whose id or name holds it), else the first of ``--backend`` (default: the
     default backend's), else where that backend runs without a device of its own (the cuda backend under Triton's
     interpreter)."""
-    found = devices()
     if adapter is not None:
+        found = list(devices())
         matches = [device for device in found if adapter.lower() in f"{device.id} {device.name}".lower()]
         if not matches:
             listed = ", ".join(f"'{device.id}' ({device.name})" for device in found)
@@ -36,12 +39,14 @@ def choose(adapter: str | None, backend: str | None) -> ComputeDevice:
                                   f"run on")
         return matches[0]
     backend = backend or registry.default()
-    for device in found:
+    for device in devices():
         if device.backend == backend:
             return device
-    runner = registry.backend(backend)  # (a ValidationError that says why where it cannot load)
+    if not registry.installed(backend):
+        raise ValidationError(f"--backend {backend}: {registry.describe(backend)}")
+    chosen = registry.backend(backend)
     try:
-        return runner.device()
+        return chosen.device()
     except ValidationError as error:
         raise ValidationError(f"--backend {backend}: {error}") from None
 
