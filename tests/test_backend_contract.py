@@ -75,7 +75,7 @@ def test_array_api_and_dask_on_a_registered_backend(monkeypatch):
         assert counts["cumulative"] > 1
 
 
-def test_operator_api_and_dispatch_on_a_registered_backend(monkeypatch, tmp_path):
+def test_operator_api_and_dispatch_on_a_registered_backend(monkeypatch, tmp_path, capsys):
     counts = calls(monkeypatch)
     tensor = dmlops.TensorDesc(dmlops.DataType.FLOAT32, [2, 3])
     op = dmlops.Device("toy").compile_operator(dmlops.CumulativeSummationOperatorDesc(tensor, tensor, 1))
@@ -102,6 +102,60 @@ def test_operator_api_and_dispatch_on_a_registered_backend(monkeypatch, tmp_path
     printed = io.StringIO()
     run_model(read_model(path), backend="toy", out=printed)
     assert "Resource 'Out': 2, 8, 64, 192" in printed.getvalue()
+    from dmlops import cli
+    from dmlops.core.host import cpu_name
+
+    # the command line too, timed: the contract's defaults say where it runs (the host) and that it has no GPU clock
+    assert cli.main(["dispatch", str(path), "--backend", "toy", "-i", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"Running on '{cpu_name()}'" and lines[1].endswith("ms median (CPU)")
+    assert lines[2] == "Resource 'Out': 2, 8, 64, 192"
+
+
+def test_where_a_backend_runs_by_default():
+    """A backend with nothing to say runs on the host's processor, under its name, with no clock of its own."""
+    from dmlops.core.host import cpu_name, system_memory
+
+    toy = registry.backend("toy")
+    host = registry.ComputeDevice("toy", cpu_name(), "toy", False, system_memory())
+    assert (toy.devices(), toy.device(), toy.timing_events()) == ([host], host, None)
+    assert toy.description() == cpu_name()
+    toy.use(host)
+    assert registry.backend("cpu").devices()[0].id == "cpu"
+    assert registry.default() == "cpu" and registry.built_in() == ("cpu", "cuda")
+    assert "toy" in registry.names() and "toy" not in registry.built_in()
+
+
+def test_the_cuda_backend_says_where_it_runs(monkeypatch):
+    """Its GPUs as PyTorch sees them; without one, the CPU under Triton's interpreter, else why it cannot run."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("triton")
+    from dmlops.dispatch import devices
+
+    cuda = registry.backend("cuda")
+    if torch.cuda.is_available():
+        assert [device.id for device in cuda.devices()] == [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+        assert cuda.timing_events() is not None
+        return
+    assert cuda.devices() == [] and cuda.timing_events() is None
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert cuda.device().name.endswith("(Triton's interpreter)") and not cuda.device().is_gpu
+    assert devices.choose(None, "cuda").id == "cuda"
+    monkeypatch.delenv("TRITON_INTERPRET")
+    rejects(["--backend cuda", "PyTorch sees no CUDA GPU here"], lambda: devices.choose(None, "cuda"))
+
+
+def test_the_cuda_backend_copies_host_arrays():
+    """What the runner uploads and what ONNX nodes hand it: copies, numbers too; written back to the host."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("triton")
+    cuda = registry.backend("cuda")
+    host = np.random.default_rng(1).integers(0, 256, 16, dtype=np.uint8)
+    host.flags.writeable = False
+    buffer = cuda.from_host(host)
+    assert isinstance(buffer, torch.Tensor) and buffer.data_ptr() != host.ctypes.data
+    np.testing.assert_array_equal(cuda.to_host(buffer), host)
+    assert cuda.from_host(np.float32(2.5)).item() == 2.5
 
 
 def test_torch_operators_on_a_registered_backend(monkeypatch):

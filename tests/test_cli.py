@@ -202,6 +202,35 @@ def test_version_names_the_gpu_or_why_the_cuda_backend_cannot_run(monkeypatch):
                          "(in dmlops' folder: pip install '.[cuda]')\n")
 
 
+def test_without_torch_the_cuda_backend_is_described_and_refused_without_importing_it():
+    """NumPy users' --version, -s and --backend cuda where torch cannot be imported: the cuda backend is never
+    loaded, and says what to install."""
+    script = ("import sys; sys.modules['torch'] = None\n"
+              "from dmlops import cli\n"
+              "print(cli.version_text().splitlines()[-1]); cli.main(['dispatch', '-s'])\n"
+              "print(cli.main(['dispatch', sys.argv[1], '--backend', 'cuda']))\n"
+              "print(sorted(name for name in sys.modules if name.startswith(('triton', 'dmlops.backends.cuda'))))\n")
+    result = subprocess.run([sys.executable, "-c", script, str(EXAMPLES / "dml_cumulative_product.json")],
+                            capture_output=True, text=True, timeout=120)
+    lines = result.stdout.splitlines()
+    why = "cannot run: PyTorch and Triton are not both installed (in dmlops' folder: pip install '.[cuda]')"
+    assert lines[0] == f"  cuda : {why}"
+    assert "-Device: cuda" not in result.stdout
+    assert lines[-2:] == ["2", "[]"]
+    assert result.stderr == f"dmlops dispatch: error: --backend cuda: {why}\n"
+
+
+def test_a_run_on_the_default_backend_loads_no_other():
+    """Picking the CPU's device asks no other backend for its devices: torch is not imported (a second or more)."""
+    script = ("import sys\n"
+              "from dmlops import cli\n"
+              "cli.main(['dispatch', sys.argv[1]])\n"
+              "print(sorted(name for name in sys.modules if name.startswith(('torch', 'dmlops.backends.cuda'))))\n")
+    result = subprocess.run([sys.executable, "-c", script, str(EXAMPLES / "dml_cumulative_product.json")],
+                            capture_output=True, text=True, timeout=120)
+    assert result.stdout.splitlines()[-1] == "[]" and result.stderr == ""
+
+
 def test_missing_model_file(tmp_path, capsys):
     assert cli.main(["dispatch", str(tmp_path / "none.json")]) == 2
     assert "none.json: cannot read the model" in capsys.readouterr().err

@@ -21,7 +21,7 @@ import reference
 import strategies
 from checks import assert_cumulative_matches
 from dmlops import DataType
-from dmlops.dispatch import ModelError, read_model, run_model, runner
+from dmlops.dispatch import ModelError, read_model, run_model
 from dmlops.dispatch.model import strip_comments
 from dmlops.dispatch.printing import format_values, resource_text
 from dmlops.dispatch.timing import (Samples, TimingOptions, cold_and_hot, dispatch_lines, progress_bar,
@@ -857,9 +857,9 @@ class FakeGpuEvent:
 
 def test_gpu_times_come_from_the_backends_events(tmp_path, monkeypatch):
     """Where the backend has a GPU clock (the cuda backend on a GPU), each line gets its GPU part."""
-    cpu_io = runner._backend_io("cpu")
-    monkeypatch.setattr(runner, "_backend_io", lambda backend: cpu_io._replace(
-        gpu_events=lambda: (FakeGpuEvent(), FakeGpuEvent())))
+    from dmlops.backends.cpu import CpuBackend
+
+    monkeypatch.setattr(CpuBackend, "timing_events", lambda self: lambda: (FakeGpuEvent(), FakeGpuEvent()))
     lines = run(tmp_path, in_place_model(random_int32()), timing=TimingOptions(iterations=3, verbosity=2)).splitlines()
     assert [re.fullmatch(STATISTICS, line).groups() for line in lines[2:6]] == \
         [("CPU", "Cold", "1"), ("GPU", "Cold", "1"), ("CPU", "Hot", "2"), ("GPU", "Hot", "2")]

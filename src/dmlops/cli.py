@@ -8,13 +8,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib.metadata
-import importlib.util
-import os
 import platform
 import sys
 from pathlib import Path
 
 from . import __version__
+from .core import registry
 from .dispatch import DEFAULT_MAX_BYTES, read_model, run_model
 from .dispatch import devices
 from .dispatch.onnx_models import OnnxOptions
@@ -46,10 +45,7 @@ def main(argv=None) -> int:
     try:
         model = read_model(args.model)
         device = devices.choose(args.adapter, args.backend)
-        if device.cuda_index is not None:
-            import torch
-
-            torch.cuda.set_device(device.cuda_index)
+        devices.use(device)
         print(f"Running on '{device.name}'", flush=True)
         run_model(model, device.backend, args.feature_level, args.output_dir, timing_options(args), args.max_bytes,
                   onnx=onnx_options(args))
@@ -95,8 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run a DxDispatch JSON model (resources, dispatchables, commands), or an ONNX model, and print "
                     "what DxDispatch prints.")
     dispatch.add_argument("model", metavar="MODEL.json", nargs="?", help="the model file (.json, or .onnx)")
-    dispatch.add_argument("--backend", choices=("cpu", "cuda"),
-                          help="cpu: NumPy and numba (default); cuda: Triton kernels on an NVIDIA GPU")
+    dispatch.add_argument("--backend", choices=sorted(registry.names()), help=backends_help())
     dispatch.add_argument("-a", "--adapter", metavar="SUBSTRING",
                           help="the device whose id or name holds this (any case): cpu, a GPU's name, cuda:1")
     dispatch.add_argument("-s", "--show_adapters", action="store_true", help="list the devices")
@@ -157,6 +152,13 @@ def build_parser() -> argparse.ArgumentParser:
     dispatch.add_argument("--traceback", action="store_true",
                           help="show the traceback of an error (-d is DxDispatch's debug layers)")
     return parser
+
+
+def backends_help() -> str:
+    """What each registered backend runs with, the default's marked: "cpu: NumPy and numba (default); ..."."""
+    default = registry.default()
+    return "; ".join(f"{name}: {registry.summary(name) or 'registered by the program'}"
+                     f"{' (default)' if name == default else ''}" for name in sorted(registry.names()))
 
 
 def pix_capture_type(text: str) -> str:
@@ -247,8 +249,9 @@ def version_text() -> str:
     lines = [f"dmlops {__version__}", f"  {'Python':11} : {platform.python_version()}"]
     lines += [f"  {name:11} : {_installed_version(distribution)} ({use})"
               for distribution, (name, use) in DEPENDENCIES.items()]
-    lines += ["Backends:", "  cpu  : NumPy" + (", numba" if importlib.util.find_spec("numba") else ""),
-              f"  cuda : {_cuda_backend()}"]
+    names = registry.built_in()
+    width = max(map(len, names), default=0)
+    lines += ["Backends:", *(f"  {name:{width}} : {registry.describe(name)}" for name in names)]
     return "\n".join(lines) + "\n"
 
 
@@ -257,16 +260,3 @@ def _installed_version(distribution: str) -> str:
         return importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError:
         return "not installed"
-
-
-def _cuda_backend() -> str:
-    """The GPU that the cuda backend runs on, or why it cannot run."""
-    if not (importlib.util.find_spec("torch") and importlib.util.find_spec("triton")):
-        return "cannot run: PyTorch and Triton are not both installed (in dmlops' folder: pip install '.[cuda]')"
-    import torch
-
-    if torch.cuda.is_available():
-        return f"{torch.cuda.get_device_name()} (CUDA {torch.version.cuda})"
-    if os.environ.get("TRITON_INTERPRET") == "1":
-        return "Triton's interpreter, on the CPU (TRITON_INTERPRET=1; no CUDA GPU)"
-    return "cannot run: PyTorch sees no CUDA GPU"

@@ -23,9 +23,10 @@ class BufferBinding:
 class Device:
     """IDMLDevice: a backend and the feature level whose tensor-support tables it enforces."""
 
-    def __init__(self, backend: str = "cpu", feature_level=DEFAULT_FEATURE_LEVEL):
-        self.backend_name = backend
-        self.backend = registry.backend(backend)
+    def __init__(self, backend: str | None = None, feature_level=DEFAULT_FEATURE_LEVEL):
+        """``backend``: a registered backend's name; None: the default (the host's)."""
+        self.backend_name = registry.default() if backend is None else backend
+        self.backend = registry.backend(self.backend_name)
         self.feature_level = FeatureLevel.parse(feature_level)
 
     def compile_operator(self, desc) -> CompiledOperator:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import abc
 import functools
 import importlib
+import importlib.util
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,8 +20,21 @@ from typing import Any
 
 from ..ops.cumulative import CumulativeOperation
 from ..types import DataType, OperatorType, ValidationError
+from . import host
 
 Array = Any
+
+
+@dataclass(frozen=True)
+class ComputeDevice:
+    """A device that a backend runs on: what DxDispatch lists of an adapter."""
+
+    id: str  # "cpu", "cuda:0"
+    name: str  # the processor's or the GPU's model name
+    backend: str  # the name of the backend that runs on it
+    is_gpu: bool
+    memory: int  # bytes
+    index: int | None = None  # its number among its backend's devices, where the backend has several
 
 
 class Backend(abc.ABC):
@@ -119,6 +133,33 @@ class Backend(abc.ABC):
     def load_compiled_code(self) -> None:
         """Load the compiled engines now and wait for them, so that timings measure them."""
 
+    def timing_events(self) -> Callable[[], tuple[Any, Any]] | None:
+        """A function that makes a (start, end) pair of events that time the device's work (``record()`` each,
+        then ``start.elapsed_time(end)`` in milliseconds); None where the device has no clock of its own."""
+        return None
+
+    # -- where it runs: DxDispatch's adapters, ``dmlops --version`` ---------------------------------------------
+
+    def devices(self) -> list[ComputeDevice]:
+        """The devices this backend runs on here, the one it uses unless told first; by default the host's
+        processor."""
+        return [ComputeDevice(self.name, host.cpu_name(), self.name, False, host.system_memory())]
+
+    def device(self) -> ComputeDevice:
+        """Where this backend runs when no device is picked: its first device; a ValidationError that says why
+        where it cannot run here."""
+        found = self.devices()
+        if not found:
+            raise ValidationError(f"the {self.name} backend runs on no device here")
+        return found[0]
+
+    def use(self, device: ComputeDevice) -> None:
+        """Make ``device`` (one of ``devices()``) the one that this backend's next buffers and calls use."""
+
+    def description(self) -> str:
+        """One line: what this backend runs on here, or "cannot run: " and why."""
+        return ", ".join(device.name for device in self.devices()) or "cannot run: it sees no device here"
+
     # -- lowerings: one per primitive ---------------------------------------------------------------------------
 
     @abc.abstractmethod
@@ -149,7 +190,9 @@ class Registration:
     name: str
     claims: Callable[[Any], bool]  # whether an array lives in this backend's memory (cheap: nothing is imported)
     load: Callable[[], Backend]
-    hint: str = ""  # what to install where it cannot load
+    summary: str = ""  # what it runs with, in a few words (``dmlops dispatch --help``)
+    requires: tuple[str, ...] = ()  # the modules it imports, found without importing them
+    hint: str = ""  # why it cannot load where they are missing, and what to install
 
 
 def _claims_host(value) -> bool:
@@ -171,12 +214,13 @@ def _builtin(module: str) -> Callable[[], Backend]:
     return lambda: importlib.import_module(module).BACKEND
 
 
-# In the order a call's arrays are offered to them: the default (the host) last.
-_registrations: dict[str, Registration] = {
-    "cuda": Registration("cuda", _claims_cuda, _builtin("dmlops.backends.cuda"),
-                         "in dmlops' folder: pip install '.[cuda]'"),
-    "cpu": Registration("cpu", _claims_host, _builtin("dmlops.backends.cpu")),
+# dmlops's own, in the order a call's arrays are offered to them: the default (the host) last.
+_BUILT_IN = {
+    "cuda": Registration("cuda", _claims_cuda, _builtin("dmlops.backends.cuda"), "Triton kernels on an NVIDIA GPU",
+                         ("torch", "triton"), "PyTorch and Triton are not both installed (in dmlops' folder: pip install '.[cuda]')"),
+    "cpu": Registration("cpu", _claims_host, _builtin("dmlops.backends.cpu"), "NumPy and numba"),
 }
+_registrations: dict[str, Registration] = dict(_BUILT_IN)
 _loaded: dict[str, Backend] = {}
 _lock = threading.Lock()
 
@@ -210,6 +254,37 @@ def names() -> tuple[str, ...]:
     return _names()
 
 
+def default() -> str:
+    """The name of the backend that runs what no other claims (the host's)."""
+    return next(reversed(_registrations))
+
+
+def built_in() -> tuple[str, ...]:
+    """The names of dmlops's own backends (what the command line lists), the default first."""
+    return tuple(name for name in reversed(_BUILT_IN) if _registrations.get(name) is _BUILT_IN[name])
+
+
+def summary(name: str) -> str:
+    """What the backend runs with, in a few words, from its registration (nothing is loaded)."""
+    return _registrations[name].summary
+
+
+def installed(name: str) -> bool:
+    """Whether the modules that the backend imports are installed (found, not imported)."""
+    return all(importlib.util.find_spec(module) for module in _registrations[name].requires)
+
+
+def describe(name: str) -> str:
+    """One line: what the backend runs on here, or "cannot run: " and why; what it needs that is not installed is
+    said from its registration, without importing anything."""
+    if not installed(name):
+        return f"cannot run: {_registrations[name].hint}"
+    try:
+        return backend(name).description()
+    except ValidationError as error:
+        return f"cannot run: {error}"
+
+
 def backend(name: str) -> Backend:
     """The backend registered under ``name``, loaded at its first use."""
     found = _loaded.get(name)
@@ -235,7 +310,7 @@ def backend_for(values, name: str | None = None) -> Backend:
     for registration in list(_registrations.values()):
         if any(value is not None and registration.claims(value) for value in values):
             return backend(registration.name)
-    return backend(next(reversed(_registrations)))
+    return backend(default())
 
 
 def loaded() -> list[Backend]:

@@ -2,8 +2,8 @@
 (OWNED_BY_DML tensors bound then), then the commands in order; with timing options, each dispatch is timed
 (``timing.py``) and DxDispatch's timing lines are printed.
 
-Buffers are NumPy uint8 arrays on the cpu backend and torch uint8 tensors on the cuda backend; what print and
-writeFile read is copied back to the host. A binding's offset is ``elementOffset`` elements of the resource's data
+Buffers are flat uint8 arrays of the backend (``from_host``: NumPy arrays, torch tensors); what print and writeFile
+read is copied back to the host (``to_host``). A binding's offset is ``elementOffset`` elements of the resource's data
 type (or of ``elementSizeInBytes``); it runs to the end of the buffer, or over ``elementCount`` elements. ONNX
 dispatchables run as ``onnx_models`` says.
 
@@ -17,7 +17,6 @@ import sys
 import time
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -34,10 +33,11 @@ from .timing import TimingOptions, dispatch_lines, initialize_line, progress_bar
 DEFAULT_MAX_BYTES = 4 << 30
 
 
-def run_model(model: Model, backend: str = "cpu", feature_level=DEFAULT_FEATURE_LEVEL, output_dir=".",
+def run_model(model: Model, backend: str | None = None, feature_level=DEFAULT_FEATURE_LEVEL, output_dir=".",
               timing: TimingOptions | None = None, max_bytes: int = DEFAULT_MAX_BYTES, out=None,
               onnx: OnnxOptions = OnnxOptions()) -> None:
-    """Run ``model``'s commands, writing what DxDispatch prints to ``out`` (standard output by default). With
+    """Run ``model``'s commands on ``backend`` (by name; the default backend's if None), writing what DxDispatch
+    prints to ``out`` (standard output by default). With
     ``timing``, each dispatch runs and is timed as the options say, and DxDispatch's timing lines are printed;
     ``onnx``: the command line's ONNX options."""
     with context(str(model.path)):
@@ -45,7 +45,7 @@ def run_model(model: Model, backend: str = "cpu", feature_level=DEFAULT_FEATURE_
 
 
 class Runner:
-    def __init__(self, model: Model, backend: str, feature_level, output_dir: Path, timing: TimingOptions | None,
+    def __init__(self, model: Model, backend: str | None, feature_level, output_dir: Path, timing: TimingOptions | None,
                  max_bytes: int, out, onnx: OnnxOptions):
         self.model, self.output_dir, self.timing, self.out = model, output_dir, timing, out
         total = sum(resource.size_in_bytes for resource in model.resources.values())
@@ -53,21 +53,21 @@ class Runner:
             raise ModelError(f"the model's resources need {total} bytes, more than the {max_bytes} that "
                              f"--max-bytes allows")
         self.device = Device(backend, feature_level)
-        self.io = _backend_io(backend)
+        self.backend = self.device.backend
         if timing and timing.load_compiled_code:
             self.device.load_compiled_code()
-        self.buffers = {name: self.io.upload(resource.fill()) for name, resource in model.resources.items()}
+        self.buffers = {name: self.backend.from_host(resource.fill()) for name, resource in model.resources.items()}
         self.compiled = {}
         for name, dispatchable in model.dispatchables.items():
             start = time.perf_counter()
             with context(f"dispatchable '{name}'"):
                 if isinstance(dispatchable, OnnxDispatchable):
-                    compiled = OnnxSession(dispatchable, onnx, self.io.array_to_device, self.io.array_to_host)
+                    compiled = OnnxSession(dispatchable, onnx, self.backend.from_host, self.backend.to_host)
                 else:
                     compiled = self.device.compile_operator(dispatchable.desc)
                     compiled.initialize(self._bindings(dispatchable.desc.input_fields,
                                                        dispatchable.initialize_bindings))
-            self.io.synchronize()
+            self.backend.synchronize()
             if timing and timing.verbosity >= 1:
                 print(initialize_line(name, (time.perf_counter() - start) * 1000), file=out)
             self.compiled[name] = compiled
@@ -96,7 +96,8 @@ class Runner:
                     compiled.execute(inputs, outputs)
             options = self.timing or TimingOptions()
             with progress_bar(options) if self.timing else nullcontext() as progress:
-                samples = time_dispatches(run, self.io.synchronize, self.io.gpu_events, options, progress)
+                samples = time_dispatches(run, self.backend.synchronize, self.backend.timing_events(), options,
+                                          progress)
         if self.timing and samples.cpu:
             print("\n".join(dispatch_lines(command.dispatchable, samples, options)), file=self.out)
         if samples.interrupted:
@@ -105,7 +106,7 @@ class Runner:
     def print(self, command: PrintCommand) -> None:
         """The resource's initial element count of values, from the start of its buffer, as DxDispatch reads them."""
         resource = self.model.resources[command.resource]
-        data = self.io.download(self.buffers[command.resource])
+        data = self.backend.to_host(self.buffers[command.resource])
         values = data[:resource.initial_element_count * resource.dtype.itemsize].view(resource.dtype)
         print(resource_text(command.resource, values, command.verbose), file=self.out)
 
@@ -114,7 +115,7 @@ class Runner:
         (``images``); .dat, .bin: the buffer's bytes."""
         resource = self.model.resources[command.resource]
         path = self._output_path(command.target_path)
-        data = self.io.download(self.buffers[command.resource])
+        data = self.backend.to_host(self.buffers[command.resource])
         try:
             if path.suffix.lower() == ".npy":
                 values = data[:data.size - data.size % resource.dtype.itemsize].view(resource.dtype)
@@ -146,7 +147,7 @@ class Runner:
 
     def _read(self, source: BindingSource, byte_count: int) -> np.ndarray:
         """The first ``byte_count`` bytes of a bound resource, on the host."""
-        data = self.io.download(self.buffers[source.name])
+        data = self.backend.to_host(self.buffers[source.name])
         if byte_count > data.size:
             raise ModelError(f"resource '{source.name}' holds {data.size} bytes; the tensor needs {byte_count}")
         return data[:byte_count].copy()
@@ -155,7 +156,9 @@ class Runner:
         size = self.model.resources[source.name].size_in_bytes
         if data.size > size:
             raise ModelError(f"the result has {data.size} bytes; resource '{source.name}' holds {size}")
-        self.io.write(self.buffers[source.name], data)
+        buffer = self.buffers[source.name]
+        start = self.backend.restride(buffer, (data.size,), (1,))  # the buffer's first data.size bytes
+        self.backend.assign(start, self.backend.from_host(data, like=buffer))
 
     def _bindings(self, fields, sources: dict[str, BindingSource]) -> list:
         """The bindings of ``fields`` in binding order, None where nothing is bound."""
@@ -165,49 +168,3 @@ class Runner:
         element_size = source.element_size_in_bytes or self.model.resources[source.name].element_size
         size = source.element_count * element_size if source.element_count else None
         return BufferBinding(self.buffers[source.name], source.element_offset * element_size, size)
-
-
-class BackendIO(NamedTuple):
-    """How the runner moves buffers to and from a backend, waits for it, and reads the GPU's clock."""
-
-    upload: Callable
-    download: Callable
-    write: Callable  # write(buffer, host bytes): the bytes written from the buffer's start
-    synchronize: Callable[[], None]
-    gpu_events: Callable | None  # makes a (start, end) pair of timing events; None: no GPU clock
-    array_to_device: Callable  # a NumPy array as an array of the backend (what an ONNX model's dmlops nodes take)
-    array_to_host: Callable
-
-
-def _backend_io(backend: str) -> BackendIO:
-    if backend != "cuda":
-        return BackendIO(_same, _same, _write_array, _nothing, None, _same, _same)
-    import torch
-
-    if not torch.cuda.is_available():  # CPU tensors serve Triton's interpreter (the backend refuses them otherwise)
-        return BackendIO(torch.from_numpy, _to_numpy, _write_tensor, _nothing, None, torch.tensor, _to_numpy)
-    return BackendIO(lambda host: torch.from_numpy(host).to("cuda"), _to_numpy, _write_tensor, torch.cuda.synchronize,
-                     lambda: (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)),
-                     lambda array: torch.tensor(array, device="cuda"), _to_numpy)
-
-
-def _to_numpy(buffer):
-    return buffer.cpu().numpy()
-
-
-def _write_array(buffer: np.ndarray, data: np.ndarray) -> None:
-    buffer[:data.size] = data
-
-
-def _write_tensor(buffer, data: np.ndarray) -> None:
-    import torch
-
-    buffer[:data.size].copy_(torch.from_numpy(data))
-
-
-def _same(buffer):
-    return buffer
-
-
-def _nothing():
-    pass

@@ -44,8 +44,9 @@ class Samples:
 
 def time_dispatches(dispatch: Callable[[], None], synchronize: Callable[[], None], gpu_events, options: TimingOptions,
                     progress=None) -> Samples:
-    """Run the timing loop. ``gpu_events()`` makes a (start, end) pair of CUDA events, or ``gpu_events`` is None;
-    ``progress(done)`` is told after each iteration how many iterations, or seconds of -t, are done."""
+    """Run the timing loop. ``gpu_events()`` makes a (start, end) pair of the backend's timing events
+    (``Backend.timing_events``), or ``gpu_events`` is None; ``progress(done)`` is told after each iteration how many
+    iterations, or seconds of -t, are done."""
     cpu, gpu = [], None if gpu_events is None else []
     loop_start = time.perf_counter()
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import importlib.util
 
 import numpy as np
 
@@ -136,6 +137,10 @@ class CpuBackend(Backend):
     def load_compiled_code(self) -> None:
         scan.LOOPS.wait()
         qmatmul.LOOPS.wait()
+
+    def description(self) -> str:
+        """Its engines: NumPy, and numba's compiled loops where numba is installed."""
+        return "NumPy" + (", numba" if importlib.util.find_spec("numba") else "")
 
     # -- lowerings -------------------------------------------------------------------------------------------
 

@@ -8,12 +8,14 @@ same kernels run on CPU tensors, which is how they are tested without a GPU.
 from __future__ import annotations
 
 import functools
+import os
 
 import numpy as np
 
 import torch
 
-from ...core.registry import Backend
+from ...core.host import cpu_name, system_memory
+from ...core.registry import Backend, ComputeDevice
 from ...types import DataType, OperatorType, ValidationError
 from . import qmatmul, recurrence, scan
 from .common import TORCH_DTYPES, check_device, data_type, runs_here
@@ -127,8 +129,10 @@ class CudaBackend(Backend):
     # -- the host --------------------------------------------------------------------------------------------
 
     def from_host(self, host, like=None):
+        """A copy of a NumPy array or number, on the device of ``like``, else on the current GPU (on the CPU under
+        Triton's interpreter where there is none)."""
         device = like.device if like is not None else "cpu" if not torch.cuda.is_available() else "cuda"
-        return torch.from_numpy(host).to(device)
+        return torch.tensor(host, device=device)
 
     def to_host(self, array):
         return array.cpu().numpy()
@@ -139,6 +143,41 @@ class CudaBackend(Backend):
 
     def check_errors(self) -> None:
         qmatmul.check_errors()
+
+    def timing_events(self):
+        """CUDA events on a GPU; none under Triton's interpreter."""
+        return _event_pair if torch.cuda.is_available() else None
+
+    # -- where it runs -----------------------------------------------------------------------------------------
+
+    def devices(self) -> list[ComputeDevice]:
+        """The CUDA GPUs that PyTorch sees."""
+        if not torch.cuda.is_available():
+            return []
+        return [ComputeDevice(f"cuda:{index}", torch.cuda.get_device_name(index), self.name, True,
+                              torch.cuda.get_device_properties(index).total_memory, index)
+                for index in range(torch.cuda.device_count())]
+
+    def device(self) -> ComputeDevice:
+        """The first GPU; without one, the CPU where TRITON_INTERPRET=1 runs the kernels in Triton's interpreter."""
+        found = self.devices()
+        if found:
+            return found[0]
+        if os.environ.get("TRITON_INTERPRET") == "1":
+            return ComputeDevice(self.name, f"{cpu_name()} (Triton's interpreter)", self.name, False,
+                                 system_memory())
+        raise ValidationError("PyTorch sees no CUDA GPU here")
+
+    def use(self, device: ComputeDevice) -> None:
+        if device.index is not None:
+            torch.cuda.set_device(device.index)
+
+    def description(self) -> str:
+        if torch.cuda.is_available():
+            return f"{torch.cuda.get_device_name()} (CUDA {torch.version.cuda})"
+        if os.environ.get("TRITON_INTERPRET") == "1":
+            return "Triton's interpreter, on the CPU (TRITON_INTERPRET=1; no CUDA GPU)"
+        return "cannot run: PyTorch sees no CUDA GPU"
 
     # -- lowerings -------------------------------------------------------------------------------------------
 
@@ -169,6 +208,10 @@ def _extent(array):
 
 def _same(array):
     return array
+
+
+def _event_pair():
+    return torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
 
 
 BACKEND = CudaBackend()

@@ -33,8 +33,8 @@ from .common import INTERPRETED
 
 # The versions whose internals this module was written against.
 KNOWN_TRITON = ("3.6.",)
-PRIVATE = not INTERPRETED and triton.__version__.startswith(KNOWN_TRITON) and \
-    int(torch.__version__.split(".")[0]) == 2 and os.environ.get("DMLOPS_PUBLIC_LAUNCH") != "1"
+PRIVATE = not INTERPRETED and torch.backends.cuda.is_built() and triton.__version__.startswith(KNOWN_TRITON) \
+    and int(torch.__version__.split(".")[0]) == 2 and os.environ.get("DMLOPS_PUBLIC_LAUNCH") != "1"
 
 # -- torch's stream queries: the private ones take a few hundred nanoseconds, the public ones microseconds -------
 
