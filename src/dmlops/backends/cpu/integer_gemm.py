@@ -52,7 +52,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...types import ValidationError
-from .compiled import KeptCalls, call, target_features
+from .compiled import KeptCalls, call
+from .processor import amx_granted, target_features
 from .pieces import CORES, NO_RING, run_on_cores, threads_for
 
 try:
@@ -62,6 +63,8 @@ try:
     from numba.extending import intrinsic, overload
 
     from .atomics import call_begins, call_ends, count_up, spin_pause, state_of, take_ticket
+    from . import amx
+    from .byte_moves import ByteMoves
 except ImportError:  # NumPy alone is enough; the float32 path is used instead
     numba = None
 
@@ -92,11 +95,18 @@ class Kernel:
     rows: int = 6
     vectors: int = 2  # column vectors of one kernel call
     direct: bool = False  # has ``direct_products``: B read as it lies, for A of at most DIRECT_ROWS rows
+    tiles: bool = False  # AMX's tiles (``amx``)
+    depth: int = 0  # what K is padded to in the packed operands (0: the group; a tile of A holds 64 bytes of K)
 
     @property
     def group(self) -> int:
         """Consecutive k in one 32-bit lane."""
         return 4 if self.bytes else 2
+
+    @property
+    def k_multiple(self) -> int:
+        """What K is padded to in the packed operands."""
+        return self.depth or self.group
 
     @property
     def columns(self) -> int:
@@ -118,6 +128,8 @@ class Kernel:
 
 # Fastest first.
 KERNELS = (
+    Kernel("amx", ({"amx-tile", "amx-int8", "avx512bw", "avx512vnni"},), "tdpb", 512, True, rows=32, vectors=1,
+           tiles=True, depth=64),
     Kernel("avx512-vnni", ({"avx512vnni"},), "llvm.x86.avx512.vpdpbusd.512", 512, True, vectors=4, direct=True),
     Kernel("avx-vnni", ({"avxvnni"}, {"avx512vnni", "avx512vl"}), "llvm.x86.avx512.vpdpbusd.256", 256, True),
     Kernel("avx512bw", ({"avx512bw"},), "llvm.x86.avx512.pmaddw.d.512", 512, False, vectors=4),
@@ -150,7 +162,8 @@ def runnable_kernels() -> list[Kernel]:
     if numba is None:
         return []
     features = target_features()
-    return [kernel for kernel in KERNELS if any(needed <= features for needed in kernel.needs)]
+    return [kernel for kernel in KERNELS if any(needed <= features for needed in kernel.needs)
+            and (not kernel.tiles or amx_granted())]
 
 
 RUNNABLE = runnable_kernels()
@@ -189,7 +202,7 @@ def scratch_layouts(kernel: Kernel, m: int, k: int, n: int):
     to the group and one vector more, unread: rows a power of two of bytes apart would fall in the same L1 sets,
     and the rows the kernel reads at once would evict each other."""
     a_type, b_type = kernel.element
-    length = padded(k, kernel.group)
+    length = padded(k, kernel.k_multiple)
     rows, columns = padded(m, kernel.rows), padded(n, kernel.columns)
     vector = kernel.vector_bits // 8 // np.dtype(a_type).itemsize
     layouts = [((rows, length + vector), a_type), ((columns // kernel.columns, length // kernel.group, kernel.columns,
@@ -277,65 +290,13 @@ def products_path(kernel: Kernel, a, b) -> str:
     rows = DIRECT_ROWS if k * n < PARALLEL_PACKING else DIRECT_ROWS_OF_LARGE_B
     if kernel.direct and m <= rows and k % 4 == 0 and n % 64 == 0 and b.strides[1] == 1:
         return "direct"
+    if kernel.tiles:
+        return "tiles"
     return "bytes" if kernel.bytes else "words"
 
 
 if numba is not None:
     compiled = numba.njit(nogil=True, cache=True)
-
-    class ByteMoves:
-        """LLVM IR of the byte kernels' moves of B within vectors of ``size`` bytes (32 or 64)."""
-
-        def __init__(self, builder, size: int):
-            self.builder, self.size = builder, size
-            self.lanes = ir.VectorType(ir.IntType(32), size // 4)
-            self.bytes = ir.VectorType(ir.IntType(8), size)
-
-        @staticmethod
-        def constant(value, kind=ir.IntType(64)):
-            return ir.Constant(kind, value)
-
-        def splat(self, value, vector):
-            one = self.builder.insert_element(ir.Constant(vector, None), value, self.constant(0, ir.IntType(32)))
-            return self.shuffle(one, ir.Constant(vector, None), [0] * vector.count)
-
-        def shuffle(self, first, second, indices):
-            return self.builder.shuffle_vector(first, second,
-                                               ir.Constant(ir.VectorType(ir.IntType(32), len(indices)), indices))
-
-        def interleaved(self, rows):
-            """Rows k to k + 3 of B' ({size} bytes each) as 4 vectors of groups (4 consecutive k of a column in
-            each 32-bit lane): unpack bytes, then words, within 128-bit lanes, so that column 16·L + 4·v + i is in
-            lane i of 128-bit lane L of vector v."""
-            size, builder = self.size, self.builder
-            words = ir.VectorType(ir.IntType(16), size // 2)
-
-            def unpack(width, high):
-                """Indices of unpack{lo,hi} of elements ``width`` bytes wide, within 128-bit lanes."""
-                per_lane, total = 16 // width, size // width
-                half = per_lane // 2
-                return [index for lane in range(size // 16)
-                        for i in range(half * high, half * (high + 1))
-                        for index in (lane * per_lane + i, total + lane * per_lane + i)]
-
-            bytes01 = [self.shuffle(rows[0], rows[1], unpack(1, high)) for high in (0, 1)]
-            bytes23 = [self.shuffle(rows[2], rows[3], unpack(1, high)) for high in (0, 1)]
-            return [builder.bitcast(self.shuffle(builder.bitcast(bytes01[half], words),
-                                                 builder.bitcast(bytes23[half], words), unpack(2, high)), self.lanes)
-                    for half in (0, 1) for high in (0, 1)]
-
-        def in_column_order(self, vectors, back=False):
-            """The 4 vectors of ``interleaved``'s order (32-bit lanes) in column order (back: from it)."""
-            n = self.lanes.count
-
-            def interleaved_at(column):  # where interleaved's order keeps a column, in the 4 vectors end to end
-                return (column % 16) // 4 * n + column // 16 * 4 + column % 4
-
-            at = [interleaved_at(column) for column in range(4 * n)]
-            if back:
-                at = sorted(range(4 * n), key=at.__getitem__)
-            first, second = (self.shuffle(vectors[i], vectors[i + 1], list(range(2 * n))) for i in (0, 2))
-            return [self.shuffle(first, second, at[u * n:(u + 1) * n]) for u in range(4)]
 
     @intrinsic
     def direct_products(typing_context, kernel, rows, a, b, flip, sums, column_sums, row, column, start, steps,
@@ -1017,6 +978,53 @@ if numba is not None:
                     finish_rows(finish, sums, first, last)
                 stage, piece = piece_ended(state, counts, stage, wait)
 
+        def tiles_by_rows(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, finish,
+                          wait):
+            m, blocks = a.shape[0], buffers[1].shape[0]
+            padded_rows, length = padded_sizes(a, rows, amx.DEPTH)
+            most = rows * ((padded_rows // rows + counts[1] - 1) // counts[1])  # (as by_rows)
+            own_a = np.empty((most, buffers[0].shape[1]), np.uint8)
+            own_sums, own_row_sums = np.empty((most, buffers[2].shape[1]), np.int32), np.empty(most, np.int32)
+            packed_b, terms = buffers[1].view(np.uint8), buffers[4]
+            amx.start_tiles()
+            stage, piece = next_piece(state, counts)
+            while stage >= 0:
+                if stage == 0:
+                    first, last = piece_bounds(blocks, counts[0], 1, piece)
+                    amx.pack_b(b, b_sign, b_zero, packed_b, terms, first, last)
+                else:
+                    first, last = piece_bounds(padded_rows, counts[1], rows, piece)
+                    sums, finish_piece = piece_output(finish, buffers[2], own_sums, first)
+                    amx.pack_a(a[first:], a_sign, own_a, own_row_sums, 0, last - first)
+                    amx.multiply(a_sign, b_sign, own_a, packed_b, sums, 0, last - first, 0, blocks, length, False)
+                    correct_rows(sums, own_row_sums, a_zero[first:], -b_zero, terms, 0, min(last, m) - first)
+                    finish_rows(finish_piece, sums, 0, min(last, m) - first)
+                stage, piece = piece_ended(state, counts, stage, wait)
+            amx.release_tiles()
+
+        def tiles_by_columns(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, finish,
+                             wait):
+            m, blocks = a.shape[0], buffers[1].shape[0]
+            padded_rows, length = padded_sizes(a, rows, amx.DEPTH)
+            packed_a, sums, row_sums, terms = buffers[0].view(np.uint8), buffers[2], buffers[3], buffers[4]
+            amx.start_tiles()
+            stage, piece = next_piece(state, counts)
+            while stage >= 0:
+                if stage == 0:
+                    amx.pack_a(a, a_sign, packed_a, row_sums, 0, padded_rows)
+                elif stage == 1:
+                    first, last = piece_bounds(blocks, counts[1], 1, piece)
+                    amx.multiply_strip(a_sign, b_sign, packed_a, b, b_zero, sums, terms, first, last, padded_rows,
+                                       length)
+                else:
+                    first, last = piece_bounds(m, counts[2], 1, piece)
+                    correct_rows(sums, row_sums, a_zero, -b_zero, terms, first, last)
+                    finish_rows(finish, sums, first, last)
+                stage, piece = piece_ended(state, counts, stage, wait)
+            amx.release_tiles()
+
+        if spec.tiles:
+            return {"rows": tiles_by_rows, "columns": tiles_by_columns}[layout.literal_value.split()[-1]]
         return {"direct": direct, "rows": by_rows, "columns": by_columns}[layout.literal_value.split()[-1]]
 
     @compiled
