@@ -31,14 +31,17 @@ from numba.core import types
 from numba.extending import intrinsic
 
 from .byte_moves import ByteMoves
+from .processor import amx_granted
 
 compiled = numba.njit(nogil=True, cache=True)
+amx_granted()  # (the tile state asked for before any of these kernels can run; once a process)
 
 ROWS = 32  # rows of a block of sums: 2 tiles
 COLUMNS = 16  # columns of a tile of B (a column block of packed B)
 DEPTH = 64  # bytes of K a tile of A holds (K is padded to it)
-K_RUN = 1024  # bytes of K a block takes between loading and storing its sums (32 × K_RUN of A: 32 KiB, in L1)
-PANEL_BLOCKS = 32  # column blocks of B walked by every row of a piece (K_RUN × 16 × 32: 512 KiB, in L2)
+K_RUN = 512  # bytes of K a block takes between loading and storing its sums (32 × K_RUN of A: 16 KiB, in L1)
+PANEL_BLOCKS = 32  # column blocks of B walked by every row of a piece (K_RUN × 16 × 32: 256 KiB, in L2)
+ROW_BLOCK = 256  # rows whose sums of a panel stay in L2 while K is walked (256 × 512 × 4 bytes: 512 KiB)
 PACK_GROUPS = 8  # groups of 4 rows of b packed across the column blocks at a time
 # the instruction of A's and B's signs ("s": INT8, "u": UINT8)
 INSTRUCTIONS = {"ss": "llvm.x86.tdpbssd", "su": "llvm.x86.tdpbsud", "us": "llvm.x86.tdpbusd",
@@ -152,13 +155,21 @@ def tile_block(typing_context, signs, blocks, a, b, sums, row, block, start, ste
         step = builder.phi(INT64)
         a_offset = builder.mul(step, constant(DEPTH))
         b_offset = builder.mul(step, builder.mul(b_group_stride, constant(DEPTH // 4)))
+        # each product as soon as its operands are loaded (the order of Intel's optimization manual): a tile is
+        # loaded again only once the products before have read it
+        prefetch = builder.module.declare_intrinsic("llvm.prefetch.p0", fnty=ir.FunctionType(
+            ir.VoidType(), [BYTES, ir.IntType(32), ir.IntType(32), ir.IntType(32)]))
+        for c in range(count):  # the next call's B (the next blocks, the same k) into L1 while this one computes
+            ahead = builder.add(builder.add(b_blocks[c], b_offset), builder.mul(b_block_stride, constant(count)))
+            for line in range(0, 16 * DEPTH, 64):
+                builder.call(prefetch, [pointer(builder.add(ahead, constant(line))), ir.Constant(ir.IntType(32), 0),
+                                        ir.Constant(ir.IntType(32), 3), ir.Constant(ir.IntType(32), 1)])
         for r in range(2):
             tile_intrinsic(builder, "tileloadd64", [tile(4 + r), pointer(builder.add(a_rows[r], a_offset)), a_stride])
-        for c in range(count):
-            tile_intrinsic(builder, "tileloadd64", [tile(6 + c), pointer(builder.add(b_blocks[c], b_offset)),
-                                                    b_group_stride])
-        for r in range(2):
             for c in range(count):
+                if r == 0:
+                    tile_intrinsic(builder, "tileloadd64", [tile(6 + c), pointer(builder.add(b_blocks[c], b_offset)),
+                                                            b_group_stride])
                 tile_intrinsic(builder, instruction, [sums_tile(r, c), tile(4 + r), tile(6 + c)])
         next_step = builder.add(step, constant(1))
         step.add_incoming(constant(0), entry)
@@ -178,18 +189,19 @@ def multiply_signs(signs, a, b, sums, first_row, last_row, first_block, last_blo
     """sums[first_row:last_row, the column blocks [first_block, last_block)] = (those sums, if accumulate, +)
     A[those rows, :length] @ B[:length, those blocks], by runs of K_RUN and panels of PANEL_BLOCKS; rows a multiple
     of 32 apart, length of 64."""
-    for k in range(0, length, K_RUN):
-        steps = min(K_RUN, length - k) // DEPTH
-        again = accumulate or k > 0
-        for panel in range(first_block, last_block, PANEL_BLOCKS):
-            end = min(panel + PANEL_BLOCKS, last_block)
-            for i in range(first_row, last_row, ROWS):
-                j = panel
-                while j + 2 <= end:
-                    tile_block(signs, "2", a, b, sums, i, j, k, steps, again)
-                    j += 2
-                if j < end:
-                    tile_block(signs, "1", a, b, sums, i, j, k, steps, again)
+    for panel in range(first_block, last_block, PANEL_BLOCKS):
+        end = min(panel + PANEL_BLOCKS, last_block)
+        for rows in range(first_row, last_row, ROW_BLOCK):
+            for k in range(0, length, K_RUN):
+                steps = min(K_RUN, length - k) // DEPTH
+                again = accumulate or k > 0
+                for i in range(rows, min(rows + ROW_BLOCK, last_row), ROWS):
+                    j = panel
+                    while j + 2 <= end:
+                        tile_block(signs, "2", a, b, sums, i, j, k, steps, again)
+                        j += 2
+                    if j < end:
+                        tile_block(signs, "1", a, b, sums, i, j, k, steps, again)
 
 
 @compiled
@@ -342,3 +354,36 @@ def multiply_strip(a_sign, b_sign, a, b, b_zero, sums, terms, first, last, rows,
             terms[start + j] = run_terms[j] if begin == 0 else terms[start + j] + run_terms[j]
         multiply(a_sign, b_sign, a[:, begin:], panel, sums[:, start:], 0, rows, 0, last - first, end - begin,
                  begin > 0)
+
+
+@intrinsic
+def tile_products_only(typing_context, steps):
+    """``steps`` times four tdpbssd on tiles already configured, nothing loaded or stored: the instruction's own
+    rate, which benchmarks/cpu.py measures the kernels against."""
+    def codegen(context, builder, signature, arguments):
+        for number in range(8):
+            tile_intrinsic(builder, "tilezero", [tile(number)])
+        entry, loop = builder.block, builder.append_basic_block("peak")
+        done = builder.append_basic_block("peak_done")
+        builder.branch(loop)
+        builder.position_at_end(loop)
+        step = builder.phi(INT64)
+        for r in range(2):
+            for c in range(2):
+                tile_intrinsic(builder, "tdpbssd", [tile(2 * r + c), tile(4 + r), tile(6 + c)])
+        next_step = builder.add(step, ir.Constant(INT64, 1))
+        step.add_incoming(ir.Constant(INT64, 0), entry)
+        step.add_incoming(next_step, loop)
+        builder.cbranch(builder.icmp_signed("<", next_step, arguments[0]), loop, done)
+        builder.position_at_end(done)
+        return context.get_dummy_value()
+    return types.none(steps), codegen
+
+
+@compiled
+def tile_peak(steps):
+    """Multiply-adds of ``steps`` × 4 tdpbssd on this thread's tiles (``tile_products_only``)."""
+    start_tiles()
+    tile_products_only(steps)
+    release_tiles()
+    return steps * 4 * 16 * 16 * DEPTH

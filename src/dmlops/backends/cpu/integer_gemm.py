@@ -189,6 +189,17 @@ def kernel_named(name: str) -> Kernel | None:
 
 
 KERNEL = chosen_kernel()
+# A of at most this many rows is multiplied by the fastest kernel of vectors where KERNEL is AMX's and was not forced
+# (DMLOPS_CPU_KERNEL): a tile takes 16 rows of A, and a block of sums 32.
+FEWEST_TILE_ROWS = 16
+
+
+def kernel_for_rows(m: int) -> Kernel | None:
+    """KERNEL, or for A of at most FEWEST_TILE_ROWS rows, the fastest runnable kernel of vectors where KERNEL is
+    AMX's and DMLOPS_CPU_KERNEL does not name it."""
+    if KERNEL is None or not KERNEL.tiles or m > FEWEST_TILE_ROWS or os.environ.get("DMLOPS_CPU_KERNEL"):
+        return KERNEL
+    return next((kernel for kernel in RUNNABLE if not kernel.tiles), KERNEL)
 
 
 def padded(size: int, multiple: int) -> int:
@@ -199,16 +210,18 @@ def scratch_layouts(kernel: Kernel, m: int, k: int, n: int):
     """(shape, dtype) of the scratch arrays of a call: A packed, B packed in blocks, the int32 sums, and the byte
     kernels' row sums of A' and column terms (Σ_k B' + K·β; every kernel has them, so that each takes the same
     arrays), padded for the kernel. Rows of A hold K padded
-    to the group and one vector more, unread: rows a power of two of bytes apart would fall in the same L1 sets,
-    and the rows the kernel reads at once would evict each other."""
+    to the kernel's multiple and one vector more, unread: rows a power of two of bytes apart would fall in the same
+    L1 sets, and the rows the kernel reads at once would evict each other (AMX's 2048³ product ran at a third of its
+    speed with its sums' rows 8 KiB apart)."""
     a_type, b_type = kernel.element
     length = padded(k, kernel.k_multiple)
     rows, columns = padded(m, kernel.rows), padded(n, kernel.columns)
     vector = kernel.vector_bits // 8 // np.dtype(a_type).itemsize
-    layouts = [((rows, length + vector), a_type), ((columns // kernel.columns, length // kernel.group, kernel.columns,
-                                                    kernel.group), b_type), ((rows, columns), np.int32),
-               ((rows,), np.int32), ((columns,), np.int32)]
-    return layouts
+    # (AMX's tiles of sums are loaded and stored 16 rows at a time: those rows too a vector more apart)
+    sums_row = columns + (vector // 4 if kernel.tiles else 0)
+    return [((rows, length + vector), a_type), ((columns // kernel.columns, length // kernel.group, kernel.columns,
+                                                 kernel.group), b_type), ((rows, sums_row), np.int32),
+            ((rows,), np.int32), ((columns,), np.int32)]
 
 
 def integer_product(kernel: Kernel, a, a_zero_point, b, b_zero_point, buffers, pieces: int = 1, finish=None,

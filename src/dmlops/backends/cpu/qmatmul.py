@@ -95,7 +95,7 @@ def prepare(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, ou
     compiled = loops is not None if compiled is None else compiled
     zero = np.zeros(m, out.dtype)  # the output zero point where there is none
     batches = list(np.ndindex(*out.shape[:2]))
-    kernel = products_kernel(loops, products)
+    kernel = products_kernel(loops, products, m)
     if kernel is not None:
         integer_gemm = loops.integer_gemm
         calls = KeptCalls()
@@ -170,7 +170,7 @@ def prepare_one_call(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_
     integer kernel and the compiled requantization (K ≤ INT32_CHUNK), or where the compiled code is not loaded."""
     (m, k), n = a.shape, b.shape[1]
     loops = compiled_code(compiled, products)
-    kernel = products_kernel(loops, products)
+    kernel = products_kernel(loops, products, m)
     if kernel is None or compiled is False or k > loops.integer_gemm.INT32_CHUNK:
         return None
     integer_gemm, product_in_one_call = loops.integer_gemm, loops.product_in_one_call
@@ -209,12 +209,14 @@ def compiled_code(compiled: bool | None, products: str | None):
     return loops
 
 
-def products_kernel(loops, products: str | None):
-    """The integer GEMM kernel that makes the exact sums (``products`` as ``prepare`` takes it), or None: float32
-    BLAS, as without the compiled code."""
+def products_kernel(loops, products: str | None, m: int):
+    """The integer GEMM kernel that makes the exact sums of A of m rows (``products`` as ``prepare`` takes it), or
+    None: float32 BLAS, as without the compiled code."""
     if loops is None or products == "float32":
         return None
-    return loops.integer_gemm.KERNEL if products is None else loops.integer_gemm.kernel_named(products)
+    if products is None:
+        return loops.integer_gemm.kernel_for_rows(m)
+    return loops.integer_gemm.kernel_named(products)
 
 
 def warm_up(loops) -> None:
