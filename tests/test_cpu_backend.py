@@ -1287,6 +1287,81 @@ def test_kernel_chunks_requantized(monkeypatch, kernel, compiled):
     np.testing.assert_array_equal(out, expected)
 
 
+# -- AMX's tiles (every test above that takes KERNELS runs them too, where they can run) --------------------------
+
+AMX = pytest.mark.skipif("amx" not in [kernel.name for kernel in cpu_integer_gemm.RUNNABLE],
+                         reason="no AMX here, or Linux did not grant the tile state")
+
+
+@AMX
+@pytest.mark.parametrize("a_type, b_type", list(itertools.product(QMM_TYPES, repeat=2)))
+@pytest.mark.parametrize("m, k, n", [(45, 131, 77), (33, 64, 16), (100, 65, 35), (17, 200, 300), (70, 1000, 49)])
+@pytest.mark.parametrize("form", ["per tensor", "per row and column"])
+def test_amx_products_of_every_sign_pair(a_type, b_type, m, k, n, form):
+    """Each of the four tile instructions (by the operands' signs), sizes that are multiples of no tile (16 rows or
+    columns, 64 bytes of K), cut by rows (M ≥ N) and by columns, parameters per tensor or per row and column, into
+    either output type: the operator's bits."""
+    rng = np.random.default_rng(m * k + n)
+    for out_type in QMM_TYPES:
+        arguments, expected = quantized_case(rng, a_type, b_type, out_type, k, (True, True, True),
+                                             form != "per tensor", m=m, n=n)
+        for pieces in (1, 3):
+            out = poisoned(expected.shape, out_type)
+            cpu_qmatmul.quantized_linear_matmul(*arguments, out, compiled=True, products="amx", pieces=pieces)
+            np.testing.assert_array_equal(out, expected)
+
+
+@AMX
+@pytest.mark.parametrize("a_layout", ["contiguous", "steps", "transposed"])
+@pytest.mark.parametrize("b_layout", ["contiguous", "rows apart", "steps", "transposed"])
+def test_amx_products_of_strided_operands(a_layout, b_layout):
+    """A and B as views: their elements and rows apart, or transposed; B's rows whole vectors and not."""
+    rng = np.random.default_rng(len(a_layout) * 7 + len(b_layout))
+    m, k, n = 37, 150, 140
+    for a_type, b_type in itertools.product(QMM_TYPES, repeat=2):
+        a = {"contiguous": random_values(rng, (m, k), a_type),
+             "steps": random_values(rng, (2 * m, 3 * k), a_type)[::2, ::3],
+             "transposed": random_values(rng, (k, m), a_type).T}[a_layout]
+        b = {"contiguous": random_values(rng, (k, n), b_type),
+             "rows apart": random_values(rng, (2 * k, n + 64), b_type)[::2, :n],
+             "steps": random_values(rng, (k, 2 * n), b_type)[:, ::2],
+             "transposed": random_values(rng, (n, k), b_type).T}[b_layout]
+        zero_a, zero_b = random_values(rng, m, a_type), random_values(rng, n, b_type)
+        np.testing.assert_array_equal(kernel_product(cpu_integer_gemm.KERNELS_BY_NAME["amx"], a, zero_a, b, zero_b, 3),
+                                      exact_product(a, zero_a, b, zero_b))
+
+
+@AMX
+def test_amx_takes_products_of_more_than_few_rows(monkeypatch):
+    """AMX's tiles take A of more than FEWEST_TILE_ROWS rows; fewer go to the fastest kernel of vectors, unless
+    DMLOPS_CPU_KERNEL forces AMX's."""
+    monkeypatch.delenv("DMLOPS_CPU_KERNEL", raising=False)
+    monkeypatch.setattr(cpu_integer_gemm, "KERNEL", cpu_integer_gemm.KERNELS_BY_NAME["amx"])
+    few = cpu_integer_gemm.FEWEST_TILE_ROWS
+    assert cpu_integer_gemm.kernel_for_rows(few + 1).name == "amx"
+    assert not cpu_integer_gemm.kernel_for_rows(few).tiles
+    monkeypatch.setenv("DMLOPS_CPU_KERNEL", "amx")
+    assert cpu_integer_gemm.kernel_for_rows(1).name == "amx"
+
+
+def test_amx_needs_the_tile_state_granted(monkeypatch):
+    """A processor with AMX's features runs its kernels only where Linux granted this process the tile state."""
+    features = {"avx2", "avx512f", "avx512bw", "avx512vl", "avx512vnni", "amx-tile", "amx-int8"}
+    monkeypatch.setattr(cpu_integer_gemm, "numba", cpu_integer_gemm.numba or object())
+    monkeypatch.setattr(cpu_integer_gemm, "target_features", lambda: features)
+    for granted in (True, False):
+        monkeypatch.setattr(cpu_integer_gemm, "amx_granted", lambda granted=granted: granted)
+        names = [kernel.name for kernel in cpu_integer_gemm.runnable_kernels()]
+        assert names == (["amx"] if granted else []) + ["avx512-vnni", "avx-vnni", "avx512bw", "avx2"]
+
+
+def test_processor_features_by_their_llvm_names():
+    from dmlops.backends.cpu import processor
+
+    assert [processor.llvm_name(flag) for flag in ("avx512_vnni", "avx_vnni", "amx_int8", "sse4_2", "avx2")] == \
+        ["avx512vnni", "avxvnni", "amx-int8", "sse4.2", "avx2"]
+
+
 @pytest.mark.parametrize("features, expected", [
     ({"avx", "avx2", "f16c"}, ["avx2"]),
     ({"avx2", "avxvnni"}, ["avx-vnni", "avx2"]),
