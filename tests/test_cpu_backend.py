@@ -26,7 +26,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dmlops.backends import cpu
-from dmlops.backends.cpu import integer_gemm as cpu_integer_gemm, pieces as cpu_pieces, qmatmul as cpu_qmatmul, scan as cpu_scan
+from dmlops.backends.cpu import integer_gemm as cpu_integer_gemm, kernels as cpu_kernels, pieces as cpu_pieces, qmatmul as cpu_qmatmul, scan as cpu_scan
 from dmlops import DataType
 from dmlops.ops import cumulative as cumulative_op
 from dmlops.ops import quantized_matmul as quantized_matmul_op
@@ -1336,22 +1336,22 @@ def test_amx_takes_products_of_more_than_few_rows(monkeypatch):
     """AMX's tiles take A of more than FEWEST_TILE_ROWS rows; fewer go to the fastest kernel of vectors, unless
     DMLOPS_CPU_KERNEL forces AMX's."""
     monkeypatch.delenv("DMLOPS_CPU_KERNEL", raising=False)
-    monkeypatch.setattr(cpu_integer_gemm, "KERNEL", cpu_integer_gemm.KERNELS_BY_NAME["amx"])
-    few = cpu_integer_gemm.FEWEST_TILE_ROWS
-    assert cpu_integer_gemm.kernel_for_rows(few + 1).name == "amx"
-    assert not cpu_integer_gemm.kernel_for_rows(few).tiles
+    monkeypatch.setattr(cpu_kernels, "KERNEL", cpu_integer_gemm.KERNELS_BY_NAME["amx"])
+    few = cpu_kernels.FEWEST_TILE_ROWS
+    assert cpu_kernels.kernel_for_rows(few + 1).name == "amx"
+    assert not cpu_kernels.kernel_for_rows(few).tiles
     monkeypatch.setenv("DMLOPS_CPU_KERNEL", "amx")
-    assert cpu_integer_gemm.kernel_for_rows(1).name == "amx"
+    assert cpu_kernels.kernel_for_rows(1).name == "amx"
 
 
 def test_amx_needs_the_tile_state_granted(monkeypatch):
     """A processor with AMX's features runs its kernels only where Linux granted this process the tile state."""
     features = {"avx2", "avx512f", "avx512bw", "avx512vl", "avx512vnni", "amx-tile", "amx-int8"}
-    monkeypatch.setattr(cpu_integer_gemm, "numba", cpu_integer_gemm.numba or object())
-    monkeypatch.setattr(cpu_integer_gemm, "target_features", lambda: features)
+    monkeypatch.setattr(cpu_kernels, "NUMBA", True)
+    monkeypatch.setattr(cpu_kernels, "target_features", lambda: features)
     for granted in (True, False):
-        monkeypatch.setattr(cpu_integer_gemm, "amx_granted", lambda granted=granted: granted)
-        names = [kernel.name for kernel in cpu_integer_gemm.runnable_kernels()]
+        monkeypatch.setattr(cpu_kernels, "amx_granted", lambda granted=granted: granted)
+        names = [kernel.name for kernel in cpu_kernels.runnable_kernels()]
         assert names == (["amx"] if granted else []) + ["avx512-vnni", "avx-vnni", "avx512bw", "avx2"]
 
 
@@ -1371,9 +1371,9 @@ def test_processor_features_by_their_llvm_names():
     ({"sse4.2", "neon"}, []),
 ])
 def test_kernels_follow_the_processors_features(monkeypatch, features, expected):
-    monkeypatch.setattr(cpu_integer_gemm, "numba", cpu_integer_gemm.numba or object())
-    monkeypatch.setattr(cpu_integer_gemm, "target_features", lambda: features)
-    assert [kernel.name for kernel in cpu_integer_gemm.runnable_kernels()] == expected
+    monkeypatch.setattr(cpu_kernels, "NUMBA", True)
+    monkeypatch.setattr(cpu_kernels, "target_features", lambda: features)
+    assert [kernel.name for kernel in cpu_kernels.runnable_kernels()] == expected
 
 
 @pytest.mark.parametrize("name", [kernel.name for kernel in cpu_integer_gemm.RUNNABLE] + ["float32", None])
@@ -1383,7 +1383,7 @@ def test_a_named_kernel_is_chosen(monkeypatch, name):
         monkeypatch.delenv("DMLOPS_CPU_KERNEL", raising=False)
     else:
         monkeypatch.setenv("DMLOPS_CPU_KERNEL", name)
-    chosen = cpu_integer_gemm.chosen_kernel()
+    chosen = cpu_kernels.chosen_kernel()
     runnable = cpu_integer_gemm.RUNNABLE
     assert chosen == (runnable[0] if runnable else None) if name is None else \
         (chosen is None if name == "float32" else chosen.name == name)
@@ -1391,15 +1391,15 @@ def test_a_named_kernel_is_chosen(monkeypatch, name):
 
 @pytest.mark.parametrize("name", ["avx512-vnni", "avx-vnni", "avx512bw", "avx2", "sse2", ""])
 def test_kernels_that_cannot_run_are_rejected(monkeypatch, name):
-    monkeypatch.setattr(cpu_integer_gemm, "RUNNABLE", [])
+    monkeypatch.setattr(cpu_kernels, "RUNNABLE", [])
     with pytest.raises(dmlops.ValidationError, match="CPU quantized matmul: kernel .* cannot run here"):
-        cpu_integer_gemm.kernel_named(name)
+        cpu_kernels.kernel_named(name)
 
 
 @pytest.mark.parametrize("name", PRODUCT_ENGINES)
 def test_each_kernel_forced_through_the_array_api(monkeypatch, name):
     """The array API runs whichever kernel is chosen, and every one gives the operator's bits."""
-    monkeypatch.setattr(cpu_integer_gemm, "KERNEL", cpu_integer_gemm.kernel_named(name))
+    monkeypatch.setattr(cpu_kernels, "KERNEL", cpu_integer_gemm.kernel_named(name))
     rng = np.random.default_rng(16)
     for types, zero_points in [((np.uint8, np.int8, np.uint8), (True, False, True)),
                                ((np.int8, np.uint8, np.int8), (True, True, False))]:
