@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 import multiprocessing
 import os
 import subprocess
@@ -1285,6 +1286,38 @@ def test_kernel_chunks_requantized(monkeypatch, kernel, compiled):
     out = poisoned(expected.shape, np.int8)
     cpu_qmatmul.quantized_linear_matmul(*arguments, out, compiled=compiled, products=kernel.name, pieces=3)
     np.testing.assert_array_equal(out, expected)
+
+
+def test_scratch_is_bounded_by_pieces_not_by_the_output():
+    """A 65535 × 1 × 65535 product (a 4 GiB output) asks for scratch memory of pieces of its rows (their packed A and
+    int32 sums, PIECE_BYTES each), not for M × N sums."""
+    m = n = 65535
+    a, b = np.empty((m, 1), np.uint8), np.empty((1, n), np.int8)
+    for kernel in cpu_integer_gemm.RUNNABLE:
+        layout = cpu_integer_gemm.products_layout(kernel, a, b)
+        layouts = cpu_integer_gemm.scratch_layouts(kernel, m, 1, n, cpu_integer_gemm.own_sums(layout, 1, True))
+        assert sum(math.prod(shape) * np.dtype(dtype).itemsize for shape, dtype in layouts) < 64 << 20
+        rows = cpu_integer_gemm.padded(m, kernel.rows)
+        pieces = cpu_integer_gemm.stage_counts(kernel, layout, m, 1, n, 1)[-1]
+        assert -(-rows // pieces) * 4 * n <= 2 * cpu_integer_gemm.PIECE_BYTES
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_products_in_pieces_of_bounded_scratch(monkeypatch, kernel):
+    """Pieces of rows cut small for their scratch (PIECE_BYTES), each requantized from its own sums, and a product
+    too large to share its sums among strips of columns (COLUMN_CUT_BYTES): the operator's bits."""
+    monkeypatch.setattr(cpu_integer_gemm, "PIECE_BYTES", 1 << 14)
+    monkeypatch.setattr(cpu_integer_gemm, "COLUMN_CUT_BYTES", 1 << 12)
+    rng = np.random.default_rng(21)
+    for m, k, n in [(300, 5, 200), (40, 70, 300)]:
+        arguments, expected = quantized_case(rng, np.uint8, np.int8, np.uint8, k, (True, True, True), True, m=m, n=n)
+        assert cpu_integer_gemm.products_layout(kernel, arguments[0][0, 0], arguments[3][0, 0]).endswith("rows")
+        out = poisoned(expected.shape, np.uint8)
+        cpu_qmatmul.quantized_linear_matmul(*arguments, out, compiled=True, products=kernel.name)
+        np.testing.assert_array_equal(out, expected)
+        one_matrix = [x[0, 0] if x.ndim == 4 else x for x in arguments] + [poisoned(expected.shape[2:], np.uint8)]
+        cpu_qmatmul.prepare_one_call(*one_matrix, products=kernel.name)(*one_matrix)
+        np.testing.assert_array_equal(one_matrix[-1], expected[0, 0])
 
 
 # -- AMX's tiles (every test above that takes KERNELS runs them too, where they can run) --------------------------

@@ -38,19 +38,26 @@ PARALLEL_PACKING = 1 << 20  # B of this many elements or more is packed on every
 # direct against 2.2 packed, 16 rows 3.8 against 2.2; benchmarks/RESULTS.md).
 DIRECT_ROWS = 16
 DIRECT_ROWS_OF_LARGE_B = 8
+# Scratch memory is bounded by pieces of the output, not by M × N (a 65535 × 1 × 65535 product asked for 16 GiB of
+# int32 sums): a product is cut by rows into pieces whose own packed rows of A and sums take at most PIECE_BYTES, each
+# requantized from the piece's own sums (``own_sums``), and by columns (its strips of B sharing every sum) only where
+# all of its sums take at most COLUMN_CUT_BYTES.
+PIECE_BYTES = 32 << 20
+COLUMN_CUT_BYTES = 256 << 20
 
 
 def padded(size: int, multiple: int) -> int:
     return -(-size // multiple) * multiple
 
 
-def scratch_layouts(kernel: Kernel, m: int, k: int, n: int):
+def scratch_layouts(kernel: Kernel, m: int, k: int, n: int, own_sums: bool = False):
     """(shape, dtype) of the scratch arrays of a call: A packed, B packed in blocks, the int32 sums, and the byte
     kernels' row sums of A' and column terms (Σ_k B' + K·β; every kernel has them, so that each takes the same
     arrays), padded for the kernel. Rows of A hold K padded
     to the kernel's multiple and one vector more, unread: rows a power of two of bytes apart would fall in the same
     L1 sets, and the rows the kernel reads at once would evict each other (AMX's 2048³ product ran at a third of its
-    speed with its sums' rows 8 KiB apart)."""
+    speed with its sums' rows 8 KiB apart). With ``own_sums`` (``own_sums``: every piece keeps its own), the call's
+    sums have no rows."""
     a_type, b_type = kernel.element
     length = padded(k, kernel.k_multiple)
     rows, columns = padded(m, kernel.rows), padded(n, kernel.columns)
@@ -58,7 +65,7 @@ def scratch_layouts(kernel: Kernel, m: int, k: int, n: int):
     # (AMX's tiles of sums are loaded and stored 16 rows at a time: those rows too a vector more apart)
     sums_row = columns + (vector // 4 if kernel.tiles else 0)
     return [((rows, length + vector), a_type), ((columns // kernel.columns, length // kernel.group, kernel.columns,
-                                                 kernel.group), b_type), ((rows, sums_row), np.int32),
+                                                 kernel.group), b_type), ((0 if own_sums else rows, sums_row), np.int32),
             ((rows,), np.int32), ((columns,), np.int32)]
 
 
@@ -109,11 +116,19 @@ def operand(x, zero_point, length: int):
 
 def products_layout(kernel: Kernel, a, b) -> str:
     """``product_pieces``' layout: "direct" (``products_path``), else the path and the cut: by rows where A has at
-    least as many rows as B has columns, else by columns (strips of B, each read once by all of A)."""
+    least as many rows as B has columns or the sums are many (COLUMN_CUT_BYTES), else by columns (strips of B, each
+    read once by all of A)."""
     path = products_path(kernel, a, b)
     if path == "direct":
         return path
-    return f"{path} {'columns' if a.shape[0] < b.shape[1] else 'rows'}"
+    (m, k), n = a.shape, b.shape[1]
+    return f"{path} {'columns' if m < n and 4 * m * n <= COLUMN_CUT_BYTES else 'rows'}"
+
+
+def own_sums(layout: str, k: int, finished: bool) -> bool:
+    """Whether each piece of a product requantizes its own sums, so that the call keeps none (``scratch_layouts``):
+    where it is cut by rows, requantized as it goes (``finished``) and of one chunk of K."""
+    return finished and layout.endswith("rows") and k <= INT32_CHUNK
 
 
 def stage_counts(kernel: Kernel, layout: str, m: int, k: int, n: int, pieces: int):
@@ -130,7 +145,9 @@ def stage_counts(kernel: Kernel, layout: str, m: int, k: int, n: int, pieces: in
     if layout.endswith("columns"):
         return np.array([1, count(blocks, min(pieces, 2 * CORES)), count(m, pieces)], np.int64)
     b_pieces = count(blocks, CORES) if pieces > 1 and k * n >= PARALLEL_PACKING else 1
-    return np.array([b_pieces, count(padded(m, kernel.rows), pieces, kernel.rows)], np.int64)
+    rows = padded(m, kernel.rows)
+    piece_bytes = rows * (4 * padded(n, kernel.columns) + padded(min(k, INT32_CHUNK), kernel.k_multiple))
+    return np.array([b_pieces, count(rows, max(pieces, -(-piece_bytes // PIECE_BYTES)), kernel.rows)], np.int64)
 
 
 def products_path(kernel: Kernel, a, b) -> str:

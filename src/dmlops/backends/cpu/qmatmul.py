@@ -101,7 +101,9 @@ def prepare(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, ou
         calls = KeptCalls()
         # the packed operands and the int32 sums, written afresh for each matrix of the batch; each piece of rows is
         # requantized (compiled) as soon as its sums are made, while they are in cache
-        layouts = integer_gemm.scratch_layouts(kernel, m, min(k, integer_gemm.INT32_CHUNK), n)
+        layout = integer_gemm.products_layout(kernel, a[0, 0], b[0, 0])  # (the same for every matrix of the batch)
+        layouts = integer_gemm.scratch_layouts(kernel, m, min(k, integer_gemm.INT32_CHUNK), n,
+                                               integer_gemm.own_sums(layout, k, compiled))
         product_pieces, threads = pieces_of_product(integer_gemm, m, k, n, pieces)
         low, high = output_bounds(out.dtype)
 
@@ -174,9 +176,9 @@ def prepare_one_call(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_
     if kernel is None or compiled is False or k > loops.integer_gemm.INT32_CHUNK:
         return None
     integer_gemm, product_in_one_call = loops.integer_gemm, loops.product_in_one_call
-    layouts = integer_gemm.scratch_layouts(kernel, *a.shape, b.shape[1])
-    low, high = output_bounds(out.dtype)
     layout = integer_gemm.products_layout(kernel, a, b)
+    layouts = integer_gemm.scratch_layouts(kernel, m, k, n, integer_gemm.own_sums(layout, k, True))
+    low, high = output_bounds(out.dtype)
     product_pieces, threads = pieces_of_product(integer_gemm, m, k, n, pieces)
     counts = integer_gemm.stage_counts(kernel, layout, m, k, n, product_pieces)
     a_sign, b_sign = (integer_gemm.operand(x, None, 0)[1] for x in (a, b))
