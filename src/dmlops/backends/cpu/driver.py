@@ -20,6 +20,31 @@ from .vnni import multiply_direct, pack_columns_bytes, pack_rows_bytes
 compiled = numba.njit(nogil=True, cache=True)
 
 
+# Terms summed in int32 at a time by ``few_sums``: 32 768 · 255² < 2^31 (integer_gemm.INT32_CHUNK)
+FEW_SUMS_CHUNK = 32 * 1024
+
+
+@compiled
+def few_sums(a, a_sign, a_zero, b, b_sign, b_zero, total):
+    """total[i, j] = Σ_k (a − za)(b − zb) exactly, for products of few outputs and long K: blocks of FEW_SUMS_CHUNK
+    terms summed in int32 (vectorised by LLVM), the blocks in float64, which holds every sum of K ≤ 2^32 products of
+    magnitude ≤ 255² (< 2^48). a and b as their bits with their signs, the zero points int32 vectors, as
+    ``product_pieces`` takes them."""
+    m, k = a.shape
+    a_centre, b_centre = np.int32(a_sign), np.int32(b_sign)
+    for i in range(m):
+        a_shift = a_centre + a_zero[i]
+        for j in range(b.shape[1]):
+            b_shift = b_centre + b_zero[j]
+            exact = 0.0
+            for start in range(0, k, FEW_SUMS_CHUNK):
+                block = np.int32(0)
+                for t in range(start, min(start + FEW_SUMS_CHUNK, k)):
+                    block += (np.int32(a[i, t] ^ a_sign) - a_shift) * (np.int32(b[t, j] ^ b_sign) - b_shift)
+                exact += block
+            total[i, j] = exact
+
+
 @compiled
 def correct_rows(sums, row_sums, alpha, beta, column_terms, first, last):
     """sums[i, j] += β[j]·Σ_k A'[i] − α[i]·column_terms[j] for rows [first, last), in wrapping int32."""

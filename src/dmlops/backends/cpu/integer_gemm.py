@@ -24,10 +24,10 @@ from .kernels import KERNEL, KERNELS_BY_NAME, RUNNABLE, Kernel, kernel_for_rows,
 from .pieces import CORES, NO_RING, run_on_cores, threads_for
 
 try:
-    from .driver import multiply_in_pieces
+    from .driver import few_sums, multiply_in_pieces
     from .requantization import requantize_rows
 except ImportError:  # NumPy alone is enough; the float32 path is used instead
-    multiply_in_pieces = requantize_rows = None
+    few_sums = multiply_in_pieces = requantize_rows = None
 
 INT32_CHUNK = 32 * 1024  # 32 768 · 255² < 2^31: the int32 sums of a call are exact
 PARALLEL_PACKING = 1 << 20  # B of this many elements or more is packed on every core, however few rows A has
@@ -43,6 +43,9 @@ DIRECT_ROWS_OF_LARGE_B = 8
 # requantized from the piece's own sums (``own_sums``), and by columns (its strips of B sharing every sum) only where
 # all of its sums take at most COLUMN_CUT_BYTES.
 PIECE_BYTES = 32 << 20
+# A product of K > INT32_CHUNK and at most this many outputs is made by ``driver.few_sums`` in one pass over K (a
+# kernel's call a chunk of K cost about 1.3 ms at M = N = 1, most of it packing B for 64 columns: K = 2^24 took 680 ms)
+FEW_OUTPUTS = 64
 COLUMN_CUT_BYTES = 256 << 20
 
 
@@ -85,7 +88,9 @@ def integer_product(kernel: Kernel, a, a_zero_point, b, b_zero_point, buffers, p
     m, k = a.shape
     if k > INT32_CHUNK:
         total = np.zeros((m, b.shape[1]))
-        for start in range(0, k, INT32_CHUNK):
+        if m * b.shape[1] <= FEW_OUTPUTS:
+            call(few_sums, *operand(a, a_zero_point, m), *operand(b, b_zero_point, b.shape[1]), total)
+        for start in range(0, k if m * b.shape[1] > FEW_OUTPUTS else 0, INT32_CHUNK):
             # (the chunks may be of other types than one another: not ``calls``)
             total += integer_product(kernel, a[:, start:start + INT32_CHUNK], a_zero_point,
                                      b[start:start + INT32_CHUNK], b_zero_point, buffers, pieces, threads=threads)
