@@ -187,8 +187,9 @@ def tile_block(typing_context, signs, blocks, a, b, sums, row, block, start, ste
 @compiled
 def multiply_signs(signs, a, b, sums, first_row, last_row, first_block, last_block, length, accumulate):
     """sums[first_row:last_row, the column blocks [first_block, last_block)] = (those sums, if accumulate, +)
-    A[those rows, :length] @ B[:length, those blocks], by runs of K_RUN and panels of PANEL_BLOCKS; rows a multiple
-    of 32 apart, length of 64."""
+    A[those rows, :length] @ B[:length, those blocks], by runs of K_RUN and panels of PANEL_BLOCKS, by the
+    instruction of the literal ``signs`` (``tile_block``: a variant of the product for each pair of operand types,
+    compiled where a call needs it); rows a multiple of 32 apart, length of 64."""
     for panel in range(first_block, last_block, PANEL_BLOCKS):
         end = min(panel + PANEL_BLOCKS, last_block)
         for rows in range(first_row, last_row, ROW_BLOCK):
@@ -202,20 +203,6 @@ def multiply_signs(signs, a, b, sums, first_row, last_row, first_block, last_blo
                         j += 2
                     if j < end:
                         tile_block(signs, "1", a, b, sums, i, j, k, steps, again)
-
-
-@compiled
-def multiply(a_sign, b_sign, a, b, sums, first_row, last_row, first_block, last_block, length, accumulate):
-    """multiply_signs by the instruction of the operands' signs (128 where the type is INT8, else 0)."""
-    if a_sign != 0:
-        if b_sign != 0:
-            multiply_signs("ss", a, b, sums, first_row, last_row, first_block, last_block, length, accumulate)
-        else:
-            multiply_signs("su", a, b, sums, first_row, last_row, first_block, last_block, length, accumulate)
-    elif b_sign != 0:
-        multiply_signs("us", a, b, sums, first_row, last_row, first_block, last_block, length, accumulate)
-    else:
-        multiply_signs("uu", a, b, sums, first_row, last_row, first_block, last_block, length, accumulate)
 
 
 @compiled
@@ -339,7 +326,7 @@ def pack_b(b, sign, zero_point, groups, terms, first, last):
 
 
 @compiled
-def multiply_strip(a_sign, b_sign, a, b, b_zero, sums, terms, first, last, rows, length):
+def multiply_strip(signs, a, b, b_sign, b_zero, sums, terms, first, last, rows, length):
     """The sums of rows [0, rows) of A (packed) and the column blocks [first, last) of b, and their terms, a run of
     K_RUN rows of b at a time: each run packed into a panel of this call's own, which stays in L2 for the kernel
     and is never written back to memory (the driver's columns cut: B is read once)."""
@@ -352,8 +339,7 @@ def multiply_strip(a_sign, b_sign, a, b, b_zero, sums, terms, first, last, rows,
         pack_b(b[begin:min(end, k), start:stop], b_sign, b_zero[start:stop], panel, run_terms, 0, last - first)
         for j in range(stop - start):
             terms[start + j] = run_terms[j] if begin == 0 else terms[start + j] + run_terms[j]
-        multiply(a_sign, b_sign, a[:, begin:], panel, sums[:, start:], 0, rows, 0, last - first, end - begin,
-                 begin > 0)
+        multiply_signs(signs, a[:, begin:], panel, sums[:, start:], 0, rows, 0, last - first, end - begin, begin > 0)
 
 
 @intrinsic

@@ -163,8 +163,8 @@ def products_path(kernel: Kernel, a, b) -> str:
     rows = DIRECT_ROWS if k * n < PARALLEL_PACKING else DIRECT_ROWS_OF_LARGE_B
     if kernel.direct and m <= rows and k % 4 == 0 and n % 64 == 0 and b.strides[1] == 1:
         return "direct"
-    if kernel.tiles:
-        return "tiles"
+    if kernel.tiles:  # (and the operands' signs, which pick the tile instruction: "tiles su", A INT8, B UINT8)
+        return "tiles " + "".join("s" if x.dtype == np.int8 else "u" for x in (a, b))
     return "bytes" if kernel.bytes else "words"
 
 
