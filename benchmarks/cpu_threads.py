@@ -39,12 +39,15 @@ def measure(layer: str | None, repeats: int) -> dict:
     if layer is not None:
         numba.config.THREADING_LAYER = layer
 
+    def threads_of_prange(kernel, layout):
+        """The product's threads started by a prange, for a kernel and a layout (constants of the compiled
+        function: prange's body takes no literal arguments)."""
         @numba.njit(parallel=True, nogil=True)
-        def in_prange(threads, kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers,
-                      finish):
+        def in_prange(threads, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, finish):
             for _ in numba.prange(threads):
                 driver.product_pieces(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers,
                                       finish, False)
+        return in_prange
 
     rng = np.random.default_rng(3)
     times = {}
@@ -71,8 +74,10 @@ def measure(layer: str | None, repeats: int) -> dict:
             def run():
                 pieces.run_on_cores(entry, (*arguments[:2], state(), *arguments[3:]), threads)
         else:
+            in_prange = threads_of_prange(*arguments[:2])
+
             def run():
-                in_prange(threads, *arguments[:2], state(), *arguments[3:])
+                in_prange(threads, state(), *arguments[3:])
         run()
         run()
         rounds = []
