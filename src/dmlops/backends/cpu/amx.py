@@ -225,19 +225,24 @@ def pack_a(a, sign, packed, row_sums, first, last):
 
 
 @intrinsic
-def pack_four_rows(typing_context, b, flip, groups, terms, group, column):
-    """groups[column // 16 + u, group] = the bits of b's rows 4·group to 4·group + 3 in columns [column + 16·u,
-    column + 16·u + 16), u < 4 (byte t of each 32-bit element from row 4·group + t), and terms there += their sum
-    (Σ int8(bits xor flip) + 4·flip: flip 0 where b is INT8, 128 where UINT8). b's rows contiguous."""
-    signature = types.none(b, flip, groups, terms, group, column)
+def pack_four_rows(typing_context, count, b, flip, groups, terms, group, column):
+    """groups[column // 16 + u, g] = the bits of b's rows 4·g to 4·g + 3 in columns [column + 16·u, column + 16·u +
+    16), u < 4 (byte t of each 32-bit element from row 4·g + t), for the literal ``count`` groups g from ``group`` on,
+    and terms there += their sums (Σ int8(bits xor flip) + 4·flip: flip 0 where b is INT8, 128 where UINT8), kept in
+    registers across the groups. b's rows contiguous. Each row is first permuted (one `vpermb`) so that unpacking
+    bytes, then words, within 128-bit lanes leaves 16 consecutive columns in each vector, in order."""
+    if not isinstance(count, types.StringLiteral):
+        return None
+    groups_count = int(count.literal_value)
+    signature = types.none(count, b, flip, groups, terms, group, column)
 
     def codegen(context, builder, signature, arguments):
         int32 = ir.IntType(32)
         moves = ByteMoves(builder, 64)
         lanes = moves.lanes
         b_array, groups_array, terms_array = (context.make_array(signature.args[i])(context, builder, arguments[i])
-                                              for i in (0, 2, 3))
-        flip, group, column = arguments[1], arguments[4], arguments[5]
+                                              for i in (1, 3, 4))
+        flip, group, column = arguments[2], arguments[5], arguments[6]
         constant = moves.constant
 
         def address(array, offset):
@@ -249,24 +254,31 @@ def pack_four_rows(typing_context, b, flip, groups, terms, group, column):
         def pointer(at, kind):
             return builder.inttoptr(at, kind.as_pointer())
 
-        first_row = builder.mul(group, constant(4))
-        rows = [builder.load(pointer(address(b_array, builder.add(builder.mul(builder.add(first_row, constant(t)),
-                                                                              stride(b_array, 0)), column)),
-                                     moves.bytes), align=1) for t in range(4)]
+        # byte 16·L + 4·w + i of a permuted row is column 16·w + 4·L + i: after the unpacks, vector w holds, in
+        # 128-bit lane L, columns 16·w + 4·L to 16·w + 4·L + 3, each a group of 4 rows
+        order = [16 * w + 4 * lane + i for lane in range(4) for w in range(4) for i in range(4)]
         dot = builder.module.declare_intrinsic("llvm.x86.avx512.vpdpbusd.512",
                                                fnty=ir.FunctionType(lanes, [lanes] * 3))
         ones = moves.splat(constant(0x01010101, int32), lanes)
         flips = moves.splat(builder.mul(builder.zext(flip, int32), constant(0x01010101, int32)), lanes)
-        centres = moves.splat(builder.mul(builder.zext(flip, int32), constant(4, int32)), lanes)
+        centres = moves.splat(builder.mul(builder.zext(flip, int32), constant(4 * groups_count, int32)), lanes)
         first_block = builder.udiv(column, constant(COLUMNS))
-        for u, vector in enumerate(moves.in_column_order(moves.interleaved(rows))):
-            target = address(groups_array, builder.add(builder.mul(builder.add(first_block, constant(u)),
-                                                                   stride(groups_array, 0)),
-                                                       builder.mul(group, stride(groups_array, 1))))
-            builder.store(vector, pointer(target, lanes), align=4)
-            at = pointer(address(terms_array, builder.mul(builder.add(column, constant(COLUMNS * u)), constant(4))),
-                         lanes)
-            total = builder.call(dot, [builder.load(at, align=4), ones, builder.xor(vector, flips)])
+        terms_at = [pointer(address(terms_array, builder.mul(builder.add(column, constant(COLUMNS * u)),
+                                                             constant(4))), lanes) for u in range(4)]
+        totals = [builder.load(at, align=4) for at in terms_at]
+        for g in range(groups_count):
+            first_row = builder.mul(builder.add(group, constant(g)), constant(4))
+            rows = [moves.shuffle(builder.load(pointer(address(b_array, builder.add(builder.mul(
+                builder.add(first_row, constant(t)), stride(b_array, 0)), column)), moves.bytes), align=1),
+                ir.Constant(moves.bytes, None), order) for t in range(4)]
+            for u, vector in enumerate(moves.interleaved(rows)):
+                target = address(groups_array, builder.add(builder.mul(builder.add(first_block, constant(u)),
+                                                                       stride(groups_array, 0)),
+                                                           builder.mul(builder.add(group, constant(g)),
+                                                                       stride(groups_array, 1))))
+                builder.store(vector, pointer(target, lanes), align=4)
+                totals[u] = builder.call(dot, [totals[u], ones, builder.xor(vector, flips)])
+        for at, total in zip(terms_at, totals):
             builder.store(builder.add(total, centres), at, align=4)
         return context.get_dummy_value()
 
@@ -312,9 +324,12 @@ def pack_b(b, sign, zero_point, groups, terms, first, last):
     for first_group in range(0, count, PACK_GROUPS):
         last_group = min(first_group + PACK_GROUPS, count)
         whole = min(last_group, length // 4)  # groups of 4 rows of b
-        for group in range(first_group, whole):
-            for column in range(begin, vector_end, 64):
-                pack_four_rows(b, flip, groups, terms, group, column)
+        for column in range(begin, vector_end, 64):
+            if whole - first_group == PACK_GROUPS:
+                pack_four_rows("8", b, flip, groups, terms, first_group, column)
+            else:
+                for group in range(first_group, whole):
+                    pack_four_rows("1", b, flip, groups, terms, group, column)
         for block in range(first, last):
             start = block * COLUMNS
             for group in range(first_group if start >= vector_end else whole, last_group):
