@@ -1388,11 +1388,14 @@ def test_amx_needs_the_tile_state_granted(monkeypatch):
         assert names == (["amx"] if granted else []) + ["avx512-vnni", "avx-vnni", "avx512bw", "avx2"]
 
 
-def test_processor_features_by_their_llvm_names():
+def test_processor_features_by_their_llvm_names(monkeypatch):
+    """Linux's flags in LLVM's names; NUMBA_CPU_FEATURES, where set, decides (numba compiles for it)."""
     from dmlops.backends.cpu import processor
 
     assert [processor.llvm_name(flag) for flag in ("avx512_vnni", "avx_vnni", "amx_int8", "sse4_2", "avx2")] == \
         ["avx512vnni", "avxvnni", "amx-int8", "sse4.2", "avx2"]
+    monkeypatch.setenv("NUMBA_CPU_FEATURES", "+avx2,-avx512f,+amx-tile")
+    assert processor.target_features.__wrapped__() == {"avx2", "amx-tile"}
 
 
 @pytest.mark.parametrize("features, expected", [

@@ -4,7 +4,7 @@ system lets this process use AMX's tile registers. Every other module of the bac
 Features are named as LLVM names them ("avx2", "avx512vnni", "amx-int8"), which is what numba compiles for. They
 come from NUMBA_CPU_FEATURES where it is set (numba then compiles for those, whatever the host has), else from the
 flags Linux gives in /proc/cpuinfo (read in microseconds: a first call must not wait for LLVM, whose import takes
-45 ms), else, off Linux, from LLVM's own detection of the host. This module imports neither numba nor LLVM on Linux.
+45 ms), else, without /proc/cpuinfo, from LLVM's own detection of the host. This module imports neither numba nor LLVM on Linux.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def target_features() -> frozenset[str]:
     if given:
         return frozenset(feature[1:] for feature in given.split(",") if feature.startswith("+"))
     flags = linux_flags()
-    if flags:
+    if flags is not None:  # (none on Linux off x86: no kernel here needs any)
         return frozenset(map(llvm_name, flags))
     try:
         import llvmlite.binding as llvm
@@ -46,15 +46,16 @@ def target_features() -> frozenset[str]:
                      if feature.startswith("+"))
 
 
-def linux_flags() -> set[str]:
-    """The first processor's flags in /proc/cpuinfo (x86 Linux); none elsewhere."""
+def linux_flags() -> set[str] | None:
+    """The first processor's flags in /proc/cpuinfo (x86 Linux; an empty set on Linux elsewhere), or None where
+    there is no /proc/cpuinfo."""
     try:
         with open("/proc/cpuinfo") as cpuinfo:
             for line in cpuinfo:
                 if line.startswith("flags"):
                     return set(line.split(":", 1)[1].split())
     except OSError:
-        pass
+        return None
     return set()
 
 
