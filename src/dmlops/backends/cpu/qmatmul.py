@@ -1,7 +1,7 @@
 """Quantized linear matrix multiply on the CPU: the exact integer product, then the operator's requantization.
 
 Where numba is installed and the processor has AVX2 or later, the exact sums come from an integer GEMM whose kernel
-is picked from the processor (``integer_gemm``: `vpdpbusd` where it has VNNI, else `vpmaddwd` on 16-bit
+is picked from the processor (``kernels``: AMX's tiles, `vpdpbusd` where it has VNNI, else `vpmaddwd` on 16-bit
 products), at two to four times the multiply-adds a cycle of float32 BLAS.
 
 Elsewhere they come from float32 BLAS: NumPy never uses BLAS for integer matrices, so the integer product runs as a
@@ -73,8 +73,8 @@ def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, 
 
     ``compiled`` picks the requantization (None: the compiled one where the compiled code is loaded, ``LOOPS``;
     True waits for it); ``products``, how the exact sums are made: the name of an integer GEMM kernel that can run
-    here (``integer_gemm``: "avx512-vnni", "avx-vnni", "avx512bw", "avx2"; it waits for the compiled code) or
-    "float32" (BLAS); None: ``integer_gemm.KERNEL``, the fastest one, where the compiled code is loaded;
+    here (``kernels``: "amx", "avx512-vnni", "avx-vnni", "avx512bw", "avx2"; it waits for the compiled code) or
+    "float32" (BLAS); None: ``kernels.kernel_for_rows``, the fastest one, where the compiled code is loaded;
     ``pieces``, into how many pieces of rows the integer GEMM and the compiled requantization are cut for the cores
     (None: by their size).
     """
@@ -165,7 +165,7 @@ def prepare_one_call(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_
                      compiled: bool | None = None, products: str | None = None, pieces: int | None = None):
     """product(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point, out) for one
     matrix, a {M, K}, b {K, N}, out {M, N} laid out as these are, with ``prepare``'s options: the scale checks, the
-    integer kernel's exact sums (``integer_gemm.product_pieces``) and their requantization in one compiled call a
+    integer kernel's exact sums (``driver.product_pieces``) and their requantization in one compiled call a
     thread, on the calling thread alone or with the pool's (``pieces.run_on_cores``). Each scale and zero point is
     a vector as ``prepare`` takes it or a number (per tensor), of the same form at each call; a zero point may be
     None (0). A zero, NaN or infinite scale raises before out is written. None where the product is not one for an
