@@ -63,16 +63,6 @@ def tile(number: int):
 
 
 @intrinsic
-def load_tile_config(typing_context, config):
-    """ldtilecfg from the 64 bytes of ``config``."""
-    def codegen(context, builder, signature, arguments):
-        data = context.make_array(signature.args[0])(context, builder, arguments[0]).data
-        tile_intrinsic(builder, "ldtilecfg", [builder.bitcast(data, BYTES)])
-        return context.get_dummy_value()
-    return types.none(config), codegen
-
-
-@intrinsic
 def release_tiles(typing_context):
     """tilerelease: the tile state back to its initial state (the next context switch saves nothing of it)."""
     def codegen(context, builder, signature, arguments):
@@ -81,15 +71,26 @@ def release_tiles(typing_context):
     return types.none(), codegen
 
 
-@compiled
-def start_tiles():
-    """Configure this thread's tiles: palette 1, tiles 0 to 7 of 16 rows × 64 bytes."""
-    config = np.zeros(64, np.uint8)
-    config[0] = 1
-    for t in range(8):
-        config[16 + 2 * t] = DEPTH  # bytes a row (16 bits, little-endian)
-        config[48 + t] = 16  # rows
-    load_tile_config(config)
+# This thread's tile configuration: palette 1, tiles 0 to 7 of 16 rows × 64 bytes (the bytes a row as 16 bits from
+# byte 16 on, little-endian; the rows as bytes from byte 48 on).
+TILE_CONFIG = bytes([1] + [0] * 15 + [DEPTH, 0] * 8 + [0] * 16 + [16] * 8 + [0] * 8)
+
+
+@intrinsic
+def start_tiles(typing_context):
+    """ldtilecfg of TILE_CONFIG, a constant of the compiled code (an intrinsic, not a compiled function of its own:
+    each of those costs a first call a quarter of a second or more to compile)."""
+    def codegen(context, builder, signature, arguments):
+        kind = ir.ArrayType(INT8, len(TILE_CONFIG))
+        config = builder.module.globals.get("dmlops_tile_config")
+        if config is None:
+            config = ir.GlobalVariable(builder.module, kind, "dmlops_tile_config")
+            config.global_constant, config.linkage = True, "internal"
+            config.initializer = ir.Constant(kind, bytearray(TILE_CONFIG))
+            config.align = 64
+        tile_intrinsic(builder, "ldtilecfg", [builder.bitcast(config, BYTES)])
+        return context.get_dummy_value()
+    return types.none(), codegen
 
 
 @intrinsic
