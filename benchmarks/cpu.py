@@ -13,15 +13,16 @@ chunks, one after another), with ordinary stores only (no streaming stores past 
 outer axis), and with its NumPy-only engine.
 
 The quantized matmul is timed in two protocols: as above, and in loops of LOOP_CALLS calls back to back, as a
-model's loop makes them (dmlops and ONNX Runtime, each call finding the threads of the call before as they left
-them). It counts 2·M·N·K operations and is compared with the hardware's limit for its integer kernel
-(``instruction_peak``: one core issuing nothing but the kernel's multiply-add instruction, 12 independent chains,
-times the cores) and with float32 BLAS (sgemm) of the same size, the ceiling of an exact product made through it:
-n×n×n, and M × 4096 × 4096 for M = 1, 16, 128 (one token to a batch of them through a layer of a language model).
-dmlops runs as installed (the integer GEMM with the kernel picked for the processor, named in the header, and the
-compiled requantization, where numba is installed), on one core, and as it runs with NumPy alone (float32 BLAS
-products, NumPy's requantization). NumPy's integer matmul never uses BLAS; it is timed on up to 64 rows and reported
-as a rate. The header gives the processor's model and the flags that decide the kernels.
+model's loop makes them (each call finding the threads of the call before as they left them). It counts 2·M·N·K
+operations: n×n×n, and M × 4096 × 4096 for M = 1, 16, 128 (one token to a batch of them through a layer of a
+language model). uint8 A × int8 B (requantized into uint8) is compared with ONNX Runtime's QLinearMatMul, int8 A ×
+int8 B (requantized into int8) with torch._int_mm (int32 sums, not requantized); each also as a fraction of the
+hardware's limit for the kernel picked for the processor (named in the header): AMX's tile instruction
+(``tile_peak``: one core issuing nothing but tdpbssd on four tiles of sums), else the vector kernel's
+(``instruction_peak``: one core issuing nothing but its multiply-add instruction, 12 independent chains), times the
+cores. dmlops runs as installed, and on one core (u8s8). DMLOPS_CPU_KERNEL=avx512-vnni (or another kernel's name)
+runs the rows with that kernel. ONNX Runtime and torch are optional: without them, their columns are empty. The
+header gives the processor's model, the flags that decide the kernels and whether Linux granted AMX's tile state.
 
 Small calls, repeated as in a model's loop: a 64-element float32 scan and a 16 × 256 × 64 quantized matmul (B uint8
 with a zero point, per-tensor NumPy-scalar scales) through the array API, against np.cumsum and ONNX Runtime's
@@ -48,12 +49,20 @@ import time
 
 import numba
 import numpy as np
-import onnx
-import onnxruntime
 from llvmlite import ir
 from numba.core import types
 from numba.extending import intrinsic
-from onnx import TensorProto, helper
+
+try:  # (the quantized matmul's rows run without them, their columns empty)
+    import onnx
+    import onnxruntime
+    from onnx import TensorProto, helper
+except ImportError:
+    onnx = onnxruntime = None
+try:
+    import torch
+except ImportError:
+    torch = None
 
 import dmlops
 from dmlops.backends.cpu import integer_gemm as cpu_integer_gemm, qmatmul as cpu_qmatmul, scan as cpu_scan
@@ -63,9 +72,10 @@ SCAN_SHAPES = [((1 << 26,), 0, "1-D 2^26"), ((1024, 65536), 1, "1024 × 65536, l
 MATMUL_SHAPES = [(512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048), (1, 4096, 4096), (16, 4096, 4096),
                  (128, 4096, 4096)]  # M, K, N
 # The processor's flags that decide which kernels run (as /proc/cpuinfo names them).
-KERNEL_FLAGS = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx_vnni", "sse4a")
+KERNEL_FLAGS = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx_vnni", "sse4a",
+                "amx_tile", "amx_int8")
 ONNX_TYPES = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float16): TensorProto.FLOAT16,
-              np.dtype(np.uint8): TensorProto.UINT8, np.dtype(np.int8): TensorProto.INT8}
+              np.dtype(np.uint8): TensorProto.UINT8, np.dtype(np.int8): TensorProto.INT8} if onnx else {}
 
 
 # Seconds to wait before each timed call: the thread pools of ONNX Runtime and of BLAS keep spinning for a while
@@ -233,27 +243,30 @@ def instruction_peak(kernel) -> float:
     return 2 * multiply_adds * PEAK_CHAINS * count / seconds / 1e9
 
 
+def tile_peak() -> float:
+    """GOPS of one core issuing only AMX's tdpbssd on four tiles of sums (``amx.tile_products_only``): the limit of
+    the tile kernels' products."""
+    from dmlops.backends.cpu import amx
+
+    amx.tile_peak(10)
+    steps = 2_000_000
+    seconds = median_times({"peak": lambda: amx.tile_peak(steps)}, 3)["peak"]
+    return 2 * amx.tile_peak(1) * steps / seconds / 1e9
+
+
 def matmul_rows(repeats: int, peak: float):
-    """uint8 A with zero point 128 (per tensor), int8 B with per-column scales, uint8 output; ``peak``: GOPS of every
-    core at ``instruction_peak``."""
+    """uint8 A with zero point 128 (per tensor) × int8 B with per-column scales into uint8, against ONNX Runtime's
+    QLinearMatMul; int8 A × int8 B into int8 (per-tensor scales, no zero points), against torch._int_mm (int32
+    sums, no requantization); ``peak``: GOPS of every core at the kernel's instruction peak."""
     rng = np.random.default_rng(3)
     for m, k, n in MATMUL_SHAPES:
         a = rng.integers(0, 256, (m, k), dtype=np.uint8)
         b = rng.integers(-128, 128, (k, n), dtype=np.int8)
+        a_signed = rng.integers(-128, 128, (m, k), dtype=np.int8)
         a_scale, a_zero = np.float32(0.02), np.uint8(128)
         b_scale, b_zero = (rng.random(n, dtype=np.float32) + 0.5) * 0.01, np.zeros(n, np.int8)
         out_scale, out_zero = np.float32(0.1 * k**0.5), np.uint8(128)
-        session = onnx_session(
-            helper.make_node("QLinearMatMul", ["a", "a_scale", "a_zero", "b", "b_scale", "b_zero", "y_scale",
-                                               "y_zero"], ["y"]),
-            [("a", np.uint8, (m, k)), ("b", np.int8, (k, n))], ("y", np.uint8, (m, n)),
-            [helper.make_tensor("a_scale", TensorProto.FLOAT, [], [a_scale]),
-             helper.make_tensor("a_zero", TensorProto.UINT8, [], [a_zero]),
-             helper.make_tensor("b_scale", TensorProto.FLOAT, [n], b_scale),
-             helper.make_tensor("b_zero", TensorProto.INT8, [n], b_zero),
-             helper.make_tensor("y_scale", TensorProto.FLOAT, [], [out_scale]),
-             helper.make_tensor("y_zero", TensorProto.UINT8, [], [out_zero])])
-        out = np.empty((m, n), np.uint8)
+        out, out_signed = np.empty((m, n), np.uint8), np.empty((m, n), np.int8)
 
         def run_backend(**engine):
             """The backend's call as the array API makes it: 4-D tensors, vectors of M or N."""
@@ -262,33 +275,47 @@ def matmul_rows(repeats: int, peak: float):
                 a[None, None], vector(a_scale, (m,)), vector(a_zero, (m,)), b[None, None], b_scale, b_zero,
                 vector(out_scale, (m,)), vector(out_zero, (m,)), out[None, None], **engine)
 
-        sgemm_a = rng.standard_normal((m, k), dtype=np.float32)
-        sgemm_b = rng.standard_normal((k, n), dtype=np.float32)
-        a_rows, b_wide = a[:64].astype(np.int32), b.astype(np.int32)
-        times = median_times({
-            "dmlops": lambda: dmlops.quantized_linear_matmul(a, a_scale, a_zero, b, b_scale, b_zero, out_scale,
-                                                             out_zero, out=out),
-            "dmlops 1 core": run_backend(pieces=1),
-            "dmlops NumPy-only": run_backend(compiled=False, products="float32"),
-            "ONNX Runtime": lambda: session.run(None, {"a": a, "b": b}),
-            "sgemm": lambda: sgemm_a @ sgemm_b,
-        }, repeats)
-        in_a_row = loop_times({
-            "dmlops": lambda: dmlops.quantized_linear_matmul(a, a_scale, a_zero, b, b_scale, b_zero, out_scale,
-                                                             out_zero, out=out),
-            "ONNX Runtime": lambda: session.run(None, {"a": a, "b": b}),
-        }, repeats, LOOP_CALLS)
+        runs = {
+            "u8s8": lambda: dmlops.quantized_linear_matmul(a, a_scale, a_zero, b, b_scale, b_zero, out_scale,
+                                                           out_zero, out=out),
+            "u8s8 1 core": run_backend(pieces=1),
+            "s8s8": lambda: dmlops.quantized_linear_matmul(a_signed, a_scale, None, b, np.float32(0.01), None,
+                                                           out_scale, None, out=out_signed),
+        }
+        if onnxruntime is not None:
+            session = onnx_session(
+                helper.make_node("QLinearMatMul", ["a", "a_scale", "a_zero", "b", "b_scale", "b_zero", "y_scale",
+                                                   "y_zero"], ["y"]),
+                [("a", np.uint8, (m, k)), ("b", np.int8, (k, n))], ("y", np.uint8, (m, n)),
+                [helper.make_tensor("a_scale", TensorProto.FLOAT, [], [a_scale]),
+                 helper.make_tensor("a_zero", TensorProto.UINT8, [], [a_zero]),
+                 helper.make_tensor("b_scale", TensorProto.FLOAT, [n], b_scale),
+                 helper.make_tensor("b_zero", TensorProto.INT8, [n], b_zero),
+                 helper.make_tensor("y_scale", TensorProto.FLOAT, [], [out_scale]),
+                 helper.make_tensor("y_zero", TensorProto.UINT8, [], [out_zero])])
+            runs["ONNX Runtime"] = lambda: session.run(None, {"a": a, "b": b})
+        if torch is not None:
+            a_torch, b_torch = torch.from_numpy(a_signed), torch.from_numpy(b)
+            runs["torch._int_mm"] = lambda: torch._int_mm(a_torch, b_torch)
+        times = median_times(runs, repeats)
+        in_a_row = loop_times({name: runs[name] for name in ("u8s8", "s8s8", "ONNX Runtime", "torch._int_mm")
+                               if name in runs}, repeats, LOOP_CALLS)
         operations = 2 * m * n * k / 1e9
         rates = {name: operations / seconds for name, seconds in times.items()}
         loop_rates = {name: operations / seconds for name, seconds in in_a_row.items()}
-        numpy_rate = operations * len(a_rows) / m / median_times({"NumPy": lambda: a_rows @ b_wide}, 1)["NumPy"]
-        dmlops.quantized_linear_matmul(a, a_scale, a_zero, b, b_scale, b_zero, out_scale, out_zero, out=out)
-        difference = np.abs(out.astype(np.int16) - session.run(None, {"a": a, "b": b})[0]).max()
-        dml, ort, floor = rates["dmlops"], rates["ONNX Runtime"], rates["sgemm"]
-        print(f"| {m} × {k} × {n} | {dml:.1f} | {rates['dmlops 1 core']:.1f} | {rates['dmlops NumPy-only']:.1f} | "
-              f"{ort:.1f} | {numpy_rate:.2f} | {floor:.1f} | {dml / ort:.2f} | {dml / peak:.2f} | {ort / peak:.2f} | "
-              f"{dml / floor:.2f} | {loop_rates['dmlops']:.1f} | {loop_rates['ONNX Runtime']:.1f} | "
-              f"{loop_rates['dmlops'] / loop_rates['ONNX Runtime']:.2f} | {difference} |", flush=True)
+        nan = float("nan")
+        ort, int_mm = rates.get("ONNX Runtime", nan), rates.get("torch._int_mm", nan)
+        loop_ort, loop_int_mm = loop_rates.get("ONNX Runtime", nan), loop_rates.get("torch._int_mm", nan)
+        if onnxruntime is not None:
+            dmlops.quantized_linear_matmul(a, a_scale, a_zero, b, b_scale, b_zero, out_scale, out_zero, out=out)
+            difference = str(np.abs(out.astype(np.int16) - session.run(None, {"a": a, "b": b})[0]).max())
+        else:
+            difference = "—"
+        print(f"| {m} × {k} × {n} | {rates['u8s8']:.0f} | {rates['u8s8 1 core']:.0f} | {ort:.0f} | "
+              f"{rates['u8s8'] / ort:.2f} | {rates['s8s8']:.0f} | {int_mm:.0f} | {rates['s8s8'] / int_mm:.2f} | "
+              f"{rates['u8s8'] / peak:.3f} | {rates['s8s8'] / peak:.3f} | {ort / peak:.3f} | {int_mm / peak:.3f} | "
+              f"{loop_rates['u8s8'] / loop_ort:.2f} | {loop_rates['s8s8'] / loop_int_mm:.2f} | {difference} |",
+              flush=True)
 
 
 # -- small calls ---------------------------------------------------------------------------------------------------
@@ -448,8 +475,11 @@ def main():
     kernel = cpu_integer_gemm.KERNEL
     loops = cpu_scan.LOOPS.wait()  # the compiled scans and the matmul's compiled code loaded before any timing
     cpu_qmatmul.LOOPS.wait()
-    print(f"{processor()}; {os.cpu_count()} cores")
-    print(f"numpy {np.__version__}, onnxruntime {onnxruntime.__version__}, onnx {onnx.__version__}, "
+    from dmlops.backends.cpu.processor import amx_granted
+
+    print(f"{processor()}; {os.cpu_count()} cores; AMX tile state granted: {'yes' if amx_granted() else 'no'}")
+    print(f"numpy {np.__version__}, onnxruntime {onnxruntime.__version__ if onnxruntime else 'absent'}, "
+          f"onnx {onnx.__version__ if onnx else 'absent'}, "
           f"numba {loops.numba.__version__ if loops else 'absent'}; quantized matmul kernel: "
           f"{kernel.name if kernel else 'float32 BLAS'} (runnable: "
           f"{', '.join(k.name for k in cpu_integer_gemm.RUNNABLE) or 'none'}); median of {repeats} rounds")
@@ -468,13 +498,18 @@ def main():
         scan_rows(repeats, copy, arguments.shape)
     if arguments.rows not in ("all", "matmul"):
         return
-    peak = instruction_peak(kernel) * os.cpu_count() if kernel else float("nan")
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if kernel is None:
+        peak = float("nan")
+    else:
+        peak = (tile_peak() if kernel.tiles else instruction_peak(kernel)) * cores
     print(f"\nPeak of the {kernel.name if kernel else 'float32'} kernel's instruction: {peak:.0f} GOPS "
-          f"({os.cpu_count()} cores)\n")
-    print("| quantized matmul M × K × N | dmlops GOPS | dmlops 1 core | dmlops NumPy-only | ONNX Runtime | "
-          "NumPy int32 matmul | sgemm GFLOP/s | dmlops / ORT | dmlops / peak | ORT / peak | dmlops / sgemm | "
-          f"dmlops, {LOOP_CALLS} in a row | ORT, {LOOP_CALLS} in a row | in a row: dmlops / ORT | "
-          "max |dmlops − ORT| |")
+          f"({cores} cores)" + (f"; torch {torch.__version__}, {torch.get_num_threads()} threads" if torch else ""))
+    print(f"\nGOPS (2·M·N·K a second), median of {repeats} rounds; fractions of the peak; in a row: {LOOP_CALLS} "
+          "calls back to back, dmlops / peer\n")
+    print("| quantized matmul M × K × N | u8s8 dmlops | u8s8 dmlops 1 core | ONNX Runtime u8s8 | dmlops / ORT | "
+          "s8s8 dmlops | torch._int_mm s8s8 | dmlops / torch | u8s8 / peak | s8s8 / peak | ORT / peak | "
+          "torch / peak | in a row / ORT | in a row / torch | max |dmlops − ORT| |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     matmul_rows(repeats, peak)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 import multiprocessing
 import os
 import subprocess
@@ -26,7 +27,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dmlops.backends import cpu
-from dmlops.backends.cpu import integer_gemm as cpu_integer_gemm, pieces as cpu_pieces, qmatmul as cpu_qmatmul, scan as cpu_scan
+from dmlops.backends.cpu import integer_gemm as cpu_integer_gemm, kernels as cpu_kernels, pieces as cpu_pieces, qmatmul as cpu_qmatmul, scan as cpu_scan
 from dmlops import DataType
 from dmlops.ops import cumulative as cumulative_op
 from dmlops.ops import quantized_matmul as quantized_matmul_op
@@ -1298,6 +1299,116 @@ def test_kernel_chunks_requantized(monkeypatch, kernel, compiled):
     np.testing.assert_array_equal(out, expected)
 
 
+def test_scratch_is_bounded_by_pieces_not_by_the_output():
+    """A 65535 × 1 × 65535 product (a 4 GiB output) asks for scratch memory of pieces of its rows (their packed A and
+    int32 sums, PIECE_BYTES each), not for M × N sums."""
+    m = n = 65535
+    a, b = np.empty((m, 1), np.uint8), np.empty((1, n), np.int8)
+    for kernel in cpu_integer_gemm.RUNNABLE:
+        layout = cpu_integer_gemm.products_layout(kernel, a, b)
+        layouts = cpu_integer_gemm.scratch_layouts(kernel, m, 1, n, cpu_integer_gemm.own_sums(layout, 1, True))
+        assert sum(math.prod(shape) * np.dtype(dtype).itemsize for shape, dtype in layouts) < 64 << 20
+        rows = cpu_integer_gemm.padded(m, kernel.rows)
+        pieces = cpu_integer_gemm.stage_counts(kernel, layout, m, 1, n, 1)[-1]
+        assert -(-rows // pieces) * 4 * n <= 2 * cpu_integer_gemm.PIECE_BYTES
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_products_in_pieces_of_bounded_scratch(monkeypatch, kernel):
+    """Pieces of rows cut small for their scratch (PIECE_BYTES), each requantized from its own sums, and a product
+    too large to share its sums among strips of columns (COLUMN_CUT_BYTES): the operator's bits."""
+    monkeypatch.setattr(cpu_integer_gemm, "PIECE_BYTES", 1 << 14)
+    monkeypatch.setattr(cpu_integer_gemm, "COLUMN_CUT_BYTES", 1 << 12)
+    rng = np.random.default_rng(21)
+    for m, k, n in [(300, 5, 200), (40, 70, 300)]:
+        arguments, expected = quantized_case(rng, np.uint8, np.int8, np.uint8, k, (True, True, True), True, m=m, n=n)
+        assert cpu_integer_gemm.products_layout(kernel, arguments[0][0, 0], arguments[3][0, 0]).endswith("rows")
+        out = poisoned(expected.shape, np.uint8)
+        cpu_qmatmul.quantized_linear_matmul(*arguments, out, compiled=True, products=kernel.name)
+        np.testing.assert_array_equal(out, expected)
+        one_matrix = [x[0, 0] if x.ndim == 4 else x for x in arguments] + [poisoned(expected.shape[2:], np.uint8)]
+        cpu_qmatmul.prepare_one_call(*one_matrix, products=kernel.name)(*one_matrix)
+        np.testing.assert_array_equal(one_matrix[-1], expected[0, 0])
+
+
+# -- AMX's tiles (every test above that takes KERNELS runs them too, where they can run) --------------------------
+
+AMX = pytest.mark.skipif("amx" not in [kernel.name for kernel in cpu_integer_gemm.RUNNABLE],
+                         reason="no AMX here, or Linux did not grant the tile state")
+
+
+@AMX
+@pytest.mark.parametrize("a_type, b_type", list(itertools.product(QMM_TYPES, repeat=2)))
+@pytest.mark.parametrize("m, k, n", [(45, 131, 77), (33, 64, 16), (100, 65, 35), (17, 200, 300), (70, 1000, 49)])
+@pytest.mark.parametrize("form", ["per tensor", "per row and column"])
+def test_amx_products_of_every_sign_pair(a_type, b_type, m, k, n, form):
+    """Each of the four tile instructions (by the operands' signs), sizes that are multiples of no tile (16 rows or
+    columns, 64 bytes of K), cut by rows (M ≥ N) and by columns, parameters per tensor or per row and column, into
+    either output type: the operator's bits."""
+    rng = np.random.default_rng(m * k + n)
+    for out_type in QMM_TYPES:
+        arguments, expected = quantized_case(rng, a_type, b_type, out_type, k, (True, True, True),
+                                             form != "per tensor", m=m, n=n)
+        for pieces in (1, 3):
+            out = poisoned(expected.shape, out_type)
+            cpu_qmatmul.quantized_linear_matmul(*arguments, out, compiled=True, products="amx", pieces=pieces)
+            np.testing.assert_array_equal(out, expected)
+
+
+@AMX
+@pytest.mark.parametrize("a_layout", ["contiguous", "steps", "transposed"])
+@pytest.mark.parametrize("b_layout", ["contiguous", "rows apart", "steps", "transposed"])
+def test_amx_products_of_strided_operands(a_layout, b_layout):
+    """A and B as views: their elements and rows apart, or transposed; B's rows whole vectors and not."""
+    rng = np.random.default_rng(len(a_layout) * 7 + len(b_layout))
+    m, k, n = 37, 150, 140
+    for a_type, b_type in itertools.product(QMM_TYPES, repeat=2):
+        a = {"contiguous": random_values(rng, (m, k), a_type),
+             "steps": random_values(rng, (2 * m, 3 * k), a_type)[::2, ::3],
+             "transposed": random_values(rng, (k, m), a_type).T}[a_layout]
+        b = {"contiguous": random_values(rng, (k, n), b_type),
+             "rows apart": random_values(rng, (2 * k, n + 64), b_type)[::2, :n],
+             "steps": random_values(rng, (k, 2 * n), b_type)[:, ::2],
+             "transposed": random_values(rng, (n, k), b_type).T}[b_layout]
+        zero_a, zero_b = random_values(rng, m, a_type), random_values(rng, n, b_type)
+        np.testing.assert_array_equal(kernel_product(cpu_integer_gemm.KERNELS_BY_NAME["amx"], a, zero_a, b, zero_b, 3),
+                                      exact_product(a, zero_a, b, zero_b))
+
+
+@AMX
+def test_amx_takes_products_of_more_than_few_rows(monkeypatch):
+    """AMX's tiles take A of more than FEWEST_TILE_ROWS rows; fewer go to the fastest kernel of vectors, unless
+    DMLOPS_CPU_KERNEL forces AMX's."""
+    monkeypatch.delenv("DMLOPS_CPU_KERNEL", raising=False)
+    monkeypatch.setattr(cpu_kernels, "KERNEL", cpu_integer_gemm.KERNELS_BY_NAME["amx"])
+    few = cpu_kernels.FEWEST_TILE_ROWS
+    assert cpu_kernels.kernel_for_rows(few + 1).name == "amx"
+    assert not cpu_kernels.kernel_for_rows(few).tiles
+    monkeypatch.setenv("DMLOPS_CPU_KERNEL", "amx")
+    assert cpu_kernels.kernel_for_rows(1).name == "amx"
+
+
+def test_amx_needs_the_tile_state_granted(monkeypatch):
+    """A processor with AMX's features runs its kernels only where Linux granted this process the tile state."""
+    features = {"avx2", "avx512f", "avx512bw", "avx512vl", "avx512vnni", "amx-tile", "amx-int8"}
+    monkeypatch.setattr(cpu_kernels, "NUMBA", True)
+    monkeypatch.setattr(cpu_kernels, "target_features", lambda: features)
+    for granted in (True, False):
+        monkeypatch.setattr(cpu_kernels, "amx_granted", lambda granted=granted: granted)
+        names = [kernel.name for kernel in cpu_kernels.runnable_kernels()]
+        assert names == (["amx"] if granted else []) + ["avx512-vnni", "avx-vnni", "avx512bw", "avx2"]
+
+
+def test_processor_features_by_their_llvm_names(monkeypatch):
+    """Linux's flags in LLVM's names; NUMBA_CPU_FEATURES, where set, decides (numba compiles for it)."""
+    from dmlops.backends.cpu import processor
+
+    assert [processor.llvm_name(flag) for flag in ("avx512_vnni", "avx_vnni", "amx_int8", "sse4_2", "avx2")] == \
+        ["avx512vnni", "avxvnni", "amx-int8", "sse4.2", "avx2"]
+    monkeypatch.setenv("NUMBA_CPU_FEATURES", "+avx2,-avx512f,+amx-tile")
+    assert processor.target_features.__wrapped__() == {"avx2", "amx-tile"}
+
+
 @pytest.mark.parametrize("features, expected", [
     ({"avx", "avx2", "f16c"}, ["avx2"]),
     ({"avx2", "avxvnni"}, ["avx-vnni", "avx2"]),
@@ -1307,9 +1418,9 @@ def test_kernel_chunks_requantized(monkeypatch, kernel, compiled):
     ({"sse4.2", "neon"}, []),
 ])
 def test_kernels_follow_the_processors_features(monkeypatch, features, expected):
-    monkeypatch.setattr(cpu_integer_gemm, "numba", cpu_integer_gemm.numba or object())
-    monkeypatch.setattr(cpu_integer_gemm, "target_features", lambda: features)
-    assert [kernel.name for kernel in cpu_integer_gemm.runnable_kernels()] == expected
+    monkeypatch.setattr(cpu_kernels, "NUMBA", True)
+    monkeypatch.setattr(cpu_kernels, "target_features", lambda: features)
+    assert [kernel.name for kernel in cpu_kernels.runnable_kernels()] == expected
 
 
 @pytest.mark.parametrize("name", [kernel.name for kernel in cpu_integer_gemm.RUNNABLE] + ["float32", None])
@@ -1319,7 +1430,7 @@ def test_a_named_kernel_is_chosen(monkeypatch, name):
         monkeypatch.delenv("DMLOPS_CPU_KERNEL", raising=False)
     else:
         monkeypatch.setenv("DMLOPS_CPU_KERNEL", name)
-    chosen = cpu_integer_gemm.chosen_kernel()
+    chosen = cpu_kernels.chosen_kernel()
     runnable = cpu_integer_gemm.RUNNABLE
     assert chosen == (runnable[0] if runnable else None) if name is None else \
         (chosen is None if name == "float32" else chosen.name == name)
@@ -1327,15 +1438,15 @@ def test_a_named_kernel_is_chosen(monkeypatch, name):
 
 @pytest.mark.parametrize("name", ["avx512-vnni", "avx-vnni", "avx512bw", "avx2", "sse2", ""])
 def test_kernels_that_cannot_run_are_rejected(monkeypatch, name):
-    monkeypatch.setattr(cpu_integer_gemm, "RUNNABLE", [])
+    monkeypatch.setattr(cpu_kernels, "RUNNABLE", [])
     with pytest.raises(dmlops.ValidationError, match="CPU quantized matmul: kernel .* cannot run here"):
-        cpu_integer_gemm.kernel_named(name)
+        cpu_kernels.kernel_named(name)
 
 
 @pytest.mark.parametrize("name", PRODUCT_ENGINES)
 def test_each_kernel_forced_through_the_array_api(monkeypatch, name):
     """The array API runs whichever kernel is chosen, and every one gives the operator's bits."""
-    monkeypatch.setattr(cpu_integer_gemm, "KERNEL", cpu_integer_gemm.kernel_named(name))
+    monkeypatch.setattr(cpu_kernels, "KERNEL", cpu_integer_gemm.kernel_named(name))
     rng = np.random.default_rng(16)
     for types, zero_points in [((np.uint8, np.int8, np.uint8), (True, False, True)),
                                ((np.int8, np.uint8, np.int8), (True, True, False))]:

@@ -9,6 +9,8 @@ import threading
 
 import numpy as np
 
+from .processor import target_features  # noqa: F401  (its home was here; callers may still ask here)
+
 # What is done with numba (DMLOPS_NUMBA): "background" (the default): the first call that could run compiled loops
 # starts loading them in a daemon thread and runs NumPy's engine, as do later calls until they are loaded (numba's
 # import and its compiler's first load take about half a second, ten times a first call's budget; both engines give
@@ -78,15 +80,6 @@ class Loader:
             pass
         finally:
             self.done.set()
-
-
-def target_features() -> set[str]:
-    """The features of the processor numba compiles for, as LLVM names them ("avx2", "avx512vnni", ...): the host's,
-    or those NUMBA_CPU_FEATURES names."""
-    from numba.core import codegen, config
-
-    features = config.CPU_FEATURES if config.CPU_FEATURES is not None else codegen.get_host_cpu_features()
-    return {feature[1:] for feature in features.split(",") if feature.startswith("+")}
 
 
 # Entry points of compiled kernels by their arguments' types: finding them through numba's dispatcher at every call

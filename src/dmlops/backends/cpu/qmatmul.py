@@ -1,7 +1,7 @@
 """Quantized linear matrix multiply on the CPU: the exact integer product, then the operator's requantization.
 
 Where numba is installed and the processor has AVX2 or later, the exact sums come from an integer GEMM whose kernel
-is picked from the processor (``integer_gemm``: `vpdpbusd` where it has VNNI, else `vpmaddwd` on 16-bit
+is picked from the processor (``kernels``: AMX's tiles, `vpdpbusd` where it has VNNI, else `vpmaddwd` on 16-bit
 products), at two to four times the multiply-adds a cycle of float32 BLAS.
 
 Elsewhere they come from float32 BLAS: NumPy never uses BLAS for integer matrices, so the integer product runs as a
@@ -73,8 +73,8 @@ def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, 
 
     ``compiled`` picks the requantization (None: the compiled one where the compiled code is loaded, ``LOOPS``;
     True waits for it); ``products``, how the exact sums are made: the name of an integer GEMM kernel that can run
-    here (``integer_gemm``: "avx512-vnni", "avx-vnni", "avx512bw", "avx2"; it waits for the compiled code) or
-    "float32" (BLAS); None: ``integer_gemm.KERNEL``, the fastest one, where the compiled code is loaded;
+    here (``kernels``: "amx", "avx512-vnni", "avx-vnni", "avx512bw", "avx2"; it waits for the compiled code) or
+    "float32" (BLAS); None: ``kernels.kernel_for_rows``, the fastest one, where the compiled code is loaded;
     ``pieces``, into how many pieces of rows the integer GEMM and the compiled requantization are cut for the cores
     (None: by their size).
     """
@@ -95,13 +95,15 @@ def prepare(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, ou
     compiled = loops is not None if compiled is None else compiled
     zero = np.zeros(m, out.dtype)  # the output zero point where there is none
     batches = list(np.ndindex(*out.shape[:2]))
-    kernel = products_kernel(loops, products)
+    kernel = products_kernel(loops, products, m)
     if kernel is not None:
         integer_gemm = loops.integer_gemm
         calls = KeptCalls()
         # the packed operands and the int32 sums, written afresh for each matrix of the batch; each piece of rows is
         # requantized (compiled) as soon as its sums are made, while they are in cache
-        layouts = integer_gemm.scratch_layouts(kernel, m, min(k, integer_gemm.INT32_CHUNK), n)
+        layout = integer_gemm.products_layout(kernel, a[0, 0], b[0, 0])  # (the same for every matrix of the batch)
+        layouts = integer_gemm.scratch_layouts(kernel, m, min(k, integer_gemm.INT32_CHUNK), n,
+                                               integer_gemm.own_sums(layout, k, compiled))
         product_pieces, threads = pieces_of_product(integer_gemm, m, k, n, pieces)
         low, high = output_bounds(out.dtype)
 
@@ -163,20 +165,20 @@ def prepare_one_call(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_
                      compiled: bool | None = None, products: str | None = None, pieces: int | None = None):
     """product(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point, out) for one
     matrix, a {M, K}, b {K, N}, out {M, N} laid out as these are, with ``prepare``'s options: the scale checks, the
-    integer kernel's exact sums (``integer_gemm.product_pieces``) and their requantization in one compiled call a
+    integer kernel's exact sums (``driver.product_pieces``) and their requantization in one compiled call a
     thread, on the calling thread alone or with the pool's (``pieces.run_on_cores``). Each scale and zero point is
     a vector as ``prepare`` takes it or a number (per tensor), of the same form at each call; a zero point may be
     None (0). A zero, NaN or infinite scale raises before out is written. None where the product is not one for an
     integer kernel and the compiled requantization (K ≤ INT32_CHUNK), or where the compiled code is not loaded."""
     (m, k), n = a.shape, b.shape[1]
     loops = compiled_code(compiled, products)
-    kernel = products_kernel(loops, products)
+    kernel = products_kernel(loops, products, m)
     if kernel is None or compiled is False or k > loops.integer_gemm.INT32_CHUNK:
         return None
     integer_gemm, product_in_one_call = loops.integer_gemm, loops.product_in_one_call
-    layouts = integer_gemm.scratch_layouts(kernel, *a.shape, b.shape[1])
-    low, high = output_bounds(out.dtype)
     layout = integer_gemm.products_layout(kernel, a, b)
+    layouts = integer_gemm.scratch_layouts(kernel, m, k, n, integer_gemm.own_sums(layout, k, True))
+    low, high = output_bounds(out.dtype)
     product_pieces, threads = pieces_of_product(integer_gemm, m, k, n, pieces)
     counts = integer_gemm.stage_counts(kernel, layout, m, k, n, product_pieces)
     a_sign, b_sign = (integer_gemm.operand(x, None, 0)[1] for x in (a, b))
@@ -209,20 +211,23 @@ def compiled_code(compiled: bool | None, products: str | None):
     return loops
 
 
-def products_kernel(loops, products: str | None):
-    """The integer GEMM kernel that makes the exact sums (``products`` as ``prepare`` takes it), or None: float32
-    BLAS, as without the compiled code."""
+def products_kernel(loops, products: str | None, m: int):
+    """The integer GEMM kernel that makes the exact sums of A of m rows (``products`` as ``prepare`` takes it), or
+    None: float32 BLAS, as without the compiled code."""
     if loops is None or products == "float32":
         return None
-    return loops.integer_gemm.KERNEL if products is None else loops.integer_gemm.kernel_named(products)
+    if products is None:
+        return loops.integer_gemm.kernel_for_rows(m)
+    return loops.integer_gemm.kernel_named(products)
 
 
 def warm_up(loops) -> None:
-    """Load the requantization of int32 sums into INT8, so that numba's compiler is initialised before a call needs
-    it."""
+    """Load the requantization of int32 sums into an output's bits, so that numba's compiler is initialised before
+    a call needs it: the variant that a compiled product's pieces call (the output as uint8 bits: a first product
+    then compiles it no more, a second of a first call's 11)."""
     vector = np.ones(1, np.float32)
     entry_point(loops.integer_gemm.requantize_rows, np.zeros((1, 1), np.int32), np.zeros((1, 2)), np.zeros((2, 1)),
-                vector, vector, vector, np.zeros(1), 0.0, 0.0, np.zeros((1, 1), np.int8), 0, 1)
+                vector, vector, vector, np.zeros(1), 0.0, 0.0, np.zeros((1, 1), np.uint8), 0, 1)
 
 
 # The compiled code, loaded by the first call that could run it (DMLOPS_NUMBA: in the background by default).

@@ -8,9 +8,9 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from . import integer_gemm
+from . import driver, integer_gemm, requantization  # noqa: F401  (integer_gemm, requantization: qmatmul's)
 from .atomics import call_begins, call_ends
-from .integer_gemm import as_vector
+from .requantization import as_vector
 
 compiled = numba.njit(nogil=True, cache=True)
 
@@ -20,7 +20,7 @@ def product_in_one_call(kernel, layout, state, counts, a, a_sign, a_scale, a_zer
                         b_zero_point, output_scale, output_zero_point, low, high, out, buffers, doorbell, wait):
     """This thread's part of prepare_one_call's product (``pieces.run_on_cores``: every thread of it gets the same
     arguments, ``wait`` and ``doorbell`` aside; ``kernel`` and ``layout`` literal strings, ``state`` and ``counts``
-    as ``integer_gemm.product_pieces`` takes them, a, b and out C-contiguous, the signs of a and b as
+    as ``driver.product_pieces`` takes them, a, b and out C-contiguous, the signs of a and b as
     ``integer_gemm.operand`` gives them, ``buffers`` the tuple of ``integer_gemm.scratch_layouts``; it begins and
     ends as ``atomics.call_begins`` and ``call_ends`` say): False, out unwritten, where a scale is zero, NaN or
     infinite. (Its cached machine code includes the loops of integer_gemm and compiled, but numba renews it only
@@ -39,7 +39,7 @@ def product_in_one_call(kernel, layout, state, counts, a, a_sign, a_scale, a_zer
     # passes them, so that every type shares the compiled product
     finish = (a_scale, b_scale, output_scale, as_vector(output_zero_point, m, np.float64), low, high,
               out.view(np.uint8))
-    integer_gemm.product_pieces(kernel, layout, state, counts, a.view(np.uint8), a_sign,
+    driver.product_pieces(kernel, layout, state, counts, a.view(np.uint8), a_sign,
                                 as_vector(a_zero_point, m, np.int32), b.view(np.uint8), b_sign,
                                 as_vector(b_zero_point, n, np.int32), buffers, finish, wait)
     call_ends(doorbell, wait)

@@ -42,6 +42,7 @@ from ...ops.cumulative import ACCUMULATION_DTYPE, CumulativeOperation
 from ...types import DataType
 from .compiled import Loader, call, entry_point, viewer
 from .pieces import CORES, PIECES_PER_CORE, cut, run_in_pieces
+from .processor import target_features
 
 # NumPy engine: elements per scratch block (float32: 256 KiB, so that a block in and a block out stay in L2).
 BLOCK_ELEMENTS = 1 << 16
@@ -62,23 +63,11 @@ STREAM_STORES = platform.machine().lower() in ("x86_64", "amd64")  # the fence a
 VECTOR_BYTES = 32  # an AVX vector: a streaming store writes this many bytes at an address aligned to them
 
 
-def processor_flags() -> set[str]:
-    """The first processor's flags as Linux names them ("avx2", "avx512f", ...); none elsewhere."""
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
-
-
 # The vector a contiguous line is walked by (``vector_lanes``): 64 bytes where the processor has AVX-512, 32
 # elsewhere. A vector of twice the elements takes one step more of its tree and one conversion for twice the
 # FLOAT16 elements (one Zen 5 core: FLOAT16 lines 19-22 → 24-28 GB/s). Both engines walk the same vectors, so
 # their bits are the same on a machine; they differ from those of a machine with the other width.
-WALK_BYTES = 64 if "avx512f" in processor_flags() else 32
+WALK_BYTES = 64 if "avx512f" in target_features() else 32
 
 # The operations by the words the compiled loops take as literals: their ufuncs and identities (dmlops.ops).
 UFUNCS = {operation.value: operation.ufunc for operation in CumulativeOperation}

@@ -13,7 +13,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
 from .atomics import memory_fence, publish, spin_pause, state_of, take_ticket
-from .compiled import target_features
+from .processor import target_features
 from .scan import HALF_LANES, STREAM_STORES, VECTOR_BYTES, WALK_BYTES
 
 # One loop per layout: the running value of each line lives in a register (Q = 1; short contiguous lines in one lane

@@ -1,0 +1,391 @@
+"""The integer GEMM's kernels on AMX's tiles (Intel Sapphire Rapids and later; compiled code only, numba).
+
+A tile register holds 16 rows of 64 bytes. `tdpb[su][su]d` multiplies a tile of A (16 rows × 64 consecutive k, as
+bytes) by a tile of B (16 groups of 4 consecutive k × 16 columns: each 32-bit element holds B[k..k + 3, j]) and adds
+the products into a tile of 16 × 16 int32 sums: 16 384 multiply-adds an instruction. Each of the four instructions
+reads A and B as signed or unsigned bytes, so every pair of operand types runs as it is, with no move into range:
+the sums are Σ_k a·b, and the zero points enter through A's row sums and B's column terms (the driver's
+``correct_rows``):
+
+    Σ_k (a − za)(b − zb) = Σ_k a·b − zb·Σ_k a − za·Σ_k (b − zb)
+
+A block of 32 × 32 sums is kept in four tiles while K is walked, its A in two tiles, its B in two
+(``tile_block``); the eight tile registers hold no more. A (packed rows of K padded to 64 bytes, each with a vector
+more, as the vector kernels' A) is read straight into tiles; B is packed into tiles' layout: {N / 16, K / 4, 16, 4}
+(``pack_b``), rows of b four at a time interleaved in vector registers (``byte_moves``).
+
+Blocking: a run of K_RUN bytes of K at a time, so that the 32 rows × K_RUN of A that a block reads stay in L1 while
+the kernel walks a panel of PANEL_BLOCKS column blocks of B, which stays in L2 while the kernel walks the rows.
+
+Each thread configures its tiles (``start_tiles``: palette 1, 8 tiles of 16 rows × 64 bytes) at the start of its
+call, and releases them at its end. Linux lets a process use the tiles once it asked for them
+(``processor.amx_granted``): the driver runs these kernels only then.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+from llvmlite import ir
+from numba.core import types
+from numba.extending import intrinsic
+
+from .byte_moves import ByteMoves
+from .processor import amx_granted
+
+compiled = numba.njit(nogil=True, cache=True)
+amx_granted()  # (the tile state asked for before any of these kernels can run; once a process)
+
+ROWS = 32  # rows of a block of sums: 2 tiles
+COLUMNS = 16  # columns of a tile of B (a column block of packed B)
+DEPTH = 64  # bytes of K a tile of A holds (K is padded to it)
+K_RUN = 512  # bytes of K a block takes between loading and storing its sums (32 × K_RUN of A: 16 KiB, in L1)
+PANEL_BLOCKS = 32  # column blocks of B walked by every row of a piece (K_RUN × 16 × 32: 256 KiB, in L2)
+ROW_BLOCK = 256  # rows whose sums of a panel stay in L2 while K is walked (256 × 512 × 4 bytes: 512 KiB)
+PACK_GROUPS = 8  # groups of 4 rows of b packed across the column blocks at a time
+# the instruction of A's and B's signs ("s": INT8, "u": UINT8)
+INSTRUCTIONS = {"ss": "llvm.x86.tdpbssd", "su": "llvm.x86.tdpbsud", "us": "llvm.x86.tdpbusd",
+                "uu": "llvm.x86.tdpbuud"}
+
+INT8, INT64 = ir.IntType(8), ir.IntType(64)
+BYTES = ir.PointerType(INT8)
+
+
+def tile_intrinsic(builder, name: str, arguments: list):
+    """Call AMX's LLVM intrinsic ``llvm.x86.<name>``, whose tile numbers are immediates."""
+    kinds = [argument.type for argument in arguments]
+    function = builder.module.declare_intrinsic(f"llvm.x86.{name}", fnty=ir.FunctionType(ir.VoidType(), kinds))
+    return builder.call(function, arguments)
+
+
+def tile(number: int):
+    return ir.Constant(INT8, number)
+
+
+@intrinsic
+def release_tiles(typing_context):
+    """tilerelease: the tile state back to its initial state (the next context switch saves nothing of it)."""
+    def codegen(context, builder, signature, arguments):
+        tile_intrinsic(builder, "tilerelease", [])
+        return context.get_dummy_value()
+    return types.none(), codegen
+
+
+# This thread's tile configuration: palette 1, tiles 0 to 7 of 16 rows × 64 bytes (the bytes a row as 16 bits from
+# byte 16 on, little-endian; the rows as bytes from byte 48 on).
+TILE_CONFIG = bytes([1] + [0] * 15 + [DEPTH, 0] * 8 + [0] * 16 + [16] * 8 + [0] * 8)
+
+
+@intrinsic
+def start_tiles(typing_context):
+    """ldtilecfg of TILE_CONFIG, a constant of the compiled code (an intrinsic, not a compiled function of its own:
+    each of those costs a first call a quarter of a second or more to compile)."""
+    def codegen(context, builder, signature, arguments):
+        kind = ir.ArrayType(INT8, len(TILE_CONFIG))
+        config = builder.module.globals.get("dmlops_tile_config")
+        if config is None:
+            config = ir.GlobalVariable(builder.module, kind, "dmlops_tile_config")
+            config.global_constant, config.linkage = True, "internal"
+            config.initializer = ir.Constant(kind, bytearray(TILE_CONFIG))
+            config.align = 64
+        tile_intrinsic(builder, "ldtilecfg", [builder.bitcast(config, BYTES)])
+        return context.get_dummy_value()
+    return types.none(), codegen
+
+
+@intrinsic
+def tile_block(typing_context, signs, blocks, a, b, sums, row, block, start, steps, accumulate):
+    """sums[row:row + 32, 16·block:16·(block + blocks)] = (those sums, if accumulate, +) A[row:row + 32, start:start
+    + 64·steps] @ B[the same k, those columns], by the instruction of the literal ``signs`` ("su": A INT8, B UINT8;
+    ``INSTRUCTIONS``); ``blocks`` a literal "1" or "2". a packed rows of bytes, b packed {N / 16, K / 4, 16, 4},
+    sums int32 rows: each of them with rows of any stride, b's last two dimensions contiguous. Tiles: sums 0 to 3
+    (2 × blocks), A 4 and 5, B 6 and 7; steps ≥ 1."""
+    if not (isinstance(signs, types.StringLiteral) and isinstance(blocks, types.StringLiteral)):
+        return None
+    instruction = INSTRUCTIONS[signs.literal_value].split(".")[-1]
+    count = int(blocks.literal_value)
+    signature = types.none(signs, blocks, a, b, sums, row, block, start, steps, accumulate)
+
+    def codegen(context, builder, signature, arguments):
+        a_array, b_array, sums_array = (context.make_array(kind)(context, builder, value)
+                                        for kind, value in zip(signature.args[2:5], arguments[2:5]))
+        row, block, start, steps, accumulate = arguments[5:]
+
+        def constant(value):
+            return ir.Constant(INT64, value)
+
+        def base(array):
+            return builder.ptrtoint(array.data, INT64)
+
+        def stride(array, dimension):
+            return builder.extract_value(array.strides, dimension)
+
+        def pointer(at):
+            return builder.inttoptr(at, BYTES)
+
+        a_stride, b_block_stride, b_group_stride, sums_stride = (stride(a_array, 0), stride(b_array, 0),
+                                                                 stride(b_array, 1), stride(sums_array, 0))
+        a_rows = [builder.add(base(a_array), builder.add(builder.mul(builder.add(row, constant(16 * r)), a_stride),
+                                                         start)) for r in range(2)]
+        b_blocks = [builder.add(base(b_array), builder.add(builder.mul(builder.add(block, constant(c)),
+                                                                       b_block_stride),
+                                                           builder.mul(builder.udiv(start, constant(4)),
+                                                                       b_group_stride)))
+                    for c in range(count)]
+        sums_at = [[pointer(builder.add(base(sums_array), builder.add(
+            builder.mul(builder.add(row, constant(16 * r)), sums_stride),
+            builder.mul(builder.add(block, constant(c)), constant(4 * COLUMNS))))) for c in range(count)]
+            for r in range(2)]
+
+        def sums_tile(r, c):
+            return tile(count * r + c)
+
+        with builder.if_else(accumulate) as (then, otherwise):
+            with then:
+                for r in range(2):
+                    for c in range(count):
+                        tile_intrinsic(builder, "tileloadd64", [sums_tile(r, c), sums_at[r][c], sums_stride])
+            with otherwise:
+                for r in range(2):
+                    for c in range(count):
+                        tile_intrinsic(builder, "tilezero", [sums_tile(r, c)])
+        entry, loop = builder.block, builder.append_basic_block("tiles")
+        done = builder.append_basic_block("tiles_done")
+        builder.branch(loop)
+        builder.position_at_end(loop)
+        step = builder.phi(INT64)
+        a_offset = builder.mul(step, constant(DEPTH))
+        b_offset = builder.mul(step, builder.mul(b_group_stride, constant(DEPTH // 4)))
+        # each product as soon as its operands are loaded (the order of Intel's optimization manual): a tile is
+        # loaded again only once the products before have read it
+        prefetch = builder.module.declare_intrinsic("llvm.prefetch.p0", fnty=ir.FunctionType(
+            ir.VoidType(), [BYTES, ir.IntType(32), ir.IntType(32), ir.IntType(32)]))
+        for c in range(count):  # the next call's B (the next blocks, the same k) into L1 while this one computes
+            ahead = builder.add(builder.add(b_blocks[c], b_offset), builder.mul(b_block_stride, constant(count)))
+            for line in range(0, 16 * DEPTH, 64):
+                builder.call(prefetch, [pointer(builder.add(ahead, constant(line))), ir.Constant(ir.IntType(32), 0),
+                                        ir.Constant(ir.IntType(32), 3), ir.Constant(ir.IntType(32), 1)])
+        for r in range(2):
+            tile_intrinsic(builder, "tileloadd64", [tile(4 + r), pointer(builder.add(a_rows[r], a_offset)), a_stride])
+            for c in range(count):
+                if r == 0:
+                    tile_intrinsic(builder, "tileloadd64", [tile(6 + c), pointer(builder.add(b_blocks[c], b_offset)),
+                                                            b_group_stride])
+                tile_intrinsic(builder, instruction, [sums_tile(r, c), tile(4 + r), tile(6 + c)])
+        next_step = builder.add(step, constant(1))
+        step.add_incoming(constant(0), entry)
+        step.add_incoming(next_step, loop)
+        builder.cbranch(builder.icmp_signed("<", next_step, steps), loop, done)
+        builder.position_at_end(done)
+        for r in range(2):
+            for c in range(count):
+                tile_intrinsic(builder, "tilestored64", [sums_tile(r, c), sums_at[r][c], sums_stride])
+        return context.get_dummy_value()
+
+    return signature, codegen
+
+
+@compiled
+def multiply_signs(signs, a, b, sums, first_row, last_row, first_block, last_block, length, accumulate):
+    """sums[first_row:last_row, the column blocks [first_block, last_block)] = (those sums, if accumulate, +)
+    A[those rows, :length] @ B[:length, those blocks], by runs of K_RUN and panels of PANEL_BLOCKS, by the
+    instruction of the literal ``signs`` (``tile_block``: a variant of the product for each pair of operand types,
+    compiled where a call needs it); rows a multiple of 32 apart, length of 64."""
+    for panel in range(first_block, last_block, PANEL_BLOCKS):
+        end = min(panel + PANEL_BLOCKS, last_block)
+        for rows in range(first_row, last_row, ROW_BLOCK):
+            for k in range(0, length, K_RUN):
+                steps = min(K_RUN, length - k) // DEPTH
+                again = accumulate or k > 0
+                for i in range(rows, min(rows + ROW_BLOCK, last_row), ROWS):
+                    j = panel
+                    while j + 2 <= end:
+                        tile_block(signs, "2", a, b, sums, i, j, k, steps, again)
+                        j += 2
+                    if j < end:
+                        tile_block(signs, "1", a, b, sums, i, j, k, steps, again)
+
+
+@compiled
+def pack_a(a, sign, packed, row_sums, first, last):
+    """packed[first:last] = the bits of a[first:last], and 0 past the end of a; row_sums = Σ_k a (a's value: (its
+    bits xor sign) − sign, sign 128 where its type is INT8)."""
+    rows, length = a.shape
+    centre = np.int32(sign)
+    for i in range(first, last):
+        target = packed[i]
+        total = np.int32(0)
+        if i < rows:
+            source = a[i]
+            for k in range(length):
+                bits = source[k]
+                target[k] = bits
+                total += np.int32(bits ^ sign) - centre
+        target[length if i < rows else 0:] = 0
+        row_sums[i] = total
+
+
+@intrinsic
+def pack_four_rows(typing_context, count, b, flip, groups, terms, group, column):
+    """groups[column // 16 + u, g] = the bits of b's rows 4·g to 4·g + 3 in columns [column + 16·u, column + 16·u +
+    16), u < 4 (byte t of each 32-bit element from row 4·g + t), for the literal ``count`` groups g from ``group`` on,
+    and terms there += their sums (Σ int8(bits xor flip) + 4·flip: flip 0 where b is INT8, 128 where UINT8), kept in
+    registers across the groups. b's rows contiguous. Each row is first permuted (one `vpermb`) so that unpacking
+    bytes, then words, within 128-bit lanes leaves 16 consecutive columns in each vector, in order."""
+    if not isinstance(count, types.StringLiteral):
+        return None
+    groups_count = int(count.literal_value)
+    signature = types.none(count, b, flip, groups, terms, group, column)
+
+    def codegen(context, builder, signature, arguments):
+        int32 = ir.IntType(32)
+        moves = ByteMoves(builder, 64)
+        lanes = moves.lanes
+        b_array, groups_array, terms_array = (context.make_array(signature.args[i])(context, builder, arguments[i])
+                                              for i in (1, 3, 4))
+        flip, group, column = arguments[2], arguments[5], arguments[6]
+        constant = moves.constant
+
+        def address(array, offset):
+            return builder.add(builder.ptrtoint(array.data, INT64), offset)
+
+        def stride(array, dimension):
+            return builder.extract_value(array.strides, dimension)
+
+        def pointer(at, kind):
+            return builder.inttoptr(at, kind.as_pointer())
+
+        # byte 16·L + 4·w + i of a permuted row is column 16·w + 4·L + i: after the unpacks, vector w holds, in
+        # 128-bit lane L, columns 16·w + 4·L to 16·w + 4·L + 3, each a group of 4 rows
+        order = [16 * w + 4 * lane + i for lane in range(4) for w in range(4) for i in range(4)]
+        dot = builder.module.declare_intrinsic("llvm.x86.avx512.vpdpbusd.512",
+                                               fnty=ir.FunctionType(lanes, [lanes] * 3))
+        ones = moves.splat(constant(0x01010101, int32), lanes)
+        flips = moves.splat(builder.mul(builder.zext(flip, int32), constant(0x01010101, int32)), lanes)
+        centres = moves.splat(builder.mul(builder.zext(flip, int32), constant(4 * groups_count, int32)), lanes)
+        first_block = builder.udiv(column, constant(COLUMNS))
+        terms_at = [pointer(address(terms_array, builder.mul(builder.add(column, constant(COLUMNS * u)),
+                                                             constant(4))), lanes) for u in range(4)]
+        totals = [builder.load(at, align=4) for at in terms_at]
+        for g in range(groups_count):
+            first_row = builder.mul(builder.add(group, constant(g)), constant(4))
+            rows = [moves.shuffle(builder.load(pointer(address(b_array, builder.add(builder.mul(
+                builder.add(first_row, constant(t)), stride(b_array, 0)), column)), moves.bytes), align=1),
+                ir.Constant(moves.bytes, None), order) for t in range(4)]
+            for u, vector in enumerate(moves.interleaved(rows)):
+                target = address(groups_array, builder.add(builder.mul(builder.add(first_block, constant(u)),
+                                                                       stride(groups_array, 0)),
+                                                           builder.mul(builder.add(group, constant(g)),
+                                                                       stride(groups_array, 1))))
+                builder.store(vector, pointer(target, lanes), align=4)
+                totals[u] = builder.call(dot, [totals[u], ones, builder.xor(vector, flips)])
+        for at, total in zip(terms_at, totals):
+            builder.store(builder.add(total, centres), at, align=4)
+        return context.get_dummy_value()
+
+    return signature, codegen
+
+
+@compiled
+def pack_group(b, sign, groups, terms, group, block, start, width):
+    """groups[block, group] for the columns [start, start + width) of b, element by element (b's rows of any
+    stride, or fewer than 4 rows left: bytes past b are 0), and 0 for the block's columns past b's; terms there +=
+    Σ of b's values (as pack_a reads them)."""
+    length = b.shape[0]
+    first = 4 * group
+    target = groups[block, group]
+    centre = np.int32(sign)
+    for j in range(width):
+        total = np.int32(0)
+        for t in range(4):
+            k = first + t
+            if k < length:
+                bits = b[k, start + j]
+                target[j, t] = bits
+                total += np.int32(bits ^ sign) - centre
+            else:
+                target[j, t] = 0
+        terms[start + j] += total
+    target[width:] = 0
+
+
+@compiled
+def pack_b(b, sign, zero_point, groups, terms, first, last):
+    """groups[block] = the bits of b in tiles' layout ({N / 16, K / 4, 16, 4}: groups[block, k // 4, j, k % 4] =
+    b[k, 16·block + j]) for the column blocks [first, last), and 0 past the end of b; terms[j] = Σ_k b[k, j] −
+    K·zero point[j] there. By PACK_GROUPS groups of rows at a time across the blocks: where b's rows are
+    contiguous, 64 columns at a time (``pack_four_rows``), the columns and rows left element by element
+    (``pack_group``)."""
+    length, columns = b.shape
+    begin, end = first * COLUMNS, min(columns, last * COLUMNS)
+    terms[begin:last * COLUMNS] = 0
+    vector_end = begin + (end - begin) // 64 * 64 if b.strides[1] == 1 else begin
+    flip = np.uint8(128 - np.int32(sign))
+    count = (length + 3) // 4
+    for first_group in range(0, count, PACK_GROUPS):
+        last_group = min(first_group + PACK_GROUPS, count)
+        whole = min(last_group, length // 4)  # groups of 4 rows of b
+        for column in range(begin, vector_end, 64):
+            if whole - first_group == PACK_GROUPS:
+                pack_four_rows("8", b, flip, groups, terms, first_group, column)
+            else:
+                for group in range(first_group, whole):
+                    pack_four_rows("1", b, flip, groups, terms, group, column)
+        for block in range(first, last):
+            start = block * COLUMNS
+            for group in range(first_group if start >= vector_end else whole, last_group):
+                pack_group(b, sign, groups, terms, group, block, start, min(COLUMNS, columns - start))
+    for block in range(first, last):
+        groups[block, count:] = 0
+    for j in range(begin, end):
+        terms[j] -= length * zero_point[j]
+
+
+@compiled
+def multiply_strip(signs, a, b, b_sign, b_zero, sums, terms, first, last, rows, length):
+    """The sums of rows [0, rows) of A (packed) and the column blocks [first, last) of b, and their terms, a run of
+    K_RUN rows of b at a time: each run packed into a panel of this call's own, which stays in L2 for the kernel
+    and is never written back to memory (the driver's columns cut: B is read once)."""
+    k, n = b.shape
+    start, stop = first * COLUMNS, min(n, last * COLUMNS)
+    panel = np.empty((last - first, K_RUN // 4, COLUMNS, 4), np.uint8)
+    run_terms = np.empty((last - first) * COLUMNS, np.int32)
+    for begin in range(0, length, K_RUN):
+        end = min(begin + K_RUN, length)
+        pack_b(b[begin:min(end, k), start:stop], b_sign, b_zero[start:stop], panel, run_terms, 0, last - first)
+        for j in range(stop - start):
+            terms[start + j] = run_terms[j] if begin == 0 else terms[start + j] + run_terms[j]
+        multiply_signs(signs, a[:, begin:], panel, sums[:, start:], 0, rows, 0, last - first, end - begin, begin > 0)
+
+
+@intrinsic
+def tile_products_only(typing_context, steps):
+    """``steps`` times four tdpbssd on tiles already configured, nothing loaded or stored: the instruction's own
+    rate, which benchmarks/cpu.py measures the kernels against."""
+    def codegen(context, builder, signature, arguments):
+        for number in range(8):
+            tile_intrinsic(builder, "tilezero", [tile(number)])
+        entry, loop = builder.block, builder.append_basic_block("peak")
+        done = builder.append_basic_block("peak_done")
+        builder.branch(loop)
+        builder.position_at_end(loop)
+        step = builder.phi(INT64)
+        for r in range(2):
+            for c in range(2):
+                tile_intrinsic(builder, "tdpbssd", [tile(2 * r + c), tile(4 + r), tile(6 + c)])
+        next_step = builder.add(step, ir.Constant(INT64, 1))
+        step.add_incoming(ir.Constant(INT64, 0), entry)
+        step.add_incoming(next_step, loop)
+        builder.cbranch(builder.icmp_signed("<", next_step, arguments[0]), loop, done)
+        builder.position_at_end(done)
+        return context.get_dummy_value()
+    return types.none(steps), codegen
+
+
+@compiled
+def tile_peak(steps):
+    """Multiply-adds of ``steps`` × 4 tdpbssd on this thread's tiles (``tile_products_only``)."""
+    start_tiles()
+    tile_products_only(steps)
+    release_tiles()
+    return steps * 4 * 16 * 16 * DEPTH

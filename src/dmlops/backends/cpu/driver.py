@@ -1,0 +1,394 @@
+"""The integer GEMM's compiled driver (numba): a product's stages of pieces, taken by every thread that runs it by
+tickets, each piece handed to the kernels of its layout (``avx2``, ``vnni``, ``amx``), its sums corrected for the
+zero points and requantized (``requantization``) while they are in cache. ``integer_gemm`` prepares its arguments.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+from numba.core import types
+from numba.extending import overload
+
+from . import amx
+from .atomics import call_begins, call_ends, count_up, spin_pause, state_of, take_ticket
+from .avx2 import multiply_rows, pack_columns, pack_rows
+from .kernels import KERNELS_BY_NAME
+from .requantization import requantize_rows
+from .vnni import multiply_direct, pack_columns_bytes, pack_rows_bytes
+
+compiled = numba.njit(nogil=True, cache=True)
+
+
+# Terms summed in int32 at a time by ``few_sums``: 32 768 · 255² < 2^31 (integer_gemm.INT32_CHUNK)
+FEW_SUMS_CHUNK = 32 * 1024
+
+
+@compiled
+def few_sums(a, a_sign, a_zero, b, b_sign, b_zero, total):
+    """total[i, j] = Σ_k (a − za)(b − zb) exactly, for products of few outputs and long K: blocks of FEW_SUMS_CHUNK
+    terms summed in int32 (vectorised by LLVM), the blocks in float64, which holds every sum of K ≤ 2^32 products of
+    magnitude ≤ 255² (< 2^48). a and b as their bits with their signs, the zero points int32 vectors, as
+    ``product_pieces`` takes them."""
+    m, k = a.shape
+    a_centre, b_centre = np.int32(a_sign), np.int32(b_sign)
+    for i in range(m):
+        a_shift = a_centre + a_zero[i]
+        for j in range(b.shape[1]):
+            b_shift = b_centre + b_zero[j]
+            exact = 0.0
+            for start in range(0, k, FEW_SUMS_CHUNK):
+                block = np.int32(0)
+                for t in range(start, min(start + FEW_SUMS_CHUNK, k)):
+                    block += (np.int32(a[i, t] ^ a_sign) - a_shift) * (np.int32(b[t, j] ^ b_sign) - b_shift)
+                exact += block
+            total[i, j] = exact
+
+
+@compiled
+def correct_rows(sums, row_sums, alpha, beta, column_terms, first, last):
+    """sums[i, j] += β[j]·Σ_k A'[i] − α[i]·column_terms[j] for rows [first, last), in wrapping int32."""
+    for i in range(first, last):
+        row_sum, shift = row_sums[i], alpha[i]
+        row = sums[i]
+        for j in range(beta.shape[0]):
+            row[j] = np.int32(row[j] + beta[j] * row_sum - shift * column_terms[j])
+
+
+@compiled
+def piece_bounds(size, count, multiple, piece):
+    """(first, last) of piece ``piece`` of ``pieces.cut(size, count, multiple)``, count no more than its ranges."""
+    blocks = (size + multiple - 1) // multiple
+    return multiple * (blocks * piece // count), min(size, multiple * (blocks * (piece + 1) // count))
+
+
+@compiled
+def next_piece(state, counts):
+    """(stage, piece) of the next ticket (state[0]) among the stages' pieces (counts), once every piece of the
+    stage before it has ended (state[1 + stage]: the pieces of that stage ended); (-1, 0) where none is left.
+    Tickets are taken in order, so a thread that waits here waits for pieces that other threads are running."""
+    ticket = take_ticket(state)
+    for stage in range(counts.shape[0]):
+        if ticket < counts[stage]:
+            while stage > 0 and state_of(state, stage) < counts[stage - 1]:
+                spin_pause()
+            return stage, ticket
+        ticket -= counts[stage]
+    return -1, 0
+
+
+@compiled
+def piece_ended(state, counts, stage, wait):
+    """Count a piece of ``stage`` ended, and take the next: (stage, piece) as ``next_piece``. Where none is left
+    and ``wait``, first wait until every piece of the last stage has ended (their outputs then seen here)."""
+    count_up(state, 1 + stage)
+    stage, piece = next_piece(state, counts)
+    last = counts.shape[0] - 1
+    while stage < 0 and wait and state_of(state, 1 + last) < counts[last]:
+        spin_pause()
+    return stage, piece
+
+
+def pack_a(layout, a, a_sign, a_zero, packed, row_sums, first, last):
+    """(Compiled code only.) A's rows [first, last) packed for the kernel of ``layout`` (``product_pieces``), and
+    their row sums made for the byte kernels."""
+    raise NotImplementedError("pack_a is called from compiled code only")
+
+
+def pack_b(kernel, layout, b, b_sign, b_zero, groups, terms, first, last):
+    """(Compiled code only.) B's column blocks [first, last) packed into ``groups`` (laid out as the packed B of
+    ``scratch_layouts``), and their column terms (Σ_k b − K·zero point) made in ``terms`` for the byte
+    kernels."""
+    raise NotImplementedError("pack_b is called from compiled code only")
+
+
+def correct(layout, sums, row_sums, alpha, beta, terms, first, last):
+    """(Compiled code only.) The sums of rows [first, last) corrected for the byte kernels' moves into range."""
+    raise NotImplementedError("correct is called from compiled code only")
+
+
+def finish_rows(finish, sums, first, last):
+    """(Compiled code only.) Rows [first, last) of the sums requantized into the output, where ``finish``
+    gives requantize_rows' arguments (a_scale, b_scale, output_scale, zero_point, low, high, out); else
+    nothing."""
+    raise NotImplementedError("finish_rows is called from compiled code only")
+
+
+def literal(value):
+    """A literal string's value, else None (numba first asks an overload with the arguments not as literals)."""
+    return value.literal_value if isinstance(value, types.StringLiteral) else None
+
+
+@compiled
+def flip_of_b(b_sign):
+    """The byte kernels' move of B into range (integer_product): its bits xor 128 where its type is UINT8."""
+    return np.uint8(128 - np.int32(b_sign))
+
+
+@compiled
+def shifts(a_sign, a_zero, b_sign, b_zero):
+    """(α, β) of the byte kernels, int32 vectors: α = ca + za (per row of A), β = cb − zb (per column of B), ca
+    and cb their moves into range."""
+    return a_zero + np.int32(a_sign), np.int32(flip_of_b(b_sign)) - b_zero
+
+
+@compiled
+def padded_sizes(a, rows, group):
+    """(A's rows padded to the kernel's rows, K padded to its group)."""
+    m, k = a.shape
+    return (m + rows - 1) // rows * rows, (k + group - 1) // group * group
+
+
+@overload(pack_a, jit_options={"nogil": True})
+def pack_a_compiled(layout, a, a_sign, a_zero, packed, row_sums, first, last):
+    if literal(layout) is None:
+        return None
+    if literal(layout).startswith("words"):
+        return lambda layout, a, a_sign, a_zero, packed, row_sums, first, last: pack_rows(a, a_sign, a_zero,
+                                                                                          packed, first, last)
+    # (the byte kernels' move of A into range is its sign's: A' = its bits xor 128 where it is INT8)
+    return lambda layout, a, a_sign, a_zero, packed, row_sums, first, last: pack_rows_bytes(a, a_sign, packed,
+                                                                                            row_sums, first, last)
+
+
+@overload(pack_b, jit_options={"nogil": True})
+def pack_b_compiled(kernel, layout, b, b_sign, b_zero, groups, terms, first, last):
+    if literal(layout) is None or literal(kernel) is None:
+        return None
+    if literal(layout).startswith("words"):
+        def pack_words(kernel, layout, b, b_sign, b_zero, groups, terms, first, last):
+            pack_columns(b, b_sign, b_zero, groups.view(np.int32).reshape(groups.shape[:3]), first, last)
+        return pack_words
+    vector = KERNELS_BY_NAME[kernel.literal_value].vector_bits // 8
+
+    def pack_bytes(kernel, layout, b, b_sign, b_zero, groups, terms, first, last):
+        pack_columns_bytes(kernel, vector, b, flip_of_b(b_sign), b_zero, groups.view(np.int32).reshape(
+            groups.shape[:3]), terms, first, last)
+    return pack_bytes
+
+
+def column_terms(layout, buffers):
+    """(Compiled code only.) The byte kernels' column terms in ``buffers`` (an empty vector for the others)."""
+    raise NotImplementedError("column_terms is called from compiled code only")
+
+
+@overload(column_terms, jit_options={"nogil": True})
+def column_terms_compiled(layout, buffers):
+    if literal(layout) is None:
+        return None
+    if literal(layout).startswith("words"):
+        return lambda layout, buffers: np.zeros(0, np.int32)
+    return lambda layout, buffers: buffers[4]
+
+
+@overload(correct, jit_options={"nogil": True})
+def correct_compiled(layout, sums, row_sums, alpha, beta, terms, first, last):
+    if literal(layout) is None:
+        return None
+    if literal(layout).startswith("words"):  # 16-bit products of operands shifted by their zero points
+        return lambda layout, sums, row_sums, alpha, beta, terms, first, last: None
+    return lambda layout, sums, row_sums, alpha, beta, terms, first, last: correct_rows(sums, row_sums, alpha,
+                                                                                        beta, terms, first, last)
+
+
+def piece_output(finish, sums, own_sums, first):
+    """(Compiled code only.) (where a piece of rows from ``first`` on puts its sums, what finishes them): where
+    ``finish`` is None, the call's sums from that row on (they are its output) and None; else ``own_sums`` (the
+    thread's own) and finish's arrays from that row on."""
+    raise NotImplementedError("piece_output is called from compiled code only")
+
+
+@overload(piece_output, jit_options={"nogil": True})
+def piece_output_compiled(finish, sums, own_sums, first):
+    if isinstance(finish, types.NoneType):
+        return lambda finish, sums, own_sums, first: (sums[first:], None)
+
+    def rows_from(finish, sums, own_sums, first):
+        a_scale, b_scale, output_scale, zero_point, low, high, out = finish
+        return own_sums, (a_scale[first:], b_scale, output_scale[first:], zero_point[first:], low, high,
+                          out[first:])
+    return rows_from
+
+
+@overload(finish_rows, jit_options={"nogil": True})
+def finish_rows_compiled(finish, sums, first, last):
+    if isinstance(finish, types.NoneType):
+        return lambda finish, sums, first, last: None
+
+    def requantize(finish, sums, first, last):
+        a_scale, b_scale, output_scale, zero_point, low, high, out = finish
+        requantize_rows(sums, np.zeros((0, 2)), np.zeros((2, 1)), a_scale, b_scale, output_scale, zero_point,
+                        low, high, out, first, last)
+    return requantize
+
+
+@compiled
+def multiply_strip(kernel, layout, a, b, b_sign, b_zero, buffers, first, last, rows, k_block, group, panel_blocks):
+    """The sums of every row of A (packed) and the column blocks [first, last) of B, a run of k_block rows of B
+    at a time: each run packed into a panel of this call's own, which stays in L2 for the kernel and is never
+    written back to memory, and its column terms added up (``product_pieces``' columns cut)."""
+    k, n, columns = a.shape[1], b.shape[1], buffers[1].shape[2]
+    padded_rows, length = padded_sizes(a, rows, group)
+    start, stop = first * columns, min(n, last * columns)
+    panel = np.empty_like(buffers[1][first:last, :min(k_block, length) // group])
+    terms, run_terms = column_terms(layout, buffers), np.empty((last - first) * columns, np.int32)
+    for begin in range(0, length, k_block):
+        end = min(begin + k_block, length)
+        pack_b(kernel, layout, b[begin:min(end, k), start:stop], b_sign, b_zero[start:stop], panel, run_terms, 0,
+               last - first)
+        for j in range(run_terms.shape[0] if terms.shape[0] > 0 else 0):  # (the byte kernels' terms)
+            terms[start + j] = run_terms[j] if begin == 0 else terms[start + j] + run_terms[j]
+        multiply_rows(kernel, buffers[0][:, begin:], panel, buffers[2][:, start:], 0, padded_rows, 0,
+                      last - first, end - begin, begin > 0, rows, k_block, group, panel_blocks)
+
+
+def product_pieces(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, finish, wait):
+    """(Compiled code only.) integer_product's work, taken piece by piece by every thread that runs this at
+    once (``next_piece``); the call with ``wait`` returns once every piece has ended. ``kernel`` and ``layout``
+    literal strings: the layout is "direct", or the path and the cut, as "bytes rows" (``products_layout``).
+    The stages and their pieces (``counts``):
+
+    - rows: B's column blocks packed; then pieces of rows, each packs its rows of A, makes their sums against
+      every block, corrects them and finishes them (``finish_rows``) while they are in cache;
+    - columns: A packed; then strips of B's column blocks, each packed and multiplied by every row of A a run
+      of k_block rows at a time, the run's packing still in L2 (B is read once); then pieces of rows corrected
+      and finished;
+    - direct: A packed; then column blocks of 64 multiplied with B as it lies, their column terms made; then
+      pieces of rows corrected and finished.
+
+    a and b as their bits (uint8), each with its sign (128 where its type is INT8, else 0) and its zero points
+    as an int32 vector: one compiled variant serves every type. ``buffers`` the tuple of ``scratch_layouts``;
+    ``state`` int64 {1 + stages} of zeros, the same array for every thread of one call."""
+    raise NotImplementedError("product_pieces is called from compiled code only")
+
+
+@overload(product_pieces, jit_options={"nogil": True})
+def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, finish,
+                            wait):
+    if literal(kernel) is None or literal(layout) is None:
+        return None
+    spec = KERNELS_BY_NAME[kernel.literal_value]
+    signs = layout.literal_value.split()[1] if spec.tiles else ""  # AMX's: "su" (A INT8, B UINT8), a literal
+    rows, group, k_block, panel_blocks = spec.rows, spec.group, spec.k_block, spec.panel_blocks
+
+    def by_rows(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, finish, wait):
+        m, blocks = a.shape[0], buffers[1].shape[0]
+        padded_rows, length = padded_sizes(a, rows, group)
+        alpha, beta = shifts(a_sign, a_zero, b_sign, b_zero)  # (the byte kernels')
+        # a piece's packed rows of A, row sums and (where it finishes them) sums in memory of this thread's own:
+        # in the call's scratch, the rows a core wrote were taken by the other in the next call, and moved
+        # between the cores' caches (512³ on 2 Zen 5 cores: 1.15 times one core's speed so, 1.4 with these)
+        most = rows * ((padded_rows // rows + counts[1] - 1) // counts[1])  # the rows of the largest piece
+        own_a = np.empty((most, buffers[0].shape[1]), buffers[0].dtype)
+        own_sums, own_row_sums = np.empty((most, buffers[2].shape[1]), np.int32), np.empty(most, np.int32)
+        stage, piece = next_piece(state, counts)
+        while stage >= 0:
+            if stage == 0:
+                first, last = piece_bounds(blocks, counts[0], 1, piece)
+                pack_b(kernel, layout, b, b_sign, b_zero, buffers[1], column_terms(layout, buffers), first, last)
+            else:
+                first, last = piece_bounds(padded_rows, counts[1], rows, piece)
+                sums, finish_piece = piece_output(finish, buffers[2], own_sums, first)
+                pack_a(layout, a[first:], a_sign, a_zero[first:], own_a, own_row_sums, 0, last - first)
+                multiply_rows(kernel, own_a, buffers[1], sums, 0, last - first, 0, blocks, length, False, rows,
+                              k_block, group, panel_blocks)
+                correct(layout, sums, own_row_sums, alpha[first:], beta, buffers[4], 0, min(last, m) - first)
+                finish_rows(finish_piece, sums, 0, min(last, m) - first)
+            stage, piece = piece_ended(state, counts, stage, wait)
+
+    def by_columns(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, finish, wait):
+        m, blocks = a.shape[0], buffers[1].shape[0]
+        padded_rows = padded_sizes(a, rows, group)[0]
+        alpha, beta = shifts(a_sign, a_zero, b_sign, b_zero)
+        stage, piece = next_piece(state, counts)
+        while stage >= 0:
+            if stage == 0:
+                pack_a(layout, a, a_sign, a_zero, buffers[0], buffers[3], 0, padded_rows)
+            elif stage == 1:
+                first, last = piece_bounds(blocks, counts[1], 1, piece)
+                multiply_strip(kernel, layout, a, b, b_sign, b_zero, buffers, first, last, rows, k_block, group,
+                               panel_blocks)
+            else:
+                first, last = piece_bounds(m, counts[2], 1, piece)
+                correct(layout, buffers[2], buffers[3], alpha, beta, buffers[4], first, last)
+                finish_rows(finish, buffers[2], first, last)
+            stage, piece = piece_ended(state, counts, stage, wait)
+
+    def direct(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, finish, wait):
+        (m, k), n = a.shape, b.shape[1]
+        a_packed, sums, row_sums, column_terms = buffers[0], buffers[2], buffers[3], buffers[4]
+        b_flip = flip_of_b(b_sign)
+        alpha, beta = shifts(a_sign, a_zero, b_sign, b_zero)
+        stage, piece = next_piece(state, counts)
+        while stage >= 0:
+            if stage == 0:
+                pack_rows_bytes(a, a_sign, a_packed, row_sums, 0, m)
+            elif stage == 1:
+                first, last = piece_bounds(n // 64, counts[1], 1, piece)
+                multiply_direct(kernel, a_packed, b, b_flip, sums, column_terms, m, first, last, k // 4)
+                for j in range(64 * first, 64 * last):
+                    column_terms[j] += beta[j] * np.int32(k)
+            else:
+                first, last = piece_bounds(m, counts[2], 1, piece)
+                correct_rows(sums, row_sums, alpha, beta, column_terms, first, last)
+                finish_rows(finish, sums, first, last)
+            stage, piece = piece_ended(state, counts, stage, wait)
+
+    def tiles_by_rows(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, finish,
+                      wait):
+        m, blocks = a.shape[0], buffers[1].shape[0]
+        padded_rows, length = padded_sizes(a, rows, amx.DEPTH)
+        most = rows * ((padded_rows // rows + counts[1] - 1) // counts[1])  # (as by_rows)
+        own_a = np.empty((most, buffers[0].shape[1]), np.uint8)
+        own_sums, own_row_sums = np.empty((most, buffers[2].shape[1]), np.int32), np.empty(most, np.int32)
+        packed_b, terms = buffers[1].view(np.uint8), buffers[4]
+        amx.start_tiles()
+        stage, piece = next_piece(state, counts)
+        while stage >= 0:
+            if stage == 0:
+                first, last = piece_bounds(blocks, counts[0], 1, piece)
+                amx.pack_b(b, b_sign, b_zero, packed_b, terms, first, last)
+            else:
+                first, last = piece_bounds(padded_rows, counts[1], rows, piece)
+                sums, finish_piece = piece_output(finish, buffers[2], own_sums, first)
+                amx.pack_a(a[first:], a_sign, own_a, own_row_sums, 0, last - first)
+                amx.multiply_signs(signs, own_a, packed_b, sums, 0, last - first, 0, blocks, length, False)
+                correct_rows(sums, own_row_sums, a_zero[first:], -b_zero, terms, 0, min(last, m) - first)
+                finish_rows(finish_piece, sums, 0, min(last, m) - first)
+            stage, piece = piece_ended(state, counts, stage, wait)
+        amx.release_tiles()
+
+    def tiles_by_columns(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, finish,
+                         wait):
+        m, blocks = a.shape[0], buffers[1].shape[0]
+        padded_rows, length = padded_sizes(a, rows, amx.DEPTH)
+        packed_a, sums, row_sums, terms = buffers[0].view(np.uint8), buffers[2], buffers[3], buffers[4]
+        amx.start_tiles()
+        stage, piece = next_piece(state, counts)
+        while stage >= 0:
+            if stage == 0:
+                amx.pack_a(a, a_sign, packed_a, row_sums, 0, padded_rows)
+            elif stage == 1:
+                first, last = piece_bounds(blocks, counts[1], 1, piece)
+                amx.multiply_strip(signs, packed_a, b, b_sign, b_zero, sums, terms, first, last, padded_rows,
+                                   length)
+            else:
+                first, last = piece_bounds(m, counts[2], 1, piece)
+                correct_rows(sums, row_sums, a_zero, -b_zero, terms, first, last)
+                finish_rows(finish, sums, first, last)
+            stage, piece = piece_ended(state, counts, stage, wait)
+        amx.release_tiles()
+
+    if spec.tiles:
+        return {"rows": tiles_by_rows, "columns": tiles_by_columns}[layout.literal_value.split()[-1]]
+    return {"direct": direct, "rows": by_rows, "columns": by_columns}[layout.literal_value.split()[-1]]
+
+
+@compiled
+def multiply_in_pieces(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, finish,
+                       doorbell, wait):
+    """product_pieces, called from Python (``pieces.run_on_cores``: it begins and ends as ``atomics.call_begins``
+    and ``call_ends`` say)."""
+    call_begins(doorbell, wait)
+    product_pieces(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, finish, wait)
+    call_ends(doorbell, wait)

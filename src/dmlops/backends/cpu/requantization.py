@@ -1,0 +1,61 @@
+"""The operator's requantization of exact int32 sums, compiled (numba): element by element in the reference's order of
+operations, so that its bits are the reference's; and the parameters' forms (vectors, numbers, None) made vectors
+in compiled code."""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+from numba.core import types
+from numba.extending import overload
+
+compiled = numba.njit(nogil=True, cache=True)
+
+
+def as_vector(value, length, dtype):
+    """(Compiled code only.) A parameter given as a vector, a number (one value for every element) or None (0), as a
+    new contiguous vector of ``length`` elements of ``dtype``: one compiled function then serves every form."""
+    raise NotImplementedError("as_vector is called from compiled code only")
+
+
+@overload(as_vector, jit_options={"nogil": True})
+def as_vector_compiled(value, length, dtype):
+    if isinstance(value, types.NoneType):
+        return lambda value, length, dtype: np.zeros(length, dtype)
+    if isinstance(value, types.Number):
+        return lambda value, length, dtype: np.full(length, value, dtype)
+    if isinstance(value, types.Array) and value.ndim == 1:
+        return lambda value, length, dtype: value.astype(dtype)
+    return None
+
+
+@compiled
+def requantize_rows(product, row_terms, column_terms, a_scale, b_scale, output_scale, zero_point, low, high,
+                    out, first, last):
+    """out[first:last] = requantize() of product + row_terms @ column_terms ({M, 2} @ {2, N}; no rows: no terms)
+    there, element by element, in its order of operations: the multiplier (sa·sb)/so in float64, recomputed only
+    where the row's scales change; rint rounds half to even."""
+    columns = out.shape[1]
+    multiplier = np.empty(columns)
+    sums = np.empty(columns)
+    for m in range(first, last):
+        if m == first or a_scale[m] != a_scale[m - 1] or output_scale[m] != output_scale[m - 1]:
+            sa, so = np.float64(a_scale[m]), np.float64(output_scale[m])
+            for j in range(columns):
+                multiplier[j] = (sa * np.float64(b_scale[j])) / so
+        if row_terms.shape[0] == 0:  # the sums as they are (a third faster than adding terms of 0)
+            requantize_row(product[m], multiplier, zero_point[m], low, high, out[m])
+            continue
+        row_sum, row_shift = row_terms[m, 0], row_terms[m, 1]
+        source = product[m]
+        for j in range(columns):
+            sums[j] = np.float64(source[j]) + (row_sum * column_terms[0, j] + row_shift * column_terms[1, j])
+        requantize_row(sums, multiplier, zero_point[m], low, high, out[m])
+
+
+@compiled
+def requantize_row(sums, multiplier, zero, low, high, target):
+    for j in range(target.shape[0]):
+        value = np.rint(np.float64(sums[j]) * multiplier[j]) + zero
+        value = value if value > low else low  # comparisons, not min/max, so that the loop is vectorised
+        target[j] = np.int32(value if value < high else high)  # (the bits of an int8 into a uint8 view too)

@@ -1,0 +1,281 @@
+"""The vector kernels of byte products (`vpdpbusd`: AVX-512 VNNI on 512-bit vectors; AVX-VNNI, or AVX-512 VNNI with
+VL, on 256-bit ones), compiled code only (numba). Their products run in ``avx2``'s register-blocked loop; here are
+their packing and the kernel that reads B as it lies (``direct_products``).
+
+`vpdpbusd` multiplies unsigned bytes by signed bytes and adds four neighbouring products into each int32 lane, 32
+multiply-adds an instruction on 256 bits. The operands are moved into those ranges, A' = a + ca (ca = 128 for INT8,
+else 0: the bits xor 0x80) and B' = b − cb (cb = 128 for UINT8), and the zero points into corrections:
+
+    Σ_k (a − za)(b − zb) = Σ_k (A' − α)(B' + β),   α = ca + za (per row), β = cb − zb (per column)
+                         = Σ_k A'·B' + β·Σ_k A' − α·(Σ_k B' + K·β)
+
+with the row sums of A' made while packing A, the column sums of B' while packing B (the driver's ``correct_rows``
+adds the terms, in int32 arithmetic, which wraps: the result is exact wherever the true sum fits in int32).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+from llvmlite import ir
+from numba.core import types
+from numba.extending import intrinsic
+
+from .avx2 import TILE_ROWS
+from .byte_moves import ByteMoves
+from .kernels import KERNELS_BY_NAME
+
+compiled = numba.njit(nogil=True, cache=True)
+
+DIRECT_STEPS = 64  # steps of 4 rows of B a direct run takes across the column blocks
+PREFETCH_ROWS = 32  # how far ahead the direct kernel prefetches B's rows (prefetches past the end are harmless)
+
+
+@intrinsic
+def direct_products(typing_context, kernel, rows, a, b, flip, sums, column_sums, row, column, start, steps,
+                    accumulate):
+    """sums[row:row + rows, column:column + 64] = (those sums, if accumulate, +) A'[row:row + rows, k] @ B'[k,
+    column:column + 64] and column_sums[column:column + 64] = (the same) Σ_k B' there, k in [4·start,
+    4·(start + steps)), for the 512-bit byte kernel named by ``kernel``; rows a literal "1" to "4", "+" after it
+    where the column sums are made too (4 rows: 16 sums, 4 column sums, 4 rows of B and 4 interleaved take 28
+    of the 32 zmm). B' = the bits of b xor flip, read from b's rows as they lie: each step loads 4 rows of 64
+    bytes and interleaves them (unpack bytes, then words, within 128-bit lanes) into 4 vectors whose lanes hold
+    4 consecutive k of one column, column 16·L + 4·v + i in lane i of 128-bit lane L of vector v; the sums are
+    put back in column order once, at the end."""
+    if not (isinstance(kernel, types.StringLiteral) and isinstance(rows, types.StringLiteral)):
+        return None
+    spec = KERNELS_BY_NAME[kernel.literal_value]
+    count, with_column_sums = int(rows.literal_value[0]), rows.literal_value.endswith("+")
+    signature = types.none(kernel, rows, a, b, flip, sums, column_sums, row, column, start, steps, accumulate)
+
+    def codegen(context, builder, signature, arguments):
+        int64, int32, int8 = ir.IntType(64), ir.IntType(32), ir.IntType(8)
+        moves = ByteMoves(builder, spec.vector_bits // 8)
+        size, lanes, byte_vector = moves.size, moves.lanes, moves.bytes
+        a_array, b_array, sums_array, column_array = (
+            context.make_array(kind)(context, builder, value)
+            for kind, value in zip((signature.args[i] for i in (2, 3, 5, 6)), (arguments[i] for i in (2, 3, 5, 6))))
+        flip, (row, column, start, steps, accumulate) = arguments[4], arguments[7:]
+        constant, splat, in_column_order = moves.constant, moves.splat, moves.in_column_order
+
+        def base(array):
+            return builder.ptrtoint(array.data, int64)
+
+        def stride(array):
+            return builder.extract_value(array.strides, 0)
+
+        def load(at, kind):
+            return builder.load(builder.inttoptr(at, kind.as_pointer()), align=1)
+
+        dot = builder.module.declare_intrinsic(spec.instruction, fnty=ir.FunctionType(lanes, [lanes] * 3))
+        flips = splat(flip, byte_vector)
+        ones = splat(constant(0x01010101, int32), lanes)
+        a_rows = [builder.add(base(a_array), builder.mul(builder.add(row, constant(r)), stride(a_array)))
+                  for r in range(count)]
+        b_at = builder.add(base(b_array), column)
+        b_stride = stride(b_array)
+        targets = [builder.add(base(sums_array), builder.add(builder.mul(builder.add(row, constant(r)),
+                                                                         stride(sums_array)),
+                                                             builder.mul(column, constant(4))))
+                   for r in range(count)]
+        if with_column_sums:
+            targets.append(builder.add(base(column_array), builder.mul(column, constant(4))))
+        initial = [[builder.select(accumulate, load(builder.add(target, constant(size * v)), lanes),
+                                   ir.Constant(lanes, None)) for v in range(4)] for target in targets]
+        initial = [in_column_order(vectors, back=True) for vectors in initial]
+        entry, loop = builder.block, builder.append_basic_block("direct")
+        done = builder.append_basic_block("direct_done")
+        builder.branch(loop)
+
+        builder.position_at_end(loop)
+        step = builder.phi(int64)
+        totals = [[builder.phi(lanes) for _ in range(4)] for _ in targets]  # the last: column sums, if made
+        k = builder.mul(step, constant(4))
+        prefetch = builder.module.declare_intrinsic(
+            "llvm.prefetch.p0", fnty=ir.FunctionType(ir.VoidType(), [ir.PointerType(int8)] + [int32] * 3))
+        for t in range(4):  # the rows PREFETCH_ROWS ahead: the processor's own prefetch misses strides of rows
+            ahead = builder.add(b_at, builder.mul(builder.add(k, constant(PREFETCH_ROWS + t)), b_stride))
+            builder.call(prefetch, [builder.inttoptr(ahead, ir.PointerType(int8)), constant(0, int32),
+                                    constant(3, int32), constant(1, int32)])
+        groups = moves.interleaved([builder.xor(load(builder.add(b_at, builder.mul(builder.add(k, constant(t)),
+                                                                                  b_stride)), byte_vector), flips)
+                                    for t in range(4)])
+        new_totals = []
+        for r in range(count):
+            group = splat(load(builder.add(a_rows[r], k), int32), lanes)
+            new_totals.append([builder.call(dot, [totals[r][v], group, groups[v]]) for v in range(4)])
+        if with_column_sums:
+            new_totals.append([builder.call(dot, [totals[count][v], ones, groups[v]]) for v in range(4)])
+        next_step = builder.add(step, constant(1))
+        step.add_incoming(start, entry)
+        step.add_incoming(next_step, loop)
+        for r in range(len(targets)):
+            for v in range(4):
+                totals[r][v].add_incoming(initial[r][v], entry)
+                totals[r][v].add_incoming(new_totals[r][v], loop)
+        builder.cbranch(builder.icmp_signed("<", next_step, builder.add(start, steps)), loop, done)
+
+        builder.position_at_end(done)
+        for r in range(len(targets)):
+            for v, vector in enumerate(in_column_order(new_totals[r])):
+                at = builder.add(targets[r], constant(size * v))
+                builder.store(vector, builder.inttoptr(at, lanes.as_pointer()), align=4)
+        return context.get_dummy_value()
+
+    return signature, codegen
+
+
+@compiled
+def multiply_direct(kernel, a, b, flip, sums, column_sums, rows, first_block, last_block, steps):
+    """direct_products for every row of A and the column blocks of 64 [first_block, last_block), by runs of
+    DIRECT_STEPS steps across the blocks: each run reads a band of B's rows along them."""
+    for start in range(0, steps, DIRECT_STEPS):
+        run = min(DIRECT_STEPS, steps - start)
+        for block in range(first_block, last_block):
+            column = 64 * block
+            if rows >= 4:  # the first strip makes B's column sums too
+                direct_products(kernel, "4+", a, b, flip, sums, column_sums, 0, column, start, run, start > 0)
+            for row in range(4, rows - rows % 4, 4):
+                direct_products(kernel, "4", a, b, flip, sums, column_sums, row, column, start, run, start > 0)
+            row = rows - rows % 4
+            if rows % 4 == 1:
+                if rows < 4:
+                    direct_products(kernel, "1+", a, b, flip, sums, column_sums, row, column, start, run, start > 0)
+                else:
+                    direct_products(kernel, "1", a, b, flip, sums, column_sums, row, column, start, run, start > 0)
+            elif rows % 4 == 2:
+                if rows < 4:
+                    direct_products(kernel, "2+", a, b, flip, sums, column_sums, row, column, start, run, start > 0)
+                else:
+                    direct_products(kernel, "2", a, b, flip, sums, column_sums, row, column, start, run, start > 0)
+            elif rows % 4 == 3:
+                if rows < 4:
+                    direct_products(kernel, "3+", a, b, flip, sums, column_sums, row, column, start, run, start > 0)
+                else:
+                    direct_products(kernel, "3", a, b, flip, sums, column_sums, row, column, start, run, start > 0)
+
+
+@compiled
+def pack_rows_bytes(a, flip, packed, row_sums, first, last):
+    """packed[first:last] = A' = the bits of a[first:last] xor flip, and 0 past the end of a; row_sums = Σ_k A'."""
+    rows, length = a.shape
+    for i in range(first, last):
+        target = packed[i]
+        total = 0
+        if i < rows:
+            for k in range(length):
+                value = a[i, k] ^ flip
+                target[k] = value
+                total += value
+        target[length if i < rows else 0:] = 0
+        row_sums[i] = total
+
+
+@intrinsic
+def pack_four_rows(typing_context, kernel, b, flip, groups, column_terms, group, column):
+    """groups[column's block, group, its columns] = B' of b's rows 4·group to 4·group + 3 (B' = the bits of b xor
+    flip, read as int8: byte t of a group holds row 4·group + t; b as its bits, flip 128 where its type is UINT8)
+    for the columns [column, column + C), C the vector bytes of the byte kernel named by ``kernel`` (a literal);
+    column_terms there += Σ of those rows of b (Σ B' + 4·flip).
+    b's rows contiguous, C columns of them from column on; column a multiple of the kernel's lanes. Rows loaded
+    whole and interleaved in registers (``ByteMoves``), the sums by the kernel's instruction against ones."""
+    if not isinstance(kernel, types.StringLiteral):
+        return None
+    spec = KERNELS_BY_NAME[kernel.literal_value]
+    signature = types.none(kernel, b, flip, groups, column_terms, group, column)
+
+    def codegen(context, builder, signature, arguments):
+        int64, int32 = ir.IntType(64), ir.IntType(32)
+        moves = ByteMoves(builder, spec.vector_bits // 8)
+        lanes, count = moves.lanes, moves.lanes.count
+        b_array, groups_array, terms_array = (context.make_array(signature.args[i])(context, builder, arguments[i])
+                                              for i in (1, 3, 4))
+        flip, group, column = arguments[2], arguments[5], arguments[6]
+        constant = moves.constant
+
+        def address(array, offset):
+            return builder.add(builder.ptrtoint(array.data, int64), offset)
+
+        def stride(array, dimension):
+            return builder.extract_value(array.strides, dimension)
+
+        def pointer(at, kind):
+            return builder.inttoptr(at, kind.as_pointer())
+
+        flips = moves.splat(flip, moves.bytes)
+        first_row = builder.mul(group, constant(4))
+        rows = [builder.xor(builder.load(pointer(address(b_array, builder.add(
+            builder.mul(builder.add(first_row, constant(t)), stride(b_array, 0)), column)), moves.bytes), align=1),
+            flips) for t in range(4)]
+        dot = builder.module.declare_intrinsic(spec.instruction, fnty=ir.FunctionType(lanes, [lanes] * 3))
+        ones = moves.splat(constant(0x01010101, int32), lanes)
+        centres = moves.splat(builder.mul(builder.zext(flip, int32), constant(4, int32)), lanes)
+        for u, vector in enumerate(moves.in_column_order(moves.interleaved(rows))):
+            at = builder.add(column, constant(u * count))
+            block = builder.udiv(at, constant(spec.columns))
+            within = builder.urem(at, constant(spec.columns))
+            target = address(groups_array, builder.add(builder.add(builder.mul(block, stride(groups_array, 0)),
+                                                                   builder.mul(group, stride(groups_array, 1))),
+                                                       builder.mul(within, constant(4))))
+            builder.store(vector, pointer(target, lanes), align=4)
+            terms = pointer(address(terms_array, builder.mul(at, constant(4))), lanes)
+            total = builder.add(builder.call(dot, [builder.load(terms, align=4), ones, vector]), centres)
+            builder.store(total, terms, align=4)
+        return context.get_dummy_value()
+
+    return signature, codegen
+
+
+@compiled
+def pack_group(b, flip, groups, column_terms, group, block, start, width):
+    """pack_four_rows for the columns [start, start + width) of a block, element by element (b's rows of any
+    stride, or fewer than 4 rows left: bytes past b are 0), and 0 for the block's columns past b's. (b's value
+    is int8(bits xor flip) + flip.)"""
+    length = b.shape[0]
+    first = 4 * group
+    target, totals = groups[block, group], column_terms[start:start + width]
+    flips = np.uint32(flip) * np.uint32(0x01010101)
+    centre = np.int32(flip)
+    if first + 4 <= length:
+        row0, row1, row2, row3 = b[first, start:], b[first + 1, start:], b[first + 2, start:], b[first + 3, start:]
+        for j in range(width):
+            v0, v1, v2, v3 = row0[j], row1[j], row2[j], row3[j]
+            totals[j] += (np.int32(np.int8(v0 ^ flip)) + np.int32(np.int8(v1 ^ flip)) + np.int32(np.int8(v2 ^ flip))
+                          + np.int32(np.int8(v3 ^ flip)) + 4 * centre)
+            target[j] = (np.uint32(np.uint8(v0)) | np.uint32(np.uint8(v1)) << 8
+                         | np.uint32(np.uint8(v2)) << 16 | np.uint32(np.uint8(v3)) << 24) ^ flips
+    else:
+        for j in range(width):
+            word = np.uint32(0)
+            for k in range(first, length):
+                value = b[k, start + j]
+                totals[j] += np.int32(np.int8(value ^ flip)) + centre
+                word |= np.uint32(np.uint8(value) ^ flip) << (8 * (k - first))
+            target[j] = word
+    target[width:] = 0
+
+
+@compiled
+def pack_columns_bytes(kernel, vector, b, flip, zero_point, groups, column_terms, first, last):
+    """groups[block, k // 4, j] = B'[k + t, j] in byte t (B' = the bits of b xor flip, read as int8; j within the
+    block) for the column blocks [first, last), and 0 past the end of b; column_terms[j] = Σ_k B'[k, j] + K·β[j],
+    which is Σ_k b[k, j] − K·zero point[j]. By tiles of rows, as pack_columns: where b's rows are contiguous,
+    ``vector`` columns at a time (``pack_four_rows``, for the kernel named by the literal ``kernel``), then the
+    columns and rows left one group of a block at a time (``pack_group``)."""
+    length, columns = b.shape
+    width_of_block = groups.shape[2]
+    column_terms[first * width_of_block:last * width_of_block] = 0
+    begin, end = first * width_of_block, min(columns, last * width_of_block)
+    vector_end = begin + (end - begin) // vector * vector if b.strides[1] == 1 else begin
+    for first_group in range(0, (length + 3) // 4, TILE_ROWS // 4):
+        last_group = min(first_group + TILE_ROWS // 4, (length + 3) // 4)
+        whole = min(last_group, length // 4)  # groups of 4 rows of b
+        for group in range(first_group, whole):
+            for column in range(begin, vector_end, vector):
+                pack_four_rows(kernel, b, flip, groups, column_terms, group, column)
+        for block in range(first, last):
+            start = block * width_of_block
+            for group in range(first_group if start >= vector_end else whole, last_group):
+                pack_group(b, flip, groups, column_terms, group, block, start, min(width_of_block, columns - start))
+    for j in range(first * width_of_block, min(columns, last * width_of_block)):
+        column_terms[j] -= length * np.int32(zero_point[j])
