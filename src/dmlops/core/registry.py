@@ -182,6 +182,12 @@ class Backend(abc.ABC):
         returns run(a, b, scale, out) for arrays of the same layouts."""
 
 
+def ran(run, *arrays):
+    """``run``, once run on ``arrays``: what a lowering that decides nothing ahead returns."""
+    run(*arrays)
+    return run
+
+
 # -- the registry --------------------------------------------------------------------------------------------
 
 

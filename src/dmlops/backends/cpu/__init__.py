@@ -8,7 +8,7 @@ import importlib.util
 import numpy as np
 
 from ...core import plans
-from ...core.registry import Backend
+from ...core.registry import Backend, ran
 from ...ops.quantized_matmul import QUANTIZATION_PARAMETERS
 from ...types import DataType, ValidationError, no_data_type
 from . import qmatmul, scan
@@ -152,11 +152,8 @@ class CpuBackend(Backend):
     def prepare_linear_recurrence(self, a, b, scale, out, axis: int, reverse: bool, exclusive: bool):
         from . import recurrence
 
-        def run(a, b, scale, out):
-            recurrence.linear_recurrence(a, b, scale, out, axis, reverse, exclusive)
-
-        run(a, b, scale, out)
-        return run
+        return ran(functools.partial(recurrence.linear_recurrence, axis=axis, reverse=reverse, exclusive=exclusive),
+                   a, b, scale, out)
 
     def prepare_quantized_linear_matmul(self, views: dict, layouts: dict):
         """A product of one matrix that takes one compiled call a thread (``qmatmul.prepare_one_call``: A's and the

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from ...core.host import cpu_name, system_memory
-from ...core.registry import Backend, ComputeDevice
+from ...core.registry import Backend, ComputeDevice, ran
 from ...types import DataType, OperatorType, ValidationError
 from . import qmatmul, recurrence, scan
 from .common import TORCH_DTYPES, check_device, data_type, runs_here
@@ -185,11 +185,8 @@ class CudaBackend(Backend):
         return scan.prepare_cumulative(operation, x, out, axis, reverse, exclusive)
 
     def prepare_linear_recurrence(self, a, b, scale, out, axis: int, reverse: bool, exclusive: bool):
-        def run(a, b, scale, out):
-            recurrence.linear_recurrence(a, b, scale, out, axis, reverse, exclusive)
-
-        run(a, b, scale, out)
-        return run
+        return ran(functools.partial(recurrence.linear_recurrence, axis=axis, reverse=reverse, exclusive=exclusive),
+                   a, b, scale, out)
 
     def prepare_quantized_linear_matmul(self, views: dict, layouts: dict):
         fields = tuple(views)  # (binding order)
