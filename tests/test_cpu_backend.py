@@ -27,7 +27,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dmlops.backends import cpu
-from dmlops.backends.cpu import integer_gemm as cpu_integer_gemm, kernels as cpu_kernels, pieces as cpu_pieces, qmatmul as cpu_qmatmul, scan as cpu_scan
+from dmlops.backends.cpu import integer_gemm as cpu_integer_gemm, kernels as cpu_kernels, pieces as cpu_pieces, processor as cpu_processor, qmatmul as cpu_qmatmul, scan as cpu_scan
 from dmlops import DataType
 from dmlops.ops import cumulative as cumulative_op
 from dmlops.ops import quantized_matmul as quantized_matmul_op
@@ -278,7 +278,7 @@ def test_pieces_cover_each_line_once(size, pieces):
     assert all(s.stop > s.start for s in slices)
 
 
-STREAMED = pytest.mark.skipif(SCAN_LOOPS is None or not cpu_scan.STREAM_STORES,
+STREAMED = pytest.mark.skipif(SCAN_LOOPS is None or not cpu_processor.STREAM_STORES,
                               reason="no numba, or no streaming stores on this processor")
 # (shape, axis): rows narrower than a vector, of one vector, of vectors and elements left over, rows that start at
 # every alignment (13 × 4 bytes apart), several lines before the axis (cut into pieces), long rows.

@@ -11,7 +11,7 @@ import numba
 from llvmlite import ir
 from numba.extending import intrinsic
 
-from .pieces import CALLED, INSIDE, RINGS, SLEEPERS, THREADS, WANTED
+from .pieces import CALLED, INSIDE, RINGS, SLEEPERS, THREADS, WANTED, compiled_waits
 
 
 @intrinsic
@@ -192,3 +192,6 @@ def call_ends(doorbell, caller):
     start = cycle_count()
     while state_of(doorbell, INSIDE) < state_of(doorbell, THREADS) and cycle_count() - start < HANDBACK_CYCLES:
         spin_pause()
+
+
+compiled_waits(ring, wait_for_ring, SYSTEM_FUTEX is not None)

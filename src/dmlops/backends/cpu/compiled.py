@@ -3,7 +3,6 @@ they are compiled for, calls that skip numba's dispatcher, and the views that ke
 
 from __future__ import annotations
 
-import importlib
 import os
 import threading
 
@@ -23,8 +22,8 @@ class Loader:
     ``warm_up(module)`` run (numba's first load of compiled code from its cache initialises its compiler, most of
     that load's time: better in the loading thread than in a call)."""
 
-    def __init__(self, name: str, warm_up):
-        self.name, self.warm_up = name, warm_up
+    def __init__(self, import_loops, warm_up):
+        self.import_loops, self.warm_up = import_loops, warm_up
         self.module = None  # set once loaded and warmed up
         self.done = threading.Event()
         self.lock = threading.Lock()
@@ -60,7 +59,7 @@ class Loader:
         if NUMBA == "off":
             self.done.set()
         else:  # a daemon: interpreter exit does not wait for it
-            threading.Thread(target=self.load, name=f"dmlops loader of {self.name}", daemon=True).start()
+            threading.Thread(target=self.load, name="dmlops loader of compiled loops", daemon=True).start()
 
     def stop_in_child(self) -> None:
         """In a child forked while the loading thread ran: that thread is not in the child, and numba may be half
@@ -71,7 +70,7 @@ class Loader:
 
     def load(self) -> None:
         try:
-            module = importlib.import_module(self.name)
+            module = self.import_loops()
             self.warm_up(module)
             self.module = module
             for callback in self.callbacks:

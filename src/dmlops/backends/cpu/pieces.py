@@ -21,7 +21,6 @@ from __future__ import annotations
 import ctypes
 import os
 import queue
-import sys
 import threading
 from concurrent.futures import Future
 
@@ -156,25 +155,36 @@ def take_tickets_as_helper(entry, arguments) -> None:
     entry(*arguments, DOORBELL, False)
 
 
+# The doorbell's compiled ring and wait (``atomics``, which hands them here as numba loads it: ``compiled_waits``);
+# until then the pool's threads wait for work in Python.
+COMPILED_WAITS = None
+
+
+def compiled_waits(ring, wait_for_ring, futex: bool) -> None:
+    """Let the pool's threads wait in compiled code from now on (``futex``: whether they can sleep there)."""
+    global COMPILED_WAITS
+    COMPILED_WAITS = ring, wait_for_ring, futex
+
+
 def ring_from_python(threads: int) -> None:
     """The doorbell rung from Python for ``threads`` of the pool's threads, for work just given to the pool."""
-    atomics = sys.modules.get(f"{__package__}.atomics")
-    if atomics is not None:  # (else no pool thread waits in compiled code: they wait for the work in Python)
-        atomics.ring(DOORBELL, threads)
+    if COMPILED_WAITS is not None:  # (else no pool thread waits in compiled code: they wait for the work in Python)
+        COMPILED_WAITS[0](DOORBELL, threads)
 
 
 def next_task(tasks, linger: bool):
     """The pool's next task, taken at once where one waits; else after a wait in compiled code, with the GIL
     released (``atomics.wait_for_ring``: lingering LINGER_CYCLES awake where ``linger``, then asleep until the
     doorbell rings); asleep in Python where numba is not loaded, or the system has no futexes."""
-    atomics = sys.modules.get(f"{__package__}.atomics")
-    while atomics is not None:
+    waits = COMPILED_WAITS
+    while waits is not None:
+        _, wait_for_ring, futex = waits
         heard = DOORBELL[RINGS]  # (read before looking for work: work given after it rings after it too)
         try:
             return tasks.get_nowait()
         except queue.Empty:
-            atomics.wait_for_ring(DOORBELL, heard, LINGER_CYCLES if linger else 0)
-        if atomics.SYSTEM_FUTEX is None:
+            wait_for_ring(DOORBELL, heard, LINGER_CYCLES if linger else 0)
+        if not futex:
             break
         linger = False
     return tasks.get()

@@ -81,3 +81,15 @@ def amx_granted() -> bool:
         except (OSError, AttributeError):
             return False
     return bool(permitted.value >> XFEATURE_XTILEDATA & 1)
+
+
+# -- the vectors the compiled scans use ------------------------------------------------------------------------
+
+STREAM_STORES = platform.machine().lower() in ("x86_64", "amd64")  # the fence after them is an x86 instruction
+VECTOR_BYTES = 32  # an AVX vector: a streaming store writes this many bytes at an address aligned to them
+HALF_LANES = 8  # FLOAT16 converted 8 at a time (F16C: 128 bits of halves, 256 of floats)
+# The vector a contiguous line is walked by (``vector_lanes``): 64 bytes where the processor has AVX-512, 32
+# elsewhere. A vector of twice the elements takes one step more of its tree and one conversion for twice the
+# FLOAT16 elements (one Zen 5 core: FLOAT16 lines 19-22 → 24-28 GB/s). Both engines walk the same vectors, so
+# their bits are the same on a machine; they differ from those of a machine with the other width.
+WALK_BYTES = 64 if "avx512f" in target_features() else 32

@@ -231,7 +231,13 @@ def warm_up(loops) -> None:
 
 
 # The compiled code, loaded by the first call that could run it (DMLOPS_NUMBA: in the background by default).
-LOOPS = Loader(f"{__package__}.qmatmul_loops", warm_up)
+def _import_loops():
+    from . import qmatmul_loops
+
+    return qmatmul_loops
+
+
+LOOPS = Loader(_import_loops, warm_up)
 
 
 def check_scales(a_scale, b_scale, output_scale) -> None:

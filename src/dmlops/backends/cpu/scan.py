@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import platform
 
 import numpy as np
 
@@ -42,7 +41,7 @@ from ...ops.cumulative import ACCUMULATION_DTYPE, CumulativeOperation
 from ...types import DataType
 from .compiled import Loader, call, entry_point, viewer
 from .pieces import CORES, PIECES_PER_CORE, cut, run_in_pieces
-from .processor import target_features
+from .processor import VECTOR_BYTES, WALK_BYTES
 
 # NumPy engine: elements per scratch block (float32: 256 KiB, so that a block in and a block out stay in L2).
 BLOCK_ELEMENTS = 1 << 16
@@ -59,15 +58,8 @@ PARALLEL_ELEMENTS = 1 << 20
 # the rows loop takes it. Smaller ones are left in the cache for the next reader, which streaming stores would send
 # to memory (a scan of 4-8 MiB float32 then a sum of its output: 5 % slower streamed; of 16 MiB: 10 % faster).
 STREAM_BYTES = 16 << 20
-STREAM_STORES = platform.machine().lower() in ("x86_64", "amd64")  # the fence after them is an x86 instruction
-VECTOR_BYTES = 32  # an AVX vector: a streaming store writes this many bytes at an address aligned to them
 
 
-# The vector a contiguous line is walked by (``vector_lanes``): 64 bytes where the processor has AVX-512, 32
-# elsewhere. A vector of twice the elements takes one step more of its tree and one conversion for twice the
-# FLOAT16 elements (one Zen 5 core: FLOAT16 lines 19-22 → 24-28 GB/s). Both engines walk the same vectors, so
-# their bits are the same on a machine; they differ from those of a machine with the other width.
-WALK_BYTES = 64 if "avx512f" in target_features() else 32
 
 # The operations by the words the compiled loops take as literals: their ufuncs and identities (dmlops.ops).
 UFUNCS = {operation.value: operation.ufunc for operation in CumulativeOperation}
@@ -123,7 +115,13 @@ def warm_up(loops) -> None:
 
 
 # The compiled loops, loaded by the first call that could run them (DMLOPS_NUMBA: in the background by default).
-LOOPS = Loader(f"{__package__}.scan_loops", warm_up)
+def _import_loops():
+    from . import scan_loops
+
+    return scan_loops
+
+
+LOOPS = Loader(_import_loops, warm_up)
 
 
 def stages(operation, x, out, axis, reverse, exclusive, loops=None, pieces=None, stream=None):
@@ -397,7 +395,6 @@ SHORT_LINE = 16
 # and 8 KiB out, in L1), converted a vector at a time on the way in and out (4M × 8 converting element by element:
 # 4.8 GB/s).
 HALF_BLOCK = 2048
-HALF_LANES = 8  # FLOAT16 converted 8 at a time (F16C: 128 bits of halves, 256 of floats)
 # Contiguous lines (walked by vectors) of two chunks or more are cut into chunks of this many bytes of input, in the
 # walk's order, the last one shorter: each chunk is scanned from a carry, the running value after the chunks before
 # it made of their totals (carry_c = carry_{c-1} ⊕ total_c), in both engines, whatever the number of cores, so that

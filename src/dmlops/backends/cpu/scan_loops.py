@@ -13,8 +13,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
 from .atomics import memory_fence, publish, spin_pause, state_of, take_ticket
-from .processor import target_features
-from .scan import HALF_LANES, STREAM_STORES, VECTOR_BYTES, WALK_BYTES
+from .processor import HALF_LANES, STREAM_STORES, VECTOR_BYTES, WALK_BYTES, target_features
 
 # One loop per layout: the running value of each line lives in a register (Q = 1; short contiguous lines in one lane
 # of a vector, a block of lines at a time), or in a row that stays in L1 and is updated a vector at a time (Q > 1).
