@@ -498,7 +498,7 @@ class PersistedB:
 
     array: torch.Tensor
     operand: Operand
-    planned_as_tensor = True  # the array API's plans hold it as they hold its array (dmlops.api._layout)
+    planned_as_tensor = True  # the array API's plans hold it as they hold its array (core.plans.layout)
 
     @property
     def shape(self):
