@@ -8,7 +8,7 @@
 ``benchmarks/eager.py --plot DIR`` draws them from its own run (and ``--record FILE`` keeps the numbers); this
 script redraws them from a recorded run, no GPU needed:
 
-    python benchmarks/eager_plots.py benchmarks/eager_h100.json --out benchmarks
+    python benchmarks/eager_plots.py benchmarks/eager_h200.json --out benchmarks
 
 Record: {"device", "date", "versions", "copy_bandwidth_tb_s", "bare_launch_us", "int8_peak_tops",
 "scans": [{"bytes", "shape", "us": {name: µs}}], "qmatmul": [{"m", "k", "n", "us": {name: µs}, "graph_us"}]}.
