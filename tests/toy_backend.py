@@ -86,8 +86,7 @@ class ToyBackend(registry.Backend):
         def run(x, out):
             out[...] = cumulative.reference(operation, x, axis, reverse, exclusive)
 
-        run(x, out)
-        return run
+        return registry.ran(run, x, out)
 
     def prepare_quantized_linear_matmul(self, views, layouts):
         def run(views):
@@ -103,8 +102,7 @@ class ToyBackend(registry.Backend):
                 t["b_scale_tensor"][column], zero["b_zero_point_tensor"], t["output_scale_tensor"][row],
                 zero["output_zero_point_tensor"], self.data_type(t["output_tensor"]))
 
-        run(views)
-        return run
+        return registry.ran(run, views)
 
     def prepare_linear_recurrence(self, a, b, scale, out, axis, reverse, exclusive):
         def run(a, b, scale, out):
@@ -117,8 +115,7 @@ class ToyBackend(registry.Backend):
                 previous = k
             out[...] = (np.moveaxis(result, 0, axis) * scale).astype(out.dtype)
 
-        run(a, b, scale, out)
-        return run
+        return registry.ran(run, a, b, scale, out)
 
 
 registry.register("toy", ToyBackend)

@@ -11,7 +11,7 @@ from numpy.typing import DTypeLike
 
 from . import arrays, dask
 from .arrays import Array, PreparedB, prepare_b  # noqa: F401  (part of the API)
-from .core import registry
+from .core import plans, registry
 from .ops.cumulative import CumulativeOperation
 from .ops.quantized_matmul import NAME as QMM_NAME
 from .types import ValidationError
@@ -20,9 +20,8 @@ if TYPE_CHECKING:
     import torch
 
 
-def cumulative_sum(x: Array, axis: int, *, reverse: bool = False, exclusive: bool = False, out: Array | None = None,
-                   backend: str | None = None) -> Array:
-    """Running sum along ``axis`` (DML_OPERATOR_CUMULATIVE_SUMMATION).
+# What both scans' docstrings say, but for their words and examples.
+_SCAN_DOCUMENT = """Running {what} along ``axis`` ({operator}).
 
     Parameters
     ----------
@@ -36,16 +35,16 @@ def cumulative_sum(x: Array, axis: int, *, reverse: bool = False, exclusive: boo
     reverse : bool, optional
         Scan from the highest index down (DML_AXIS_DIRECTION_DECREASING). True or False only.
     exclusive : bool, optional
-        Leave each element out of its own result: the first result is 0. True or False only.
+        Leave each element out of its own result: the first result is {identity}. True or False only.
     out : array, optional
         The array to write, of x's sizes and type; it may be x itself (in place). Not with Dask arrays.
-    backend : {"cpu", "cuda"}, optional
+    backend : {{"cpu", "cuda"}}, optional
         By default the backend where x lives.
 
     Returns
     -------
     array
-        The running sums, of x's kind, sizes and type (``out`` where given). Integers wrap in their own type;
+        The running {what}s, of x's kind, sizes and type (``out`` where given). Integers wrap in their own type;
         float16 accumulates in float32. An empty x gives an empty result, as in NumPy.
 
     Raises
@@ -55,53 +54,30 @@ def cumulative_sum(x: Array, axis: int, *, reverse: bool = False, exclusive: boo
         lacks, an axis that is not an integer or is out of range, an option that is not a bool, an ``out`` of other
         sizes or type, read-only, or overlapping x other than exactly.
 
-    Examples
+{examples}"""
+
+
+def cumulative_sum(x: Array, axis: int, *, reverse: bool = False, exclusive: bool = False, out: Array | None = None,
+                   backend: str | None = None) -> Array:
+    return _cumulative(CumulativeOperation.SUM, x, axis, reverse, exclusive, out, backend)
+
+
+def cumulative_product(x: Array, axis: int, *, reverse: bool = False, exclusive: bool = False,
+                       out: Array | None = None, backend: str | None = None) -> Array:
+    return _cumulative(CumulativeOperation.PRODUCT, x, axis, reverse, exclusive, out, backend)
+
+
+cumulative_sum.__doc__ = _SCAN_DOCUMENT.format(what="sum", operator="DML_OPERATOR_CUMULATIVE_SUMMATION", identity=0,
+                                               examples='''    Examples
     --------
     >>> import numpy as np, dmlops
     >>> dmlops.cumulative_sum(np.array([1, 2, 3, 4], np.int32), 0)
     array([ 1,  3,  6, 10], dtype=int32)
     >>> dmlops.cumulative_sum(np.array([1, 2, 3, 4], np.int32), 0, reverse=True, exclusive=True)
     array([9, 7, 4, 0], dtype=int32)
-    """
-    return _cumulative(CumulativeOperation.SUM, x, axis, reverse, exclusive, out, backend)
-
-
-def cumulative_product(x: Array, axis: int, *, reverse: bool = False, exclusive: bool = False,
-                       out: Array | None = None, backend: str | None = None) -> Array:
-    """Running product along ``axis`` (DML_OPERATOR_CUMULATIVE_PRODUCT).
-
-    Parameters
-    ----------
-    x : array
-        NumPy array, torch tensor (CPU or CUDA), CUDA array (CuPy, JAX: DLPack), Dask array, or nested list of
-        numbers, of 1 to 8 dimensions and a type the operator supports: float32, float16, int32, uint32, int64 or
-        uint64.
-    axis : int
-        The one axis scanned (a Python or NumPy integer); negative counts from the end. ``None``, which flattens in
-        NumPy, is not taken: pass ``x.reshape(-1)`` and 0.
-    reverse : bool, optional
-        Scan from the highest index down (DML_AXIS_DIRECTION_DECREASING). True or False only.
-    exclusive : bool, optional
-        Leave each element out of its own result: the first result is 1. True or False only.
-    out : array, optional
-        The array to write, of x's sizes and type; it may be x itself (in place). Not with Dask arrays.
-    backend : {"cpu", "cuda"}, optional
-        By default the backend where x lives.
-
-    Returns
-    -------
-    array
-        The running products, of x's kind, sizes and type (``out`` where given). Integers wrap in their own type;
-        float16 accumulates in float32. An empty x gives an empty result, as in NumPy.
-
-    Raises
-    ------
-    ValidationError
-        (a ValueError) naming the operator, the field and the rule broken: a type or dimension count the operator
-        lacks, an axis that is not an integer or is out of range, an option that is not a bool, an ``out`` of other
-        sizes or type, read-only, or overlapping x other than exactly.
-
-    Examples
+    ''')
+cumulative_product.__doc__ = _SCAN_DOCUMENT.format(what="product", operator="DML_OPERATOR_CUMULATIVE_PRODUCT",
+                                                   identity=1, examples='''    Examples
     --------
     >>> import numpy as np, dmlops
     >>> dmlops.cumulative_product(np.array([[1, 2, 3], [4, 5, 6]], np.float32), 1)
@@ -109,8 +85,7 @@ def cumulative_product(x: Array, axis: int, *, reverse: bool = False, exclusive:
            [  4.,  20., 120.]], dtype=float32)
     >>> dmlops.cumulative_product(np.array([1, 2, 3], np.float32), 0, reverse=True)
     array([6., 6., 3.], dtype=float32)
-    """
-    return _cumulative(CumulativeOperation.PRODUCT, x, axis, reverse, exclusive, out, backend)
+    ''')
 
 
 def _cumulative(operation, x, axis, reverse, exclusive, out, backend):
@@ -186,7 +161,7 @@ def quantized_linear_matmul(a: Array, a_scale: Array | float, a_zero_point: Arra
         b, b_scale, b_zero_point = b.b, b.b_scale, b.b_zero_point
     arguments = [a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point, out]
     if type(a) is not arrays.np.ndarray:
-        if backend is None and out is None and _torch_tensor(a) and _compiling():
+        if backend is None and out is None and plans.is_torch_tensor(a) and _compiling():
             from . import torch as operators
 
             return operators.quantized_linear_matmul_operator(*arrays.as_arrays(arguments[:-1]), output_dtype)
@@ -259,11 +234,6 @@ def check_errors() -> None:
         backend.check_errors()
 
 
-def _torch_tensor(value) -> bool:
-    """Whether value is a torch tensor, by its type's module (simple enough for torch.compile to trace)."""
-    return type(value).__module__.partition(".")[0] == "torch"
-
-
 def _compiling() -> bool:
     import torch  # (a torch tensor was given: torch is imported)
 
@@ -274,7 +244,7 @@ def _through_torch_operator(x, out, backend) -> bool:
     """Whether a call runs as its PyTorch operator (``dmlops.torch``): a torch tensor being traced by
     torch.compile, or one whose gradient autograd records. Plain eager calls run the same code directly, without
     the dispatcher's few microseconds."""
-    if out is not None or backend is not None or not _torch_tensor(x):
+    if out is not None or backend is not None or not plans.is_torch_tensor(x):
         return False
     import torch
 

@@ -42,15 +42,6 @@ def forget() -> None:
     _plans.clear()
 
 
-def count() -> int:
-    return len(_plans)
-
-
-def _numpy_layout(value):
-    flags = value.flags  # (compiled loops are compiled for arrays as aligned as those they were first given)
-    return np.ndarray, value.dtype, value.shape, value.strides, flags.writeable, flags.aligned
-
-
 def _tensor_layout(value):
     return type(value), value.dtype, value.shape, value.stride(), value.device, value.data_ptr() & 15
 
@@ -71,8 +62,8 @@ def _layout_function(kind: type):
     """How the layout of values of ``kind`` is read: by looking at the type once (its module and bases), with no
     import; torch tensors and objects that read as one (``planned_as_tensor``) by their sizes, strides, device and
     16-byte alignment."""
-    if issubclass(kind, np.ndarray):
-        return _numpy_layout if kind is np.ndarray else _unplanned
+    if issubclass(kind, np.ndarray):  # (NumPy arrays themselves are read in ``layout``)
+        return _unplanned
     if kind in (int, float, type(None)):
         return _by_value
     if issubclass(kind, np.generic):
@@ -83,14 +74,14 @@ def _layout_function(kind: type):
     return _unplanned
 
 
-_LAYOUT_FUNCTIONS: dict = {np.ndarray: _numpy_layout, int: _by_value, float: _by_value, type(None): _by_value}
+_LAYOUT_FUNCTIONS: dict = {}  # by type, found once (``_layout_function``)
 
 
 def layout(value):
     """What a plan depends on in one argument; ``UNPLANNED`` where no plan can hold it."""
     kind = type(value)
     if kind is np.ndarray:  # (first: the commonest)
-        flags = value.flags
+        flags = value.flags  # (compiled loops are compiled for arrays as aligned as those they were first given)
         return np.ndarray, value.dtype, value.shape, value.strides, flags.writeable, flags.aligned
     function = _LAYOUT_FUNCTIONS.get(kind)
     if function is None:
@@ -99,29 +90,12 @@ def layout(value):
 
 
 def is_torch_tensor(value) -> bool:
-    """Whether value is a torch tensor (or a subclass's), found without importing torch."""
-    function = _LAYOUT_FUNCTIONS.get(type(value))
-    if function is None:
-        function = _LAYOUT_FUNCTIONS[type(value)] = _layout_function(type(value))
-    return function is _tensor_layout and not getattr(type(value), "planned_as_tensor", False)
+    """Whether value is a torch tensor (or a subclass's, a parameter or a tensor torch.compile traces), by its type's
+    module: no import, and simple enough for torch.compile to trace."""
+    return type(value).__module__.partition(".")[0] == "torch"
 
 
 def key(operation, options, arguments):
     """The key of a call's plan, or None where it can have none."""
-    layouts = []
-    for value in arguments:
-        kind = type(value)
-        if kind is np.ndarray:
-            flags = value.flags
-            layouts.append((np.ndarray, value.dtype, value.shape, value.strides, flags.writeable, flags.aligned))
-        elif value is None:
-            layouts.append(None)
-        else:
-            function = _LAYOUT_FUNCTIONS.get(kind)
-            if function is None:
-                function = _LAYOUT_FUNCTIONS[kind] = _layout_function(kind)
-            layout = function(value)
-            if layout is UNPLANNED:
-                return None
-            layouts.append(layout)
-    return operation, options, tuple(layouts)
+    layouts = tuple(map(layout, arguments))
+    return None if UNPLANNED in layouts else (operation, options, layouts)

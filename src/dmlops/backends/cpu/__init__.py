@@ -145,9 +145,8 @@ class CpuBackend(Backend):
     # -- lowerings -------------------------------------------------------------------------------------------
 
     def prepare_cumulative(self, operation, x, out, axis: int, reverse: bool, exclusive: bool):
-        run = scan.prepare(operation.value, x, out, axis, reverse, exclusive)  # the scans take the operation's word
-        run(x, out)
-        return run
+        # (the scans take the operation's word)
+        return ran(scan.prepare(operation.value, x, out, axis, reverse, exclusive), x, out)
 
     def prepare_linear_recurrence(self, a, b, scale, out, axis: int, reverse: bool, exclusive: bool):
         from . import recurrence
@@ -176,8 +175,7 @@ class CpuBackend(Backend):
             def run(views):
                 product(*[None if read is None else read(views[field]) for field, read in readers])
 
-            run(views)
-            return run
+            return ran(run, views)
         arrays = list(tensors.values())
         run_kernel = qmatmul.prepare(*arrays)
         qmatmul.check_scales(arrays[1], arrays[4], arrays[6])  # a_scale, b_scale, output_scale

@@ -246,14 +246,7 @@ def pack_four_rows(typing_context, count, b, flip, groups, terms, group, column)
         flip, group, column = arguments[2], arguments[5], arguments[6]
         constant = moves.constant
 
-        def address(array, offset):
-            return builder.add(builder.ptrtoint(array.data, INT64), offset)
-
-        def stride(array, dimension):
-            return builder.extract_value(array.strides, dimension)
-
-        def pointer(at, kind):
-            return builder.inttoptr(at, kind.as_pointer())
+        address, stride, pointer = moves.address, moves.stride, moves.pointer
 
         # byte 16·L + 4·w + i of a permuted row is column 16·w + 4·L + i: after the unpacks, vector w holds, in
         # 128-bit lane L, columns 16·w + 4·L to 16·w + 4·L + 3, each a group of 4 rows

@@ -18,6 +18,18 @@ class ByteMoves:
     def constant(value, kind=ir.IntType(64)):
         return ir.Constant(kind, value)
 
+    def address(self, array, offset):
+        """The address ``offset`` bytes past a numba array's first element, as an int64."""
+        return self.builder.add(self.builder.ptrtoint(array.data, ir.IntType(64)), offset)
+
+    def stride(self, array, dimension: int):
+        """A numba array's stride in bytes along ``dimension``."""
+        return self.builder.extract_value(array.strides, dimension)
+
+    def pointer(self, at, kind):
+        """The int64 address ``at`` as a pointer to ``kind``."""
+        return self.builder.inttoptr(at, kind.as_pointer())
+
     def splat(self, value, vector):
         one = self.builder.insert_element(ir.Constant(vector, None), value, self.constant(0, ir.IntType(32)))
         return self.shuffle(one, ir.Constant(vector, None), [0] * vector.count)

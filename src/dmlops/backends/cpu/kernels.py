@@ -73,7 +73,7 @@ KERNELS_BY_NAME = {kernel.name: kernel for kernel in KERNELS}
 def numba_installed() -> bool:
     try:
         return importlib.util.find_spec("numba") is not None
-    except ValueError:  # (sys.modules["numba"] set to None: as where it is not installed)
+    except ValueError:  # (numba's module set to None, as the tests do to run as where it is not installed)
         return False
 
 

@@ -185,7 +185,7 @@ def pack_four_rows(typing_context, kernel, b, flip, groups, column_terms, group,
     signature = types.none(kernel, b, flip, groups, column_terms, group, column)
 
     def codegen(context, builder, signature, arguments):
-        int64, int32 = ir.IntType(64), ir.IntType(32)
+        int32 = ir.IntType(32)
         moves = ByteMoves(builder, spec.vector_bits // 8)
         lanes, count = moves.lanes, moves.lanes.count
         b_array, groups_array, terms_array = (context.make_array(signature.args[i])(context, builder, arguments[i])
@@ -193,14 +193,7 @@ def pack_four_rows(typing_context, kernel, b, flip, groups, column_terms, group,
         flip, group, column = arguments[2], arguments[5], arguments[6]
         constant = moves.constant
 
-        def address(array, offset):
-            return builder.add(builder.ptrtoint(array.data, int64), offset)
-
-        def stride(array, dimension):
-            return builder.extract_value(array.strides, dimension)
-
-        def pointer(at, kind):
-            return builder.inttoptr(at, kind.as_pointer())
+        address, stride, pointer = moves.address, moves.stride, moves.pointer
 
         flips = moves.splat(flip, moves.bytes)
         first_row = builder.mul(group, constant(4))
