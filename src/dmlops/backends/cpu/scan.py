@@ -417,9 +417,7 @@ def compiled_chunks(loops, operation, x3, out3, accumulation, reverse, exclusive
     """(view of x3, view of out3, scan(x view, out view)): lines cut into chunks scanned by scan_chunks on
     ``threads`` threads at once (no more than there are chunks), each call with tickets, states, totals and carries
     of its own, and each thread with its own scratch."""
-    element = "value"
-    if x3.dtype == np.float16:
-        x3, out3, element = x3.view(np.uint16), out3.view(np.uint16), "half"
+    x3, out3, element, accumulation = compiled_views(x3, out3, accumulation)
     x2, out2 = x3[:, :, 0], out3[:, :, 0]
     count, length = x2.shape
     tickets = count * -(-length // chunk)
@@ -455,6 +453,7 @@ def compiled_scan(loops, operation, x3, out3, accumulation, reverse, exclusive, 
     """(view of x3, view of out3, scan(x view, out view)): the compiled loop that scans (P, L, Q) views such as x3
     and out3 in one pass, and the views of them it takes; x3 may be out3 (in place). ``stream``: streaming stores
     pay and can write x3's type (``streams``); the rows take them where both x3's and out3's are contiguous."""
+    x3, out3, element, accumulation = compiled_views(x3, out3, accumulation)
     identity = accumulation.type(IDENTITIES[operation])
     width = x3.shape[2]
     if stream and width > 1 and out3.flags.aligned and x3.strides[2] == out3.strides[2] == x3.itemsize:
@@ -462,9 +461,6 @@ def compiled_scan(loops, operation, x3, out3, accumulation, reverse, exclusive, 
             call(loops.scan_rows_streamed, x3, out3, operation, identity, reverse, exclusive,
                  vector_aligned(width, accumulation, out3.ctypes.data))
         return x3, out3, scan_streamed
-    element = "value"
-    if x3.dtype == np.float16:  # numba has no float16: the loops read and write its bits
-        x3, out3, element = x3.view(np.uint16), out3.view(np.uint16), "half"
     x2, out2 = x3[:, :, 0], out3[:, :, 0]  # 2-D where Q = 1, so that contiguous lines compile as such
     lanes = vector_lanes(x3, out3, accumulation)
     if lanes:
@@ -486,6 +482,18 @@ def compiled_scan(loops, operation, x3, out3, accumulation, reverse, exclusive, 
                                    exclusive)
     return x3, out3, kept_call(loops.scan_rows_compiled, x3, out3, operation, element, identity, reverse, exclusive,
                                scratch=lambda: (np.empty(width, accumulation),))
+
+
+def compiled_views(x3, out3, accumulation: np.dtype):
+    """(x3, out3, element, accumulation) as the compiled loops take them: FLOAT16 as its bits ("half": numba has no
+    float16, the loops convert it), unsigned integers as the signed ones of their width (sums and products wrap
+    to the same bits in either, so that one compiled loop serves both), other types as they are ("value")."""
+    if x3.dtype == np.float16:
+        return x3.view(np.uint16), out3.view(np.uint16), "half", accumulation
+    if x3.dtype.kind == "u":
+        signed = np.dtype(f"i{x3.itemsize}")
+        return x3.view(signed), out3.view(signed), "value", signed
+    return x3, out3, "value", accumulation
 
 
 def kept_call(kernel, x, out, *constants, scratch=tuple):
