@@ -91,26 +91,31 @@ def call(kernel, *args):
     return entry_point(kernel, *args)(*args)
 
 
-def entry_point(kernel, *args, any_layout: tuple = ()):
+def entry_point(kernel, *args, any_layout: tuple = (), read_only: tuple = ()):
     """The kernel compiled for the arguments' numba types (strings as literals): a function that takes arguments of
     those types only, and does not check them (a kept run resolves it once for the layouts it was made for). The
     arrays at the positions ``any_layout`` names (or in a tuple there) are typed as of any layout ("A"), so that
-    one variant serves every layout: for a large kernel, whose every variant takes a second or two to compile."""
-    key = (kernel, any_layout, *map(argument_key, args))
+    one variant serves every layout: for a large kernel, whose every variant takes a second or two to compile.
+    Those at the positions ``read_only`` names are typed as read-only, so that one variant serves writable and
+    read-only arrays alike (numba's read-only arrays differ only in what its type checks allow: the kernel reads
+    them)."""
+    key = (kernel, any_layout, read_only, *map(argument_key, args))
     entry = ENTRY_POINTS.get(key)
     if entry is None:
         import numba
 
-        def numba_type(arg, any_layout):
+        def numba_type(arg, any_layout, read_only):
             if isinstance(arg, str):
                 return numba.types.literal(arg)
             if isinstance(arg, tuple):
-                return numba.types.BaseTuple.from_types([numba_type(item, any_layout) for item in arg])
+                return numba.types.BaseTuple.from_types([numba_type(item, any_layout, read_only) for item in arg])
             kind = numba.typeof(arg)
-            return kind.copy(layout="A") if any_layout and isinstance(kind, numba.types.Array) else kind
+            if isinstance(kind, numba.types.Array):
+                kind = kind.copy(layout="A" if any_layout else kind.layout, readonly=read_only or not kind.mutable)
+            return kind
 
-        entry = ENTRY_POINTS[key] = kernel.compile(tuple(numba_type(arg, position in any_layout)
-                                                         for position, arg in enumerate(args)))
+        entry = ENTRY_POINTS[key] = kernel.compile(tuple(
+            numba_type(arg, position in any_layout, position in read_only) for position, arg in enumerate(args)))
     return entry
 
 

@@ -161,6 +161,11 @@ def pieces_of_product(integer_gemm, m: int, k: int, n: int, pieces: int | None) 
     return PIECES_PER_CORE * threads, threads
 
 
+# The positions of prepare_one_call's product's inputs among product_in_one_call's arguments: A, its scale and zero
+# point, B, its scale and zero point, the output's scale and zero point.
+ONE_CALL_INPUTS = (4, 6, 7, 8, 10, 11, 12, 13)
+
+
 def prepare_one_call(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point, out,
                      compiled: bool | None = None, products: str | None = None, pieces: int | None = None):
     """product(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point, out) for one
@@ -186,13 +191,16 @@ def prepare_one_call(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_
 
     def product(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point, out):
         nonlocal entry
-        # an absent zero point as the number 0: one compiled variant fewer for each zero point, the same sums
-        arguments = (kernel.name, layout, np.zeros(1 + len(counts), np.int64), counts, a, a_sign, a_scale,
-                     0 if a_zero_point is None else a_zero_point, b, b_sign, b_scale,
+        # an absent zero point as the number 0, the operands and the output as their bits (their types are in
+        # their signs and bounds) and the inputs typed as read-only: one compiled variant serves every type and
+        # writability of each (a variant takes 2 s to compile), the same sums
+        arguments = (kernel.name, layout, np.zeros(1 + len(counts), np.int64), counts, a.view(np.uint8), a_sign,
+                     a_scale, 0 if a_zero_point is None else a_zero_point, b.view(np.uint8), b_sign, b_scale,
                      0 if b_zero_point is None else b_zero_point, output_scale,
-                     0 if output_zero_point is None else output_zero_point, low, high, out, scratch(layouts))
+                     0 if output_zero_point is None else output_zero_point, low, high, out.view(np.uint8),
+                     scratch(layouts))
         if entry is None:
-            entry = entry_point(product_in_one_call, *arguments, NO_RING, True)
+            entry = entry_point(product_in_one_call, *arguments, NO_RING, True, read_only=ONE_CALL_INPUTS)
         if not run_on_cores(entry, arguments, threads):
             check_scales(a_scale, b_scale, output_scale)
     return product

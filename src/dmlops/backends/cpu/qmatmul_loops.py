@@ -20,10 +20,10 @@ def product_in_one_call(kernel, layout, state, counts, a, a_sign, a_scale, a_zer
                         b_zero_point, output_scale, output_zero_point, low, high, out, buffers, doorbell, wait):
     """This thread's part of prepare_one_call's product (``pieces.run_on_cores``: every thread of it gets the same
     arguments, ``wait`` and ``doorbell`` aside; ``kernel`` and ``layout`` literal strings, ``state`` and ``counts``
-    as ``driver.product_pieces`` takes them, a, b and out C-contiguous, the signs of a and b as
-    ``integer_gemm.operand`` gives them, ``buffers`` the tuple of ``integer_gemm.scratch_layouts``; it begins and
-    ends as ``atomics.call_begins`` and ``call_ends`` say): False, out unwritten, where a scale is zero, NaN or
-    infinite. (Its cached machine code includes the loops of integer_gemm and compiled, but numba renews it only
+    as ``driver.product_pieces`` takes them, a, b and out C-contiguous and as their bits (uint8), the signs of a
+    and b as ``integer_gemm.operand`` gives them, ``buffers`` the tuple of ``integer_gemm.scratch_layouts``; it
+    begins and ends as ``atomics.call_begins`` and ``call_ends`` say): False, out unwritten, where a scale is
+    zero, NaN or infinite. (Its cached machine code includes the loops of integer_gemm and compiled, but numba renews it only
     when this file changes: after editing those, delete this module's numba cache, ``__pycache__/qmatmul_loops.*``.)
     """
     call_begins(doorbell, wait)
@@ -35,12 +35,8 @@ def product_in_one_call(kernel, layout, state, counts, a, a_sign, a_scale, a_zer
             if value == 0 or not np.isfinite(value):
                 call_ends(doorbell, wait)
                 return False  # (every thread finds it: none takes a piece)
-    # the operands and the output as their bits (views here: a microsecond less than in Python), as integer_product
-    # passes them, so that every type shares the compiled product
-    finish = (a_scale, b_scale, output_scale, as_vector(output_zero_point, m, np.float64), low, high,
-              out.view(np.uint8))
-    driver.product_pieces(kernel, layout, state, counts, a.view(np.uint8), a_sign,
-                                as_vector(a_zero_point, m, np.int32), b.view(np.uint8), b_sign,
-                                as_vector(b_zero_point, n, np.int32), buffers, finish, wait)
+    finish = (a_scale, b_scale, output_scale, as_vector(output_zero_point, m, np.float64), low, high, out)
+    driver.product_pieces(kernel, layout, state, counts, a, a_sign, as_vector(a_zero_point, m, np.int32), b, b_sign,
+                          as_vector(b_zero_point, n, np.int32), buffers, finish, wait)
     call_ends(doorbell, wait)
     return True

@@ -111,7 +111,8 @@ def compiled_loops(dtype: np.dtype, compiled: bool | None):
 def warm_up(loops) -> None:
     """Load one loop (short float32 lines), so that numba's compiler is initialised before a call needs it."""
     sample = np.zeros((1, 2), np.float32)
-    entry_point(loops.scan_lines_compiled, sample, sample, "sum", "value", np.float32(0), False, False)
+    entry_point(loops.scan_lines_compiled, sample, sample, "sum", "value", np.float32(0), False, False,
+                read_only=(0,))  # (as kept_call types it)
 
 
 # The compiled loops, loaded by the first call that could run them (DMLOPS_NUMBA: in the background by default).
@@ -432,7 +433,7 @@ def compiled_chunks(loops, operation, x3, out3, accumulation, reverse, exclusive
     def scratch():
         return np.empty((4, lanes), accumulation)
 
-    entry = entry_point(loops.scan_chunks, x2, out2, *constants, *shared(), scratch())
+    entry = entry_point(loops.scan_chunks, x2, out2, *constants, *shared(), scratch(), read_only=(0,))
 
     def scan(x2, out2):
         state = shared()
@@ -498,9 +499,10 @@ def compiled_views(x3, out3, accumulation: np.dtype):
 
 def kept_call(kernel, x, out, *constants, scratch=tuple):
     """scan(x, out) = kernel(x, out, *constants, *scratch()) for arrays of the types of x and out, through the entry
-    point compiled for them, found once. ``scratch`` returns the scratch arrays of one call, made for each call, so
-    that calls on several threads keep apart."""
-    entry = entry_point(kernel, x, out, *constants, *scratch())
+    point compiled for them (x typed as read-only: one compiled loop for writable and read-only inputs), found once.
+    ``scratch`` returns the scratch arrays of one call, made for each call, so that calls on several threads keep
+    apart."""
+    entry = entry_point(kernel, x, out, *constants, *scratch(), read_only=(0,))
     return lambda x, out: entry(x, out, *constants, *scratch())
 
 
