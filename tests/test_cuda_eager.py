@@ -28,12 +28,12 @@ def poisoned_like(tensor):
 @pytest.mark.parametrize("operation", ["sum", "product"])
 @pytest.mark.parametrize("reverse, exclusive", [(False, False), (True, True), (True, False)])
 def test_repeated_scans_take_kept_launches_with_fresh_values(torch_device, operation, reverse, exclusive):
-    """The same layout three times with fresh values (the first call plans, the others run the kept launch), into
-    a new output and into a given poisoned one, then in place; a changed layout in between plans again."""
+    """The same layout twice with fresh values (the first call plans, the second runs the kept launch), into a new
+    output and into a given poisoned one, then in place; a changed layout in between plans again."""
     rng = np.random.default_rng(1)
     function = dmlops.cumulative_sum if operation == "sum" else dmlops.cumulative_product
     for shape, axis in [((6, 300), 1), ((300, 5), 0), ((6, 300), 1), ((2, 3, 70), 1)]:
-        for _ in range(3):
+        for _ in range(2):
             x_values = rng.uniform(0.8, 1.2, shape).astype(np.float32)
             x = torch.from_numpy(x_values.copy()).to(torch_device)
             result = function(x, axis, reverse=reverse, exclusive=exclusive, backend=BACKEND)
