@@ -96,6 +96,8 @@ def entry_point(kernel, *args, any_layout: tuple = (), read_only: tuple = ()):
     those types only, and does not check them (a kept run resolves it once for the layouts it was made for). The
     arrays at the positions ``any_layout`` names (or in a tuple there) are typed as of any layout ("A"), so that
     one variant serves every layout: for a large kernel, whose every variant takes a second or two to compile.
+    Fortran-ordered arrays are typed so everywhere: the loops walk their last axis innermost, which such an array's
+    order does not make contiguous, and a variant of their own would only cost its compile.
     Those at the positions ``read_only`` names are typed as read-only, so that one variant serves writable and
     read-only arrays alike (numba's read-only arrays differ only in what its type checks allow: the kernel reads
     them)."""
@@ -111,7 +113,8 @@ def entry_point(kernel, *args, any_layout: tuple = (), read_only: tuple = ()):
                 return numba.types.BaseTuple.from_types([numba_type(item, any_layout, read_only) for item in arg])
             kind = numba.typeof(arg)
             if isinstance(kind, numba.types.Array):
-                kind = kind.copy(layout="A" if any_layout else kind.layout, readonly=read_only or not kind.mutable)
+                kind = kind.copy(layout="A" if any_layout or kind.layout == "F" else kind.layout,
+                                 readonly=read_only or not kind.mutable)
             return kind
 
         entry = ENTRY_POINTS[key] = kernel.compile(tuple(
@@ -132,11 +135,11 @@ class KeptCalls:
     def __call__(self, kernel, *args):
         return self.entry(kernel, *args)(*args)
 
-    def entry(self, kernel, *args, any_layout: tuple = ()):
+    def entry(self, kernel, *args, any_layout: tuple = (), read_only: tuple = ()):
         """The entry point that call(kernel, *args) goes through (``entry_point``'s)."""
         entry = self.entries.get(kernel)
         if entry is None:
-            entry = self.entries[kernel] = entry_point(kernel, *args, any_layout=any_layout)
+            entry = self.entries[kernel] = entry_point(kernel, *args, any_layout=any_layout, read_only=read_only)
         return entry
 
 

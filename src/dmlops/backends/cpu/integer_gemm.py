@@ -100,14 +100,16 @@ def integer_product(kernel: Kernel, a, a_zero_point, b, b_zero_point, buffers, p
     n = b.shape[1]
     layout = products_layout(kernel, a, b)
     counts = stage_counts(kernel, layout, m, k, n, pieces)
-    # the operands and the output as bits, zero points as int32 vectors, and the operands and the requantization's
-    # arrays typed as of any layout (their loops run as fast either way): a compiled variant of the whole product
-    # takes a second or two to compile, and each type and layout of each argument would make another
+    # the operands and the output as bits, zero points as int32 vectors, the operands and the requantization's
+    # arrays typed as of any layout (their loops run as fast either way) and the operands as read-only: a compiled
+    # variant of the whole product takes a second or two to compile, and each type, layout and writability of each
+    # argument would make another
     if finish is not None:
         finish = (*finish[:-1], finish[-1].view(np.uint8))
     arguments = (kernel.name, layout, np.zeros(1 + len(counts), np.int64), counts, *operand(a, a_zero_point, m),
                  *operand(b, b_zero_point, n), tuple(buffers), finish)
-    entry = calls.entry(multiply_in_pieces, *arguments, NO_RING, True, any_layout=(4, 7, 11))  # a, b, finish
+    entry = calls.entry(multiply_in_pieces, *arguments, NO_RING, True, any_layout=(4, 7, 11),  # a, b, finish
+                        read_only=(4, 7))
     run_on_cores(entry, arguments, threads_for(pieces) if threads is None else threads)
     return buffers[2][:m, :n]
 
