@@ -393,10 +393,11 @@ def rows_requantization(compiled, corrections, a_scale, b_scale, output_scale, z
     # contiguous vectors, so that one compiled loop serves every parameter form
     a_scale, b_scale, output_scale = (np.ascontiguousarray(v, np.float32) for v in (a_scale, b_scale, output_scale))
     zero_point = np.ascontiguousarray(zero_point, np.float64)
+    bits = out.view(UINT8)  # (the output's bits, as the integer kernels' pieces write them: one variant for both)
 
     def requantize_slice(product, rows):  # whole arrays and a range: a slice of one row would be of another type
         calls(requantize_rows, product, row_terms, column_terms, a_scale, b_scale, output_scale, zero_point, low,
-              high, out, rows.start, rows.stop)
+              high, bits, rows.start, rows.stop)
     return requantize_slice
 
 
