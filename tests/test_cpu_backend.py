@@ -844,12 +844,13 @@ def wait_for_the_pool():
     cpu_pieces.ring_from_python(cpu_pieces.HELPERS)
     meeting.wait(10)
 TYPE_TRIPLES = list(itertools.product(QMM_TYPES, repeat=3))  # A, B, output
-# How each of a_scale, zero_a, b_scale, zero_b, output_scale, zero_out is given: a number (per tensor, as the array
-# API's prepared run hands it), a vector (per row / column) or None (a zero point of 0).
+# How each of a_scale, zero_a, b_scale, zero_b, output_scale, zero_out is given: a number (per tensor), an array of
+# one value (per tensor, as the array API's prepared run hands it), a vector (B's: per column) or None (a zero point
+# of 0).
 PARAMETER_FORMS = {
     "numbers": ("number", "number", "number", "number", "number", "number"),
-    "vectors": ("vector", "vector", "vector", "vector", "vector", "vector"),
-    "mixed": ("number", "vector", "vector", None, "vector", "number"),
+    "vectors": ("array", "array", "vector", "vector", "array", "array"),
+    "mixed": ("number", "array", "vector", None, "array", "number"),
 }
 
 
@@ -1326,6 +1327,8 @@ def test_products_in_pieces_of_bounded_scratch(monkeypatch, kernel):
         out = poisoned(expected.shape, np.uint8)
         cpu_qmatmul.quantized_linear_matmul(*arguments, out, compiled=True, products=kernel.name)
         np.testing.assert_array_equal(out, expected)
+        # (in one compiled call: A's and the output's parameters per tensor)
+        arguments, expected = quantized_case(rng, np.uint8, np.int8, np.uint8, k, (True, True, True), False, m=m, n=n)
         one_matrix = [x[0, 0] if x.ndim == 4 else x for x in arguments] + [poisoned(expected.shape[2:], np.uint8)]
         cpu_qmatmul.prepare_one_call(*one_matrix, products=kernel.name)(*one_matrix)
         np.testing.assert_array_equal(one_matrix[-1], expected[0, 0])
@@ -1644,3 +1647,16 @@ def test_both_products_through_batches_give_the_operators_bits(products, types, 
     outside = np.ones(buffer.shape, bool)
     outside[:, :, 1:, 1:n + 1] = False
     np.testing.assert_array_equal(buffer[outside], before[outside])
+
+
+@ONE_CALL
+def test_one_call_products_take_a_and_output_parameters_per_tensor():
+    """A product whose A or output parameters have a value a row is not one for a compiled call (prepare's path
+    takes it); one value in a vector of zero strides is per tensor."""
+    arguments = list(one_call_case(np.random.default_rng(5), (np.uint8,) * 3, 16, 256, 64, "numbers")[0])
+    for position, length in ((1, 16), (2, 16), (6, 16), (7, 16)):
+        per_row = list(arguments)
+        per_row[position] = np.full(length, per_row[position], np.float32 if position in (1, 6) else np.uint8)
+        assert cpu_qmatmul.prepare_one_call(*per_row) is None
+        per_row[position] = np.broadcast_to(per_row[position][:1], (length,))
+        assert cpu_qmatmul.prepare_one_call(*per_row) is not None

@@ -16,6 +16,7 @@ from .compiled import viewer
 
 # The quantized matmul's parameters of B's columns (a vector of N each where not per tensor).
 PER_COLUMN = {field for field, (data, _) in QUANTIZATION_PARAMETERS.items() if data == "b_tensor"}
+MATRICES = ("a_tensor", "b_tensor", "output_tensor")
 
 # recurrence is imported by its operator's first call: it loads numba as it is imported, where the scans and the
 # quantized matmul load their compiled code in the background (compiled.Loader), so that a first call does not wait
@@ -157,23 +158,21 @@ class CpuBackend(Backend):
     def prepare_quantized_linear_matmul(self, views: dict, layouts: dict):
         """A product of one matrix that takes one compiled call a thread (``qmatmul.prepare_one_call``: A's and the
         output's scales and zero points per tensor, B's per tensor or contiguous vectors of N) is handed the bound
-        arrays themselves (or views that drop their dimensions of 1), each scale and zero point per tensor as a
-        number: no view is made for it. Other products take views in the kernel layouts."""
+        arrays themselves (A, B and the output as views that drop their dimensions of 1). Other products take views
+        in the kernel layouts."""
         tensors = {field: None if view is None else restride(view, *layouts[field]) for field, view in views.items()}
         out = tensors["output_tensor"]
         # one compiled call a thread for one packed matrix with its parameters per tensor, B's also per column (as
         # quantized weights mostly are): the products whose call costs matter; each other form or layout of the
         # arguments would compile a function of its own
-        arguments = [tensor if tensor is None or tensor.ndim == 1 else tensor[0, 0] for tensor in tensors.values()]
-        simple = out.shape[:2] == (1, 1) and all(arguments[i].flags.c_contiguous for i in (0, 3, 8)) and \
+        simple = out.shape[:2] == (1, 1) and all(tensors[field][0, 0].flags.c_contiguous for field in MATRICES) and \
             all(views.get(field) is None or views[field].size == 1 or
                 field in PER_COLUMN and views[field].flags.c_contiguous for field in QUANTIZATION_PARAMETERS)
-        product = qmatmul.prepare_one_call(*arguments) if simple else None
+        readers = [(field, matrix if field in MATRICES else _same) for field in views]
+        product = qmatmul.prepare_one_call(*[read(views[field]) for field, read in readers]) if simple else None
         if product is not None:
-            readers = [(field, argument_reader(views.get(field), tensor)) for field, tensor in tensors.items()]
-
             def run(views):
-                product(*[None if read is None else read(views[field]) for field, read in readers])
+                product(*[read(views[field]) for field, read in readers])
 
             return ran(run, views)
         arrays = list(tensors.values())
@@ -203,24 +202,9 @@ def restride(array: np.ndarray, sizes, strides) -> np.ndarray:
     return np.lib.stride_tricks.as_strided(array, sizes, byte_strides, writeable=array.flags.writeable)
 
 
-def argument_reader(array, tensor):
-    """How prepare_one_call's product takes the arrays bound to a field, laid out as ``array`` is, whose kernel
-    tensor is ``tensor``: one value (a per-tensor scale or zero point) as a number; a matrix {1, …, 1, rows,
-    columns} as {rows, columns}, a vector {…, length, …} as {length}, each a view (dropping dimensions of 1 never
-    copies). None for an absent tensor."""
-    if tensor is None:
-        return None
-    if tensor.ndim == 4:
-        return matrix
-    return np.ndarray.item if array.size == 1 else vector
-
-
 def matrix(array: np.ndarray) -> np.ndarray:
+    """A {1, …, 1, rows, columns} as {rows, columns} (a view: dropping dimensions of 1 never copies)."""
     return array if array.ndim == 2 else array.reshape(array.shape[-2:])
-
-
-def vector(array: np.ndarray) -> np.ndarray:
-    return array if array.ndim == 1 else array.reshape(-1)
 
 
 def _same(array):

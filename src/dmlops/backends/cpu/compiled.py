@@ -86,9 +86,10 @@ class Loader:
 ENTRY_POINTS: dict = {}
 
 
-def call(kernel, *args):
-    """kernel(*args) through the entry point compiled for the arguments' numba types, strings as literals."""
-    return entry_point(kernel, *args)(*args)
+def call(kernel, *args, read_only: tuple = ()):
+    """kernel(*args) through the entry point compiled for the arguments' numba types, strings as literals (those at
+    the positions ``read_only`` names typed as read-only: ``entry_point``)."""
+    return entry_point(kernel, *args, read_only=read_only)(*args)
 
 
 def entry_point(kernel, *args, any_layout: tuple = (), read_only: tuple = ()):
@@ -132,8 +133,8 @@ class KeptCalls:
     def __init__(self):
         self.entries = {}
 
-    def __call__(self, kernel, *args):
-        return self.entry(kernel, *args)(*args)
+    def __call__(self, kernel, *args, read_only: tuple = ()):
+        return self.entry(kernel, *args, read_only=read_only)(*args)
 
     def entry(self, kernel, *args, any_layout: tuple = (), read_only: tuple = ()):
         """The entry point that call(kernel, *args) goes through (``entry_point``'s)."""

@@ -29,6 +29,9 @@ try:
 except ImportError:  # NumPy alone is enough; the float32 path is used instead
     few_sums = multiply_in_pieces = requantize_rows = None
 
+# The positions of requantize_rows' inputs (the sums, their terms, the scales and the zero point), typed as read-only
+# where it is called from Python, so that one compiled variant serves writable and read-only arrays.
+REQUANTIZATION_INPUTS = (0, 1, 2, 3, 4, 5, 6)
 INT32_CHUNK = 32 * 1024  # 32 768 · 255² < 2^31: the int32 sums of a call are exact
 PARALLEL_PACKING = 1 << 20  # B of this many elements or more is packed on every core, however few rows A has
 # A of at most this many rows is multiplied with B as it lies (``vnni.direct_products``), where the kernel can:
@@ -95,7 +98,8 @@ def integer_product(kernel: Kernel, a, a_zero_point, b, b_zero_point, buffers, p
             total += integer_product(kernel, a[:, start:start + INT32_CHUNK], a_zero_point,
                                      b[start:start + INT32_CHUNK], b_zero_point, buffers, pieces, threads=threads)
         if finish is not None:
-            call(requantize_rows, total, np.zeros((0, 2)), np.zeros((2, 1)), *finish, 0, m)
+            call(requantize_rows, total, np.zeros((0, 2)), np.zeros((2, 1)), *finish, 0, m,
+                 read_only=REQUANTIZATION_INPUTS)
         return total
     n = b.shape[1]
     layout = products_layout(kernel, a, b)

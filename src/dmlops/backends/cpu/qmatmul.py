@@ -171,14 +171,17 @@ def prepare_one_call(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_
     """product(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point, out) for one
     matrix, a {M, K}, b {K, N}, out {M, N} laid out as these are, with ``prepare``'s options: the scale checks, the
     integer kernel's exact sums (``driver.product_pieces``) and their requantization in one compiled call a
-    thread, on the calling thread alone or with the pool's (``pieces.run_on_cores``). Each scale and zero point is
-    a vector as ``prepare`` takes it or a number (per tensor), of the same form at each call; a zero point may be
-    None (0). A zero, NaN or infinite scale raises before out is written. None where the product is not one for an
-    integer kernel and the compiled requantization (K ≤ INT32_CHUNK), or where the compiled code is not loaded."""
+    thread, on the calling thread alone or with the pool's (``pieces.run_on_cores``). A's and the output's scales
+    and zero points are per tensor, B's per tensor or per column: each a number or an array (of one value, or of
+    one a column), of the same form at each call; a zero point may be None (0). A zero, NaN or infinite scale
+    raises before out is written. None where the product is not one for an integer kernel and the compiled
+    requantization (K ≤ INT32_CHUNK), where A's or the output's parameters have a value a row, or where the
+    compiled code is not loaded."""
     (m, k), n = a.shape, b.shape[1]
     loops = compiled_code(compiled, products)
     kernel = products_kernel(loops, products, m)
-    if kernel is None or compiled is False or k > loops.integer_gemm.INT32_CHUNK:
+    if kernel is None or compiled is False or k > loops.integer_gemm.INT32_CHUNK or \
+            not all(map(one_value, (a_scale, a_zero_point, output_scale, output_zero_point))):
         return None
     integer_gemm, product_in_one_call = loops.integer_gemm, loops.product_in_one_call
     layout = integer_gemm.products_layout(kernel, a, b)
@@ -188,23 +191,64 @@ def prepare_one_call(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_
     counts = integer_gemm.stage_counts(kernel, layout, m, k, n, product_pieces)
     a_sign, b_sign = (integer_gemm.operand(x, None, 0)[1] for x in (a, b))
     a_bits, b_bits, out_bits = (bits_of(x.dtype) for x in (a, b, out))
+    # A's and the output's parameters as numbers, B's scale as a float32 vector and its zero point as its bits, of
+    # one value or one a column: one compiled variant serves every form and type of each (a variant takes seconds
+    # to compile)
+    read_a_scale, read_a_zero, read_output_scale, read_output_zero = map(number_reader, (
+        a_scale, a_zero_point, output_scale, output_zero_point))
+    read_b_scale, read_b_zero = vector_reader(b_scale, FLOAT32), vector_reader(b_zero_point, b.dtype, bits=True)
     entry = None  # product_in_one_call's entry point for the arguments of this layout, found at the first call
 
     def product(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point, out):
         nonlocal entry
-        # an absent zero point as the number 0, the operands and the output as their bits (their types are in
-        # their signs and bounds) and the inputs typed as read-only: one compiled variant serves every type and
-        # writability of each (a variant takes 2 s to compile), the same sums
-        arguments = (kernel.name, layout, np.zeros(1 + len(counts), np.int64), counts, a_bits(a), a_sign, a_scale,
-                     0 if a_zero_point is None else a_zero_point, b_bits(b), b_sign, b_scale,
-                     0 if b_zero_point is None else b_zero_point, output_scale,
-                     0 if output_zero_point is None else output_zero_point, low, high, out_bits(out),
-                     scratch(layouts))
+        # the operands and the output as their bits (their types are in their signs and bounds) and the inputs
+        # typed as read-only: one compiled variant serves every type and writability of each, the same sums
+        arguments = (kernel.name, layout, np.zeros(1 + len(counts), np.int64), counts, a_bits(a), a_sign,
+                     read_a_scale(a_scale), read_a_zero(a_zero_point), b_bits(b), b_sign, read_b_scale(b_scale),
+                     read_b_zero(b_zero_point), read_output_scale(output_scale), read_output_zero(output_zero_point),
+                     low, high, out_bits(out), scratch(layouts))
         if entry is None:
-            entry = entry_point(product_in_one_call, *arguments, NO_RING, True, read_only=ONE_CALL_INPUTS)
+            entry = entry_point(product_in_one_call, *arguments, NO_RING, True, any_layout=(10, 11),
+                                read_only=ONE_CALL_INPUTS)
         if not run_on_cores(entry, arguments, threads):
-            check_scales(a_scale, b_scale, output_scale)
+            check_scales(*(arguments[position] for position in (6, 10, 12)))
     return product
+
+
+FLOAT32 = np.dtype(np.float32)
+ZERO_BITS = np.zeros(1, np.uint8)  # an absent zero point of B: 0, of either type
+
+
+def one_value(parameter) -> bool:
+    """Whether a parameter (a number, an array or None) has one value (per tensor): an array of one element, or whose
+    every stride is 0."""
+    return not isinstance(parameter, np.ndarray) or parameter.size == 1 or not any(parameter.strides)
+
+
+def number_reader(sample):
+    """How prepare_one_call's product passes a parameter of A or the output given as ``sample`` is (a number, an
+    array of one value, or None: 0): as a number."""
+    if sample is None:
+        return lambda value: 0
+    return first_value if isinstance(sample, np.ndarray) else same
+
+
+def first_value(array: np.ndarray):
+    return array.item(0)
+
+
+def vector_reader(sample, dtype: np.dtype, bits: bool = False):
+    """How prepare_one_call's product passes a parameter of B given as ``sample`` is (a number, an array, or None:
+    0): as a vector of dtype, of one value or one a column, a zero point (``bits``) as its bits (uint8). An array is
+    passed as it is or as a view; only a number makes an array."""
+    if sample is None:
+        return lambda value: ZERO_BITS
+    as_bits = bits_of(dtype) if bits else same
+    if not isinstance(sample, np.ndarray):
+        return lambda value: as_bits(np.array((value,), dtype))
+    if sample.ndim == 1:
+        return as_bits
+    return lambda value: as_bits(value.reshape(-1))
 
 
 UINT8 = np.dtype(np.uint8)
@@ -385,7 +429,8 @@ def rows_requantization(compiled, corrections, a_scale, b_scale, output_scale, z
             requantize_numpy(product[rows], [(row_term[rows], column_term) for row_term, column_term in corrections],
                              a_scale[rows], b_scale, output_scale[rows], zero_point[rows], out[rows])
         return requantize_slice
-    requantize_rows = LOOPS.wait().integer_gemm.requantize_rows
+    integer_gemm = LOOPS.wait().integer_gemm
+    requantize_rows, read_only = integer_gemm.requantize_rows, integer_gemm.REQUANTIZATION_INPUTS
     low, high = output_bounds(out.dtype)
     row_terms, column_terms = np.zeros((out.shape[0] if corrections else 0, 2)), np.zeros((2, out.shape[1]))
     for i, (row_term, column_term) in enumerate(corrections):
@@ -397,7 +442,7 @@ def rows_requantization(compiled, corrections, a_scale, b_scale, output_scale, z
 
     def requantize_slice(product, rows):  # whole arrays and a range: a slice of one row would be of another type
         calls(requantize_rows, product, row_terms, column_terms, a_scale, b_scale, output_scale, zero_point, low,
-              high, bits, rows.start, rows.stop)
+              high, bits, rows.start, rows.stop, read_only=read_only)
     return requantize_slice
 
 

@@ -10,7 +10,6 @@ import numpy as np
 
 from . import driver, integer_gemm, requantization  # noqa: F401  (integer_gemm, requantization: qmatmul's)
 from .atomics import call_begins, call_ends
-from .requantization import as_vector
 
 compiled = numba.njit(nogil=True, cache=True)
 
@@ -20,23 +19,44 @@ def product_in_one_call(kernel, layout, state, counts, a, a_sign, a_scale, a_zer
                         b_zero_point, output_scale, output_zero_point, low, high, out, buffers, doorbell, wait):
     """This thread's part of prepare_one_call's product (``pieces.run_on_cores``: every thread of it gets the same
     arguments, ``wait`` and ``doorbell`` aside; ``kernel`` and ``layout`` literal strings, ``state`` and ``counts``
-    as ``driver.product_pieces`` takes them, a, b and out C-contiguous and as their bits (uint8), the signs of a
-    and b as ``integer_gemm.operand`` gives them, ``buffers`` the tuple of ``integer_gemm.scratch_layouts``; it
-    begins and ends as ``atomics.call_begins`` and ``call_ends`` say): False, out unwritten, where a scale is
-    zero, NaN or infinite. (Its cached machine code includes the loops of integer_gemm and compiled, but numba renews it only
-    when this file changes: after editing those, delete this module's numba cache, ``__pycache__/qmatmul_loops.*``.)
+    as ``driver.product_pieces`` takes them, a, b and out as their bits (uint8), the signs of a and b as
+    ``integer_gemm.operand`` gives them, A's and the output's scales and zero points numbers (per tensor), B's scale
+    a float32 vector and its zero point's bits (uint8), each of one value or one a column, ``buffers`` the tuple of
+    ``integer_gemm.scratch_layouts``; it begins and ends as ``atomics.call_begins`` and ``call_ends`` say): False,
+    out unwritten, where a scale is zero, NaN or infinite. (Its cached machine code includes the loops of
+    integer_gemm and compiled, but numba renews it only when this file changes: after editing those, delete this
+    module's numba cache, ``__pycache__/qmatmul_loops.*``.)
     """
     call_begins(doorbell, wait)
     m, n = out.shape
-    a_scale, output_scale = as_vector(a_scale, m, np.float32), as_vector(output_scale, m, np.float32)
-    b_scale = as_vector(b_scale, n, np.float32)
-    for scales in (a_scale, b_scale, output_scale):
-        for value in scales:
+    a_scale, output_scale = np.full(m, a_scale, np.float32), np.full(m, output_scale, np.float32)
+    b_scale = columns(b_scale, n)
+    for vector in (a_scale[:1], b_scale, output_scale[:1]):
+        for value in vector:
             if value == 0 or not np.isfinite(value):
                 call_ends(doorbell, wait)
                 return False  # (every thread finds it: none takes a piece)
-    finish = (a_scale, b_scale, output_scale, as_vector(output_zero_point, m, np.float64), low, high, out)
-    driver.product_pieces(kernel, layout, state, counts, a, a_sign, as_vector(a_zero_point, m, np.int32), b, b_sign,
-                          as_vector(b_zero_point, n, np.int32), buffers, finish, wait)
+    finish = (a_scale, b_scale, output_scale, np.full(m, output_zero_point, np.float64), low, high, out)
+    driver.product_pieces(kernel, layout, state, counts, a, a_sign, np.full(m, a_zero_point, np.int32), b, b_sign,
+                          zero_points(b_zero_point, b_sign, n), buffers, finish, wait)
     call_ends(doorbell, wait)
     return True
+
+
+@compiled
+def columns(values, n):
+    """B's scale, one value or one a column, as a new contiguous float32 vector of n."""
+    if values.shape[0] == 1:
+        return np.full(n, values[0], np.float32)
+    return values.astype(np.float32)
+
+
+@compiled
+def zero_points(bits, sign, length):
+    """A zero point given as its bits (uint8), one value or one each, with its type's sign (128 for INT8: a value is
+    (its bits xor 128) − 128), as a new int32 vector of ``length``."""
+    values = np.empty(length, np.int32)
+    last = bits.shape[0] - 1
+    for i in range(length):
+        values[i] = np.int32(bits[min(i, last)] ^ sign) - np.int32(sign)
+    return values

@@ -1,32 +1,12 @@
 """The operator's requantization of exact int32 sums, compiled (numba): element by element in the reference's order of
-operations, so that its bits are the reference's; and the parameters' forms (vectors, numbers, None) made vectors
-in compiled code."""
+operations, so that its bits are the reference's."""
 
 from __future__ import annotations
 
 import numba
 import numpy as np
-from numba.core import types
-from numba.extending import overload
 
 compiled = numba.njit(nogil=True, cache=True)
-
-
-def as_vector(value, length, dtype):
-    """(Compiled code only.) A parameter given as a vector, a number (one value for every element) or None (0), as a
-    new contiguous vector of ``length`` elements of ``dtype``: one compiled function then serves every form."""
-    raise NotImplementedError("as_vector is called from compiled code only")
-
-
-@overload(as_vector, jit_options={"nogil": True})
-def as_vector_compiled(value, length, dtype):
-    if isinstance(value, types.NoneType):
-        return lambda value, length, dtype: np.zeros(length, dtype)
-    if isinstance(value, types.Number):
-        return lambda value, length, dtype: np.full(length, value, dtype)
-    if isinstance(value, types.Array) and value.ndim == 1:
-        return lambda value, length, dtype: value.astype(dtype)
-    return None
 
 
 @compiled
