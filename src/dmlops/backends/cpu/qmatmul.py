@@ -20,8 +20,8 @@ so the bits are the reference's: by a compiled loop that reads each sum once (nu
 ``requantize`` in blocks of rows that stay in cache.
 
 A product of one matrix runs in one compiled call a thread: the scale checks, the integer kernel's packing, products
-and corrections, and the requantization (``prepare_one_call``), with per-tensor scales and zero points taken as
-numbers. A repeated 16 × 256 × 64 product through the array API cost 34 µs as a dozen NumPy calls and compiled loops
+and corrections, and the requantization (``prepare_one_call``), with A's and the output's per-tensor scales and zero
+points taken as numbers and B's as vectors (one compiled variant for every form). A repeated 16 × 256 × 64 product through the array API cost 34 µs as a dozen NumPy calls and compiled loops
 each entered from Python, 11–12 µs so; a 512³ one on two cores spent 28 µs in Python before its threads started,
 11–19 so (benchmarks/RESULTS.md).
 

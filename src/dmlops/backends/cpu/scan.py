@@ -112,7 +112,7 @@ def warm_up(loops) -> None:
     """Load one loop (short float32 lines), so that numba's compiler is initialised before a call needs it."""
     sample = np.zeros((1, 2), np.float32)
     entry_point(loops.scan_lines_compiled, sample, sample, "sum", "value", np.float32(0), False, False,
-                read_only=(0,))  # (as kept_call types it)
+                any_layout=(0, 1), read_only=(0,))  # (as kept_call types it)
 
 
 # The compiled loops, loaded by the first call that could run them (DMLOPS_NUMBA: in the background by default).
@@ -480,9 +480,10 @@ def compiled_scan(loops, operation, x3, out3, accumulation, reverse, exclusive, 
                                                     np.empty(lines, np.uint16)))
     if width == 1:
         return x2, out2, kept_call(loops.scan_lines_compiled, x2, out2, operation, element, identity, reverse,
-                                   exclusive)
+                                   exclusive, any_layout=True)
+    # (these two walk their lines through strides as fast typed as of any layout: benchmarks/RESULTS.md)
     return x3, out3, kept_call(loops.scan_rows_compiled, x3, out3, operation, element, identity, reverse, exclusive,
-                               scratch=lambda: (np.empty(width, accumulation),))
+                               scratch=lambda: (np.empty(width, accumulation),), any_layout=True)
 
 
 def compiled_views(x3, out3, accumulation: np.dtype):
@@ -497,12 +498,14 @@ def compiled_views(x3, out3, accumulation: np.dtype):
     return x3, out3, "value", accumulation
 
 
-def kept_call(kernel, x, out, *constants, scratch=tuple):
+def kept_call(kernel, x, out, *constants, scratch=tuple, any_layout: bool = False):
     """scan(x, out) = kernel(x, out, *constants, *scratch()) for arrays of the types of x and out, through the entry
-    point compiled for them (x typed as read-only: one compiled loop for writable and read-only inputs), found once.
+    point compiled for them (x typed as read-only: one compiled loop for writable and read-only inputs; with
+    ``any_layout``, x and out typed as of any layout: one for contiguous and strided views), found once.
     ``scratch`` returns the scratch arrays of one call, made for each call, so that calls on several threads keep
     apart."""
-    entry = entry_point(kernel, x, out, *constants, *scratch(), read_only=(0,))
+    entry = entry_point(kernel, x, out, *constants, *scratch(), any_layout=(0, 1) if any_layout else (),
+                        read_only=(0,))
     return lambda x, out: entry(x, out, *constants, *scratch())
 
 
