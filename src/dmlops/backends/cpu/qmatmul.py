@@ -164,6 +164,8 @@ def pieces_of_product(integer_gemm, m: int, k: int, n: int, pieces: int | None) 
 # The positions of prepare_one_call's product's inputs among product_in_one_call's arguments: A, its scale and zero
 # point, B, its scale and zero point, the output's scale and zero point.
 ONE_CALL_INPUTS = (4, 6, 7, 8, 10, 11, 12, 13)
+# Those typed as of any layout: A, B and B's scale and zero point (A and B packed as fast so, on 2 Zen 1 cores)
+ONE_CALL_ANY_LAYOUT = (4, 8, 10, 11)
 
 
 def prepare_one_call(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point, out,
@@ -208,7 +210,7 @@ def prepare_one_call(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_
                      read_b_zero(b_zero_point), read_output_scale(output_scale), read_output_zero(output_zero_point),
                      low, high, out_bits(out), scratch(layouts))
         if entry is None:
-            entry = entry_point(product_in_one_call, *arguments, NO_RING, True, any_layout=(10, 11),
+            entry = entry_point(product_in_one_call, *arguments, NO_RING, True, any_layout=ONE_CALL_ANY_LAYOUT,
                                 read_only=ONE_CALL_INPUTS)
         if not run_on_cores(entry, arguments, threads):
             check_scales(*(arguments[position] for position in (6, 10, 12)))
