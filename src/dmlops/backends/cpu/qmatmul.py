@@ -21,9 +21,9 @@ so the bits are the reference's: by a compiled loop that reads each sum once (nu
 
 A product of one matrix runs in one compiled call a thread: the scale checks, the integer kernel's packing, products
 and corrections, and the requantization (``prepare_one_call``), with A's and the output's per-tensor scales and zero
-points taken as numbers and B's as vectors (one compiled variant for every form). A repeated 16 × 256 × 64 product through the array API cost 34 µs as a dozen NumPy calls and compiled loops
-each entered from Python, 11–12 µs so; a 512³ one on two cores spent 28 µs in Python before its threads started,
-11–19 so (benchmarks/RESULTS.md).
+points taken as numbers and B's as vectors (one compiled variant for every form). A repeated 16 × 256 × 64 product
+through the array API cost 34 µs as a dozen NumPy calls and compiled loops each entered from Python, 11–12 µs so; a
+512³ one on two cores spent 28 µs in Python before its threads started, 11–19 so (benchmarks/RESULTS.md).
 
 The compiled code (qmatmul_loops: the integer GEMM, the compiled requantization, the product in one call) is loaded
 by the first call that could run it, in a background thread (``LOOPS``, DMLOPS_NUMBA): numba's import and its first
