@@ -9,14 +9,11 @@ import numpy as np
 
 from ...core import plans
 from ...core.registry import Backend, ran
-from ...ops.quantized_matmul import QUANTIZATION_PARAMETERS
 from ...types import DataType, ValidationError, no_data_type
 from . import qmatmul, scan
 from .compiled import viewer
 
-# The quantized matmul's parameters of B's columns (a vector of N each where not per tensor).
-PER_COLUMN = {field for field, (data, _) in QUANTIZATION_PARAMETERS.items() if data == "b_tensor"}
-MATRICES = ("a_tensor", "b_tensor", "output_tensor")
+MATRICES = ("a_tensor", "b_tensor", "output_tensor")  # the quantized matmul's (its other fields: parameters)
 
 # recurrence is imported by its operator's first call: it loads numba as it is imported, where the scans and the
 # quantized matmul load their compiled code in the background (compiled.Loader), so that a first call does not wait
@@ -156,18 +153,14 @@ class CpuBackend(Backend):
                    a, b, scale, out)
 
     def prepare_quantized_linear_matmul(self, views: dict, layouts: dict):
-        """A product of one matrix that takes one compiled call a thread (``qmatmul.prepare_one_call``: A's and the
-        output's scales and zero points per tensor, B's per tensor or contiguous vectors of N) is handed the bound
-        arrays themselves (A, B and the output as views that drop their dimensions of 1). Other products take views
-        in the kernel layouts."""
+        """A product of one packed matrix is handed to ``qmatmul.prepare_one_call`` as its arrays are bound (A, B and
+        the output as views that drop their dimensions of 1), which takes it where its parameters allow (A's and the
+        output's per tensor). Other products take views in the kernel layouts."""
         tensors = {field: None if view is None else restride(view, *layouts[field]) for field, view in views.items()}
-        out = tensors["output_tensor"]
-        # one compiled call a thread for one packed matrix with its parameters per tensor, B's also per column (as
-        # quantized weights mostly are): the products whose call costs matter; each other form or layout of the
-        # arguments would compile a function of its own
-        simple = out.shape[:2] == (1, 1) and all(tensors[field][0, 0].flags.c_contiguous for field in MATRICES) and \
-            all(views.get(field) is None or views[field].size == 1 or
-                field in PER_COLUMN and views[field].flags.c_contiguous for field in QUANTIZATION_PARAMETERS)
+        # one compiled call a thread for one packed matrix: the products whose call costs matter; a strided output
+        # would compile a function of its own
+        simple = tensors["output_tensor"].shape[:2] == (1, 1) and \
+            all(tensors[field][0, 0].flags.c_contiguous for field in MATRICES)
         readers = [(field, matrix if field in MATRICES else _same) for field in views]
         product = qmatmul.prepare_one_call(*[read(views[field]) for field, read in readers]) if simple else None
         if product is not None:

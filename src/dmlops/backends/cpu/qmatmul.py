@@ -309,9 +309,8 @@ LOOPS = Loader(_import_loops, warm_up)
 def check_scales(a_scale, b_scale, output_scale) -> None:
     """Raise the ValidationError of a zero, NaN or infinite scale; each a vector or a number."""
     for field, values in zip(SCALE_FIELDS, (a_scale, b_scale, output_scale)):
-        array = isinstance(values, np.ndarray)
-        if not array or values.strides[0] == 0:  # one value (per tensor): checked as a number, in a tenth of the time
-            value = float(values[0] if array else values)
+        if one_value(values):  # (per tensor: checked as a number, in a tenth of the time)
+            value = float(first_value(values) if isinstance(values, np.ndarray) else values)
             if value != 0 and math.isfinite(value):
                 continue
         check_scale(field, np.asarray(values))
