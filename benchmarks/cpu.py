@@ -20,7 +20,9 @@ int8 B (requantized into int8) with torch._int_mm (int32 sums, not requantized);
 hardware's limit for the kernel picked for the processor (named in the header): AMX's tile instruction
 (``tile_peak``: one core issuing nothing but tdpbssd on four tiles of sums), else the vector kernel's
 (``instruction_peak``: one core issuing nothing but its multiply-add instruction, 12 independent chains), times the
-cores. dmlops runs as installed, and on one core (u8s8). DMLOPS_CPU_KERNEL=avx512-vnni (or another kernel's name)
+cores. dmlops runs as installed, and on one core (u8s8). B prepared once (``dmlops.prepare_b``, packed at its first
+product), as a layer's weights are, is compared with ONNX Runtime's QLinearMatMul of B as an initializer (packed
+once, when the session is made). DMLOPS_CPU_KERNEL=avx512-vnni (or another kernel's name)
 runs the rows with that kernel. ONNX Runtime and torch are optional: without them, their columns are empty. The
 header gives the processor's model, the flags that decide the kernels and whether Linux granted AMX's tile state.
 
@@ -281,19 +283,31 @@ def matmul_rows(repeats: int, peak: float):
             "u8s8 1 core": run_backend(pieces=1),
             "s8s8": lambda: dmlops.quantized_linear_matmul(a_signed, a_scale, None, b, np.float32(0.01), None,
                                                            out_scale, None, out=out_signed),
+            "u8s8 B prepared": lambda: dmlops.quantized_linear_matmul(a, a_scale, a_zero, prepared, None, None,
+                                                                      out_scale, out_zero, out=out),
         }
+        prepared = dmlops.prepare_b(b, b_scale, b_zero)  # (a layer's weights: packed once)
         if onnxruntime is not None:
+            session_parameters = [helper.make_tensor("a_scale", TensorProto.FLOAT, [], [a_scale]),
+                                  helper.make_tensor("a_zero", TensorProto.UINT8, [], [a_zero]),
+                                  helper.make_tensor("b_scale", TensorProto.FLOAT, [n], b_scale),
+                                  helper.make_tensor("b_zero", TensorProto.INT8, [n], b_zero),
+                                  helper.make_tensor("y_scale", TensorProto.FLOAT, [], [out_scale]),
+                                  helper.make_tensor("y_zero", TensorProto.UINT8, [], [out_zero])]
             session = onnx_session(
                 helper.make_node("QLinearMatMul", ["a", "a_scale", "a_zero", "b", "b_scale", "b_zero", "y_scale",
                                                    "y_zero"], ["y"]),
                 [("a", np.uint8, (m, k)), ("b", np.int8, (k, n))], ("y", np.uint8, (m, n)),
-                [helper.make_tensor("a_scale", TensorProto.FLOAT, [], [a_scale]),
-                 helper.make_tensor("a_zero", TensorProto.UINT8, [], [a_zero]),
-                 helper.make_tensor("b_scale", TensorProto.FLOAT, [n], b_scale),
-                 helper.make_tensor("b_zero", TensorProto.INT8, [n], b_zero),
-                 helper.make_tensor("y_scale", TensorProto.FLOAT, [], [out_scale]),
-                 helper.make_tensor("y_zero", TensorProto.UINT8, [], [out_zero])])
+                session_parameters)
             runs["ONNX Runtime"] = lambda: session.run(None, {"a": a, "b": b})
+            # B an initializer: ONNX Runtime packs it once, when the session is made
+            constant_b = onnx_session(
+                helper.make_node("QLinearMatMul", ["a", "a_scale", "a_zero", "b", "b_scale", "b_zero", "y_scale",
+                                                   "y_zero"], ["y"]),
+                [("a", np.uint8, (m, k))], ("y", np.uint8, (m, n)),
+                [helper.make_tensor("b", TensorProto.INT8, [k, n], b.tobytes(), raw=True),
+                 *session_parameters])
+            runs["ONNX Runtime, B constant"] = lambda: constant_b.run(None, {"a": a})
         if torch is not None:
             a_torch, b_torch = torch.from_numpy(a_signed), torch.from_numpy(b)
             runs["torch._int_mm"] = lambda: torch._int_mm(a_torch, b_torch)
@@ -305,6 +319,7 @@ def matmul_rows(repeats: int, peak: float):
         loop_rates = {name: operations / seconds for name, seconds in in_a_row.items()}
         nan = float("nan")
         ort, int_mm = rates.get("ONNX Runtime", nan), rates.get("torch._int_mm", nan)
+        ort_constant = rates.get("ONNX Runtime, B constant", nan)
         loop_ort, loop_int_mm = loop_rates.get("ONNX Runtime", nan), loop_rates.get("torch._int_mm", nan)
         if onnxruntime is not None:
             dmlops.quantized_linear_matmul(a, a_scale, a_zero, b, b_scale, b_zero, out_scale, out_zero, out=out)
@@ -314,7 +329,8 @@ def matmul_rows(repeats: int, peak: float):
         print(f"| {m} × {k} × {n} | {rates['u8s8']:.0f} | {rates['u8s8 1 core']:.0f} | {ort:.0f} | "
               f"{rates['u8s8'] / ort:.2f} | {rates['s8s8']:.0f} | {int_mm:.0f} | {rates['s8s8'] / int_mm:.2f} | "
               f"{rates['u8s8'] / peak:.3f} | {rates['s8s8'] / peak:.3f} | {ort / peak:.3f} | {int_mm / peak:.3f} | "
-              f"{loop_rates['u8s8'] / loop_ort:.2f} | {loop_rates['s8s8'] / loop_int_mm:.2f} | {difference} |",
+              f"{loop_rates['u8s8'] / loop_ort:.2f} | {loop_rates['s8s8'] / loop_int_mm:.2f} | {difference} | "
+              f"{rates['u8s8 B prepared']:.0f} | {ort_constant:.0f} | {rates['u8s8 B prepared'] / ort_constant:.2f} |",
               flush=True)
 
 
@@ -509,8 +525,9 @@ def main():
           "calls back to back, dmlops / peer\n")
     print("| quantized matmul M × K × N | u8s8 dmlops | u8s8 dmlops 1 core | ONNX Runtime u8s8 | dmlops / ORT | "
           "s8s8 dmlops | torch._int_mm s8s8 | dmlops / torch | u8s8 / peak | s8s8 / peak | ORT / peak | "
-          "torch / peak | in a row / ORT | in a row / torch | max |dmlops − ORT| |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "torch / peak | in a row / ORT | in a row / torch | max |dmlops − ORT| | u8s8 dmlops, B prepared | "
+          "ORT u8s8, B constant | prepared / constant |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     matmul_rows(repeats, peak)
 
 

@@ -43,10 +43,10 @@ def measure(layer: str | None, repeats: int) -> dict:
         """The product's threads started by a prange, for a kernel and a layout (constants of the compiled
         function: prange's body takes no literal arguments)."""
         @numba.njit(parallel=True, nogil=True)
-        def in_prange(threads, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, finish):
+        def in_prange(threads, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, b_packed, finish):
             for _ in numba.prange(threads):
                 driver.product_pieces(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers,
-                                      finish, False)
+                                      b_packed, finish, False)
         return in_prange
 
     rng = np.random.default_rng(3)
@@ -62,7 +62,7 @@ def measure(layer: str | None, repeats: int) -> dict:
         finish = (np.full(m, 0.02, np.float32), np.full(n, 0.01, np.float32), np.full(m, 0.1 * k**0.5, np.float32),
                   np.full(m, 128.0), 0.0, 255.0, np.empty((m, n), np.uint8))
         arguments = (kernel.name, layout, None, counts, *integer_gemm.operand(a, None, m),
-                     *integer_gemm.operand(b, None, n), buffers, finish)
+                     *integer_gemm.operand(b, None, n), buffers, False, finish)
 
         def state():
             return np.zeros(1 + len(counts), np.int64)

@@ -12,6 +12,7 @@ and absent, every signedness, strided and broadcast operands; the choice of kern
 from __future__ import annotations
 
 import functools
+import gc
 import itertools
 import math
 import multiprocessing
@@ -1277,7 +1278,7 @@ def test_product_pieces_whoever_takes_them(monkeypatch, kernel, m, k, n, helper)
             entry(*arguments, cpu_pieces.DOORBELL, True)
             return
         entry(*arguments, cpu_pieces.DOORBELL, True)
-        out, buffers = arguments[-1][-1], arguments[-2]
+        out, buffers = arguments[-1][-1], arguments[-3]  # (finish's output; before b_packed)
         before = [array.copy() for array in (out, *buffers)]
         entry(*arguments, cpu_pieces.NO_RING, False)
         for array, kept in zip((out, *buffers), before):
@@ -1335,6 +1336,84 @@ def test_products_in_pieces_of_bounded_scratch(monkeypatch, kernel):
         one_matrix = [x[0, 0] if x.ndim == 4 else x for x in arguments] + [poisoned(expected.shape[2:], np.uint8)]
         cpu_qmatmul.prepare_one_call(*one_matrix, products=kernel.name)(*one_matrix)
         np.testing.assert_array_equal(one_matrix[-1], expected[0, 0])
+
+
+# -- B kept for many products (OWNED_BY_DML, prepare_b): packed once --------------------------------------------
+
+
+@ONE_CALL
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("m, k, n", [(40, 70, 33), (7, 301, 200), (1, 37, 130)])  # by rows, by columns (A of one row)
+def test_kept_b_is_packed_once_for_each_zero_point(kernel, m, k, n):
+    """A kept B (``persist_b``) is packed at the first product that reads it, for the kernel and B's zero point, and
+    read from there after: in one compiled call (A's parameters per tensor) and on the general path (per row), in
+    one piece and in three; fresh A each call, the operator's bits, nothing of out's buffer written beside it."""
+    rng = np.random.default_rng(m + k + n)
+    for a_type, b_type, out_type in TYPE_TRIPLES[::3]:
+        kept = cpu_qmatmul.persist_b(random_values(rng, (k, n), b_type))
+        packings = cpu_qmatmul.PACKINGS[id(kept)]
+        for zero_b in (random_values(rng, n, b_type), None):
+            for pieces in (1, 3):
+                arguments, expected, buffer = one_call_case(rng, (a_type, b_type, out_type), m, k, n, "numbers")
+                arguments = (*arguments[:3], kept, rng.uniform(0.01, 0.05, n).astype(np.float32), zero_b,
+                             *arguments[6:])
+                expected = reference.quantized_matmul(arguments[0], *arguments[1:3], kept, *arguments[4:8], out_type)
+                before = buffer.copy()
+                cpu_qmatmul.prepare_one_call(*arguments, products=kernel.name, pieces=pieces)(*arguments)
+                np.testing.assert_array_equal(arguments[-1], expected)
+                np.testing.assert_array_equal(buffer[:, [0, -2, -1]], before[:, [0, -2, -1]])
+                # the general path: every parameter a vector, A's and the output's per row
+                vectors = [np.full(length, value) for value, length in zip(
+                    (arguments[1], arguments[2], arguments[6], arguments[7]), (m, m, m, m))]
+                out = poisoned((1, 1, m, n), out_type)
+                cpu_qmatmul.quantized_linear_matmul(arguments[0][None, None], vectors[0], vectors[1].astype(a_type),
+                                                    kept[None, None], arguments[4], zero_b, vectors[2],
+                                                    vectors[3].astype(out_type), out, compiled=True,
+                                                    products=kernel.name, pieces=pieces)
+                np.testing.assert_array_equal(out[0, 0], expected)
+        assert len(packings) == 2  # one a zero point, made once
+
+
+@ONE_CALL
+def test_a_part_of_a_kept_b_is_read_as_it_lies():
+    """Some columns or rows of a kept B are other matrices than the one its packing holds: not read from it."""
+    rng = np.random.default_rng(5)
+    kept = cpu_qmatmul.persist_b(random_values(rng, (64, 96), np.int8))
+    for part in (kept[:, 5:70], kept[::2], kept[:32]):
+        m, (k, n) = 6, part.shape
+        arguments, expected, _ = one_call_case(rng, (np.uint8, np.int8, np.uint8), m, k, n, "numbers")
+        arguments = (*arguments[:3], part, *arguments[4:])
+        expected = reference.quantized_matmul(arguments[0], *arguments[1:3], part, *arguments[4:8], np.uint8)
+        cpu_qmatmul.prepare_one_call(*arguments)(*arguments)
+        np.testing.assert_array_equal(arguments[-1], expected)
+    assert not cpu_qmatmul.PACKINGS[id(kept)]
+
+
+def test_a_kept_b_is_read_only_and_its_packings_go_with_it():
+    kept = cpu_qmatmul.persist_b(np.arange(12, dtype=np.int8).reshape(3, 4))
+    with pytest.raises(ValueError, match="read-only"):
+        kept[0, 0] = 1
+    key = id(kept)
+    assert key in cpu_qmatmul.PACKINGS
+    del kept
+    gc.collect()
+    assert key not in cpu_qmatmul.PACKINGS
+
+
+@ONE_CALL
+def test_prepare_b_packs_b_for_the_array_api():
+    """dmlops.prepare_b on the CPU: B packed at the first product, the operator's bits at every call after."""
+    rng = np.random.default_rng(8)
+    k, n = 300, 130
+    b, b_scale = random_values(rng, (k, n), np.int8), rng.uniform(0.01, 0.05, n).astype(np.float32)
+    prepared = dmlops.prepare_b(b, b_scale, np.int8(3))
+    for m in (1, 1, 20):
+        a = random_values(rng, (m, k), np.uint8)
+        expected = reference.quantized_matmul(a, np.float32(0.02), np.uint8(100), b, b_scale, np.int8(3),
+                                              np.float32(0.5), np.uint8(128), np.uint8)
+        np.testing.assert_array_equal(dmlops.quantized_linear_matmul(
+            a, np.float32(0.02), np.uint8(100), prepared, None, None, np.float32(0.5), np.uint8(128)), expected)
+    assert cpu_qmatmul.PACKINGS[id(prepared.b)]
 
 
 # -- AMX's tiles (every test above that takes KERNELS runs them too, where they can run) --------------------------

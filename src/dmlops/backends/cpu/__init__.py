@@ -9,7 +9,7 @@ import numpy as np
 
 from ...core import plans
 from ...core.registry import Backend, ran
-from ...types import DataType, ValidationError, no_data_type
+from ...types import DataType, OperatorType, ValidationError, no_data_type
 from . import qmatmul, scan
 from .compiled import viewer
 
@@ -69,7 +69,10 @@ class CpuBackend(Backend):
         return (self.address(a), a.shape, a.strides) == (self.address(b), b.shape, b.strides)
 
     def persist(self, operator_type, field: str, array: np.ndarray) -> np.ndarray:
-        """The copy kept for an OWNED_BY_DML tensor."""
+        """The copy kept for an OWNED_BY_DML tensor; the quantized matmul's B is packed once for the products that
+        read it (``qmatmul.persist_b``)."""
+        if operator_type is OperatorType.QUANTIZED_LINEAR_MATRIX_MULTIPLY and field == "b_tensor":
+            return qmatmul.persist_b(array)
         return array.copy()
 
     # -- arrays ----------------------------------------------------------------------------------------------

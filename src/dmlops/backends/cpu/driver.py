@@ -97,7 +97,7 @@ def pack_a(layout, a, a_sign, a_zero, packed, row_sums, first, last):
 
 def pack_b(kernel, layout, b, b_sign, b_zero, groups, terms, first, last):
     """(Compiled code only.) B's column blocks [first, last) packed into ``groups`` (laid out as the packed B of
-    ``scratch_layouts``), and their column terms (Σ_k b − K·zero point) made in ``terms`` for the byte
+    ``scratch_layouts``), and their column terms (Σ_k b − K·zero point) made in ``terms`` for the byte and tile
     kernels."""
     raise NotImplementedError("pack_b is called from compiled code only")
 
@@ -155,6 +155,9 @@ def pack_a_compiled(layout, a, a_sign, a_zero, packed, row_sums, first, last):
 def pack_b_compiled(kernel, layout, b, b_sign, b_zero, groups, terms, first, last):
     if literal(layout) is None or literal(kernel) is None:
         return None
+    if literal(layout).startswith("tiles"):
+        return lambda kernel, layout, b, b_sign, b_zero, groups, terms, first, last: amx.pack_b(
+            b, b_sign, b_zero, groups.view(np.uint8), terms, first, last)
     if literal(layout).startswith("words"):
         def pack_words(kernel, layout, b, b_sign, b_zero, groups, terms, first, last):
             pack_columns(b, b_sign, b_zero, groups.view(np.int32).reshape(groups.shape[:3]), first, last)
@@ -223,26 +226,40 @@ def finish_rows_compiled(finish, sums, first, last):
 
 
 @compiled
-def multiply_strip(kernel, layout, a, b, b_sign, b_zero, buffers, first, last, rows, k_block, group, panel_blocks):
+def multiply_strip(kernel, layout, a, b, b_sign, b_zero, buffers, b_packed, first, last, rows, k_block, group,
+                   panel_blocks):
     """The sums of every row of A (packed) and the column blocks [first, last) of B, a run of k_block rows of B
-    at a time: each run packed into a panel of this call's own, which stays in L2 for the kernel and is never
-    written back to memory, and its column terms added up (``product_pieces``' columns cut)."""
+    at a time (``product_pieces``' columns cut): each run packed into a panel of this call's own, which stays in
+    L2 for the kernel and is never written back to memory, and its column terms added up; or, where B is packed
+    already (``b_packed``: buffers[1] and buffers[4]), read from there."""
     k, n, columns = a.shape[1], b.shape[1], buffers[1].shape[2]
     padded_rows, length = padded_sizes(a, rows, group)
     start, stop = first * columns, min(n, last * columns)
-    panel = np.empty_like(buffers[1][first:last, :min(k_block, length) // group])
+    own_panel = np.empty_like(buffers[1][first:last, :0 if b_packed else min(k_block, length) // group])
     terms, run_terms = column_terms(layout, buffers), np.empty((last - first) * columns, np.int32)
     for begin in range(0, length, k_block):
         end = min(begin + k_block, length)
-        pack_b(kernel, layout, b[begin:min(end, k), start:stop], b_sign, b_zero[start:stop], panel, run_terms, 0,
-               last - first)
-        for j in range(run_terms.shape[0] if terms.shape[0] > 0 else 0):  # (the byte kernels' terms)
-            terms[start + j] = run_terms[j] if begin == 0 else terms[start + j] + run_terms[j]
+        if b_packed:
+            panel = buffers[1][first:last, begin // group:end // group]
+        else:
+            pack_b(kernel, layout, b[begin:min(end, k), start:stop], b_sign, b_zero[start:stop], own_panel,
+                   run_terms, 0, last - first)
+            for j in range(run_terms.shape[0] if terms.shape[0] > 0 else 0):  # (the byte kernels' terms)
+                terms[start + j] = run_terms[j] if begin == 0 else terms[start + j] + run_terms[j]
+            panel = own_panel[:, :(end - begin) // group]
         multiply_rows(kernel, buffers[0][:, begin:], panel, buffers[2][:, start:], 0, padded_rows, 0,
                       last - first, end - begin, begin > 0, rows, k_block, group, panel_blocks)
 
 
-def product_pieces(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, finish, wait):
+@compiled
+def pack_whole_b(kernel, layout, b, b_sign, b_zero, groups, terms):
+    """B packed once for the products of ``layout`` that read it packed (``b_packed``): groups and terms laid
+    out as the packed B and column terms of ``integer_gemm.scratch_layouts``."""
+    pack_b(kernel, layout, b, b_sign, b_zero, groups, terms, 0, groups.shape[0])
+
+
+def product_pieces(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, b_packed, finish,
+                   wait):
     """(Compiled code only.) integer_product's work, taken piece by piece by every thread that runs this at
     once (``next_piece``); the call with ``wait`` returns once every piece has ended. ``kernel`` and ``layout``
     literal strings: the layout is "direct", or the path and the cut, as "bytes rows" (``products_layout``).
@@ -263,15 +280,16 @@ def product_pieces(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, 
 
 
 @overload(product_pieces, jit_options={"nogil": True})
-def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, finish,
-                            wait):
+def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, b_packed,
+                            finish, wait):
     if literal(kernel) is None or literal(layout) is None:
         return None
     spec = KERNELS_BY_NAME[kernel.literal_value]
     signs = layout.literal_value.split()[1] if spec.tiles else ""  # AMX's: "su" (A INT8, B UINT8), a literal
     rows, group, k_block, panel_blocks = spec.rows, spec.group, spec.k_block, spec.panel_blocks
 
-    def by_rows(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, finish, wait):
+    def by_rows(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, b_packed, finish,
+                wait):
         m, blocks = a.shape[0], buffers[1].shape[0]
         padded_rows, length = padded_sizes(a, rows, group)
         alpha, beta = shifts(a_sign, a_zero, b_sign, b_zero)  # (the byte kernels')
@@ -296,7 +314,8 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
                 finish_rows(finish_piece, sums, 0, min(last, m) - first)
             stage, piece = piece_ended(state, counts, stage, wait)
 
-    def by_columns(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, finish, wait):
+    def by_columns(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, b_packed, finish,
+                   wait):
         m, blocks = a.shape[0], buffers[1].shape[0]
         padded_rows = padded_sizes(a, rows, group)[0]
         alpha, beta = shifts(a_sign, a_zero, b_sign, b_zero)
@@ -306,15 +325,16 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
                 pack_a(layout, a, a_sign, a_zero, buffers[0], buffers[3], 0, padded_rows)
             elif stage == 1:
                 first, last = piece_bounds(blocks, counts[1], 1, piece)
-                multiply_strip(kernel, layout, a, b, b_sign, b_zero, buffers, first, last, rows, k_block, group,
-                               panel_blocks)
+                multiply_strip(kernel, layout, a, b, b_sign, b_zero, buffers, b_packed, first, last, rows, k_block,
+                               group, panel_blocks)
             else:
                 first, last = piece_bounds(m, counts[2], 1, piece)
                 correct(layout, buffers[2], buffers[3], alpha, beta, buffers[4], first, last)
                 finish_rows(finish, buffers[2], first, last)
             stage, piece = piece_ended(state, counts, stage, wait)
 
-    def direct(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, finish, wait):
+    def direct(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, b_packed, finish,
+               wait):
         (m, k), n = a.shape, b.shape[1]
         a_packed, sums, row_sums, column_terms = buffers[0], buffers[2], buffers[3], buffers[4]
         b_flip = flip_of_b(b_sign)
@@ -334,8 +354,8 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
                 finish_rows(finish, sums, first, last)
             stage, piece = piece_ended(state, counts, stage, wait)
 
-    def tiles_by_rows(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, finish,
-                      wait):
+    def tiles_by_rows(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, b_packed,
+                      finish, wait):
         m, blocks = a.shape[0], buffers[1].shape[0]
         padded_rows, length = padded_sizes(a, rows, amx.DEPTH)
         most = rows * ((padded_rows // rows + counts[1] - 1) // counts[1])  # (as by_rows)
@@ -358,8 +378,8 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
             stage, piece = piece_ended(state, counts, stage, wait)
         amx.release_tiles()
 
-    def tiles_by_columns(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, finish,
-                         wait):
+    def tiles_by_columns(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, b_packed,
+                         finish, wait):
         m, blocks = a.shape[0], buffers[1].shape[0]
         padded_rows, length = padded_sizes(a, rows, amx.DEPTH)
         packed_a, sums, row_sums, terms = buffers[0].view(np.uint8), buffers[2], buffers[3], buffers[4]
@@ -370,8 +390,8 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
                 amx.pack_a(a, a_sign, packed_a, row_sums, 0, padded_rows)
             elif stage == 1:
                 first, last = piece_bounds(blocks, counts[1], 1, piece)
-                amx.multiply_strip(signs, packed_a, b, b_sign, b_zero, sums, terms, first, last, padded_rows,
-                                   length)
+                amx.multiply_strip(signs, packed_a, b, b_sign, b_zero, buffers[1].view(np.uint8), b_packed, sums,
+                                   terms, first, last, padded_rows, length)
             else:
                 first, last = piece_bounds(m, counts[2], 1, piece)
                 correct_rows(sums, row_sums, a_zero, -b_zero, terms, first, last)
@@ -385,10 +405,11 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
 
 
 @compiled
-def multiply_in_pieces(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, finish,
-                       doorbell, wait):
+def multiply_in_pieces(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, b_packed,
+                       finish, doorbell, wait):
     """product_pieces, called from Python (``pieces.run_on_cores``: it begins and ends as ``atomics.call_begins``
     and ``call_ends`` say)."""
     call_begins(doorbell, wait)
-    product_pieces(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, finish, wait)
+    product_pieces(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, b_packed, finish,
+                   wait)
     call_ends(doorbell, wait)

@@ -24,10 +24,10 @@ from .kernels import KERNEL, KERNELS_BY_NAME, RUNNABLE, Kernel, kernel_for_rows,
 from .pieces import CORES, NO_RING, run_on_cores, threads_for
 
 try:
-    from .driver import few_sums, multiply_in_pieces
+    from .driver import few_sums, multiply_in_pieces, pack_whole_b
     from .requantization import requantize_rows
 except ImportError:  # NumPy alone is enough; the float32 path is used instead
-    few_sums = multiply_in_pieces = requantize_rows = None
+    few_sums = multiply_in_pieces = pack_whole_b = requantize_rows = None
 
 # The positions of requantize_rows' inputs (the sums, their terms, the scales and the zero point), typed as read-only
 # where it is called from Python, so that one compiled variant serves writable and read-only arrays.
@@ -56,7 +56,7 @@ def padded(size: int, multiple: int) -> int:
     return -(-size // multiple) * multiple
 
 
-def scratch_layouts(kernel: Kernel, m: int, k: int, n: int, own_sums: bool = False):
+def scratch_layouts(kernel: Kernel, m: int, k: int, n: int, own_sums: bool = False, b_packed: bool = False):
     """(shape, dtype) of the scratch arrays of a call: A packed, B packed in blocks, the int32 sums, and the byte
     kernels' row sums of A' and column terms (Σ_k B' + K·β; every kernel has them, so that each takes the same
     arrays), padded for the kernel. Rows of A hold K padded
@@ -70,13 +70,29 @@ def scratch_layouts(kernel: Kernel, m: int, k: int, n: int, own_sums: bool = Fal
     vector = kernel.vector_bits // 8 // np.dtype(a_type).itemsize
     # (AMX's tiles of sums are loaded and stored 16 rows at a time: those rows too a vector more apart)
     sums_row = columns + (vector // 4 if kernel.tiles else 0)
-    return [((rows, length + vector), a_type), ((columns // kernel.columns, length // kernel.group, kernel.columns,
-                                                 kernel.group), b_type), ((0 if own_sums else rows, sums_row), np.int32),
-            ((rows,), np.int32), ((columns,), np.int32)]
+    packed_columns = 0 if b_packed else columns
+    return [((rows, length + vector), a_type), ((packed_columns // kernel.columns, length // kernel.group,
+                                                 kernel.columns, kernel.group), b_type),
+            ((0 if own_sums else rows, sums_row), np.int32), ((rows,), np.int32), ((packed_columns,), np.int32)]
+
+
+def packed_b(kernel: Kernel, b, b_zero_point, layouts):
+    """B {K, N} (K ≤ INT32_CHUNK) packed once for the products that read it packed (``b_packed``): (its packing,
+    its column terms) in new arrays of ``scratch_layouts``' packed B and column terms, ``layouts`` (their
+    (shape, dtype)), the zero point a vector of N or None (0)."""
+    groups, terms = (np.empty(*layout) for layout in layouts)
+    call(pack_whole_b, kernel.name, packing_path(kernel), *operand(b, b_zero_point, b.shape[1]), groups, terms,
+         read_only=(2,))
+    return groups, terms
+
+
+def packing_path(kernel: Kernel) -> str:
+    """How B is packed for the kernel, as ``driver.pack_b``'s layout reads it."""
+    return "tiles" if kernel.tiles else "bytes" if kernel.bytes else "words"
 
 
 def integer_product(kernel: Kernel, a, a_zero_point, b, b_zero_point, buffers, pieces: int = 1, finish=None,
-                    calls=None, threads: int | None = None):
+                    calls=None, threads: int | None = None, packing=None):
     """Σ_k (a − za)(b − zb) for a {M, K} and b {K, N}, the zero points vectors of M and N or None (0): int32 {M, N}
     (a view of the sums buffer) where K ≤ INT32_CHUNK, else float64 {M, N}, the chunks' sums added exactly.
 
@@ -102,8 +118,11 @@ def integer_product(kernel: Kernel, a, a_zero_point, b, b_zero_point, buffers, p
                  read_only=REQUANTIZATION_INPUTS)
         return total
     n = b.shape[1]
-    layout = products_layout(kernel, a, b)
-    counts = stage_counts(kernel, layout, m, k, n, pieces)
+    b_packed = packing is not None
+    layout = products_layout(kernel, a, b, b_packed)
+    counts = stage_counts(kernel, layout, m, k, n, pieces, b_packed)
+    if b_packed:
+        buffers = (buffers[0], packing[0], *buffers[2:4], packing[1])
     # the operands and the output as bits, zero points as int32 vectors, the operands and the requantization's
     # arrays typed as of any layout (their loops run as fast either way) and the operands as read-only: a compiled
     # variant of the whole product takes a second or two to compile, and each type, layout and writability of each
@@ -111,8 +130,8 @@ def integer_product(kernel: Kernel, a, a_zero_point, b, b_zero_point, buffers, p
     if finish is not None:
         finish = (*finish[:-1], finish[-1].view(np.uint8))
     arguments = (kernel.name, layout, np.zeros(1 + len(counts), np.int64), counts, *operand(a, a_zero_point, m),
-                 *operand(b, b_zero_point, n), tuple(buffers), finish)
-    entry = calls.entry(multiply_in_pieces, *arguments, NO_RING, True, any_layout=(4, 7, 11),  # a, b, finish
+                 *operand(b, b_zero_point, n), tuple(buffers), b_packed, finish)
+    entry = calls.entry(multiply_in_pieces, *arguments, NO_RING, True, any_layout=(4, 7, 12),  # a, b, finish
                         read_only=(4, 7))
     run_on_cores(entry, arguments, threads_for(pieces) if threads is None else threads)
     return buffers[2][:m, :n]
@@ -125,11 +144,11 @@ def operand(x, zero_point, length: int):
             np.zeros(length, np.int32) if zero_point is None else np.ascontiguousarray(zero_point, np.int32))
 
 
-def products_layout(kernel: Kernel, a, b) -> str:
+def products_layout(kernel: Kernel, a, b, b_packed: bool = False) -> str:
     """``product_pieces``' layout: "direct" (``products_path``), else the path and the cut: by rows where A has at
     least as many rows as B has columns or the sums are many (COLUMN_CUT_BYTES), else by columns (strips of B, each
-    read once by all of A)."""
-    path = products_path(kernel, a, b)
+    read once by all of A). ``b_packed``: B is packed already (never direct)."""
+    path = products_path(kernel, a, b, b_packed)
     if path == "direct":
         return path
     (m, k), n = a.shape, b.shape[1]
@@ -142,11 +161,12 @@ def own_sums(layout: str, k: int, finished: bool) -> bool:
     return finished and layout.endswith("rows") and k <= INT32_CHUNK
 
 
-def stage_counts(kernel: Kernel, layout: str, m: int, k: int, n: int, pieces: int):
+def stage_counts(kernel: Kernel, layout: str, m: int, k: int, n: int, pieces: int, b_packed: bool = False):
     """The pieces of each of ``product_pieces``' stages (int64), for a product cut into about ``pieces`` pieces
     (one: every stage in one piece). A B of PARALLEL_PACKING elements or more is packed in a piece a core; strips
     of B's columns are two a core at most (a piece's strip of B is read a part of each row at a time, and narrower
-    strips were read slower: 128 × 4096 × 4096 on 2 Zen 4 cores, 6.9 ms in 4 pieces, 7.6 in 8, 9.2 in 64)."""
+    strips were read slower: 128 × 4096 × 4096 on 2 Zen 4 cores, 6.9 ms in 4 pieces, 7.6 in 8, 9.2 in 64). A B
+    packed already (``b_packed``) has no stage of packing in the rows cut."""
     def count(size, wanted, multiple=1):
         return max(1, min(-(-size // multiple), wanted))
 
@@ -155,19 +175,19 @@ def stage_counts(kernel: Kernel, layout: str, m: int, k: int, n: int, pieces: in
     blocks = padded(n, kernel.columns) // kernel.columns
     if layout.endswith("columns"):
         return np.array([1, count(blocks, min(pieces, 2 * CORES)), count(m, pieces)], np.int64)
-    b_pieces = count(blocks, CORES) if pieces > 1 and k * n >= PARALLEL_PACKING else 1
+    b_pieces = 0 if b_packed else count(blocks, CORES) if pieces > 1 and k * n >= PARALLEL_PACKING else 1
     rows = padded(m, kernel.rows)
     piece_bytes = rows * (4 * padded(n, kernel.columns) + padded(min(k, INT32_CHUNK), kernel.k_multiple))
     return np.array([b_pieces, count(rows, max(pieces, -(-piece_bytes // PIECE_BYTES)), kernel.rows)], np.int64)
 
 
-def products_path(kernel: Kernel, a, b) -> str:
+def products_path(kernel: Kernel, a, b, b_packed: bool = False) -> str:
     """How the sums of a {M, K} and b {K, N} are made: "direct" (the byte kernel reads B as it lies: A of at most
-    DIRECT_ROWS rows, DIRECT_ROWS_OF_LARGE_B for a large B; B's rows contiguous, K a multiple of 4, N of 64), else
-    "bytes" or "words" (B packed for the byte or the 16-bit kernel)."""
+    DIRECT_ROWS rows, DIRECT_ROWS_OF_LARGE_B for a large B; B's rows contiguous, K a multiple of 4, N of 64; B not
+    packed already), else "bytes" or "words" (B packed for the byte or the 16-bit kernel)."""
     (m, k), n = a.shape, b.shape[1]
     rows = DIRECT_ROWS if k * n < PARALLEL_PACKING else DIRECT_ROWS_OF_LARGE_B
-    if kernel.direct and m <= rows and k % 4 == 0 and n % 64 == 0 and b.strides[1] == 1:
+    if kernel.direct and not b_packed and m <= rows and k % 4 == 0 and n % 64 == 0 and b.strides[1] == 1:
         return "direct"
     if kernel.tiles:  # (and the operands' signs, which pick the tile instruction: "tiles su", A INT8, B UINT8)
         return "tiles " + "".join("s" if x.dtype == np.int8 else "u" for x in (a, b))

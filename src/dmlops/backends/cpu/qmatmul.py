@@ -37,6 +37,7 @@ import functools
 import itertools
 import math
 import threading
+import weakref
 
 import numpy as np
 
@@ -106,6 +107,7 @@ def prepare(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, ou
                                                integer_gemm.own_sums(layout, k, compiled))
         product_pieces, threads = pieces_of_product(integer_gemm, m, k, n, pieces)
         low, high = output_bounds(out.dtype)
+        may_be_kept = not b.flags.writeable  # (as in prepare_one_call)
 
         def run(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point, out):
             buffers = scratch(layouts)
@@ -115,9 +117,11 @@ def prepare(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, ou
                               np.ascontiguousarray(output_scale, np.float32),
                               np.ascontiguousarray(zero_point, np.float64), low, high)
             for index in batches:
+                packed = packing(integer_gemm, kernel, b[index], ZERO_BITS.view(b.dtype) if b_zero_point is None
+                                 else b_zero_point) if may_be_kept else None
                 sums = integer_gemm.integer_product(kernel, a[index], a_zero_point, b[index], b_zero_point, buffers,
                                                     product_pieces, (*requantization, out[index]) if compiled else None,
-                                                    calls, threads)
+                                                    calls, threads, packed)
                 if not compiled:
                     requantize_numpy(sums, [], a_scale, b_scale, output_scale, zero_point, out[index])
         return run
@@ -186,11 +190,18 @@ def prepare_one_call(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_
             not all(map(one_value, (a_scale, a_zero_point, output_scale, output_zero_point))):
         return None
     integer_gemm, product_in_one_call = loops.integer_gemm, loops.product_in_one_call
-    layout = integer_gemm.products_layout(kernel, a, b)
-    layouts = integer_gemm.scratch_layouts(kernel, m, k, n, integer_gemm.own_sums(layout, k, True))
     low, high = output_bounds(out.dtype)
     product_pieces, threads = pieces_of_product(integer_gemm, m, k, n, pieces)
-    counts = integer_gemm.stage_counts(kernel, layout, m, k, n, product_pieces)
+
+    def way(b_packed):
+        """[layout, stage counts, scratch layouts, entry point (found at the first call)] of the product with B as
+        it is given, or with a kept B's packing (``packing``)."""
+        layout = integer_gemm.products_layout(kernel, a, b, b_packed)
+        return [layout, integer_gemm.stage_counts(kernel, layout, m, k, n, product_pieces, b_packed),
+                integer_gemm.scratch_layouts(kernel, m, k, n, integer_gemm.own_sums(layout, k, True), b_packed), None]
+
+    ways = (way(False), way(True))
+    may_be_kept = not b.flags.writeable  # (a kept B is read-only: the products of writable ones look for none)
     a_sign, b_sign = (integer_gemm.operand(x, None, 0)[1] for x in (a, b))
     a_bits, b_bits, out_bits = (bits_of(x.dtype) for x in (a, b, out))
     # A's and the output's parameters as numbers, B's scale as a float32 vector and its zero point as its bits, of
@@ -199,22 +210,62 @@ def prepare_one_call(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_
     read_a_scale, read_a_zero, read_output_scale, read_output_zero = map(number_reader, (
         a_scale, a_zero_point, output_scale, output_zero_point))
     read_b_scale, read_b_zero = vector_reader(b_scale, FLOAT32), vector_reader(b_zero_point, b.dtype, bits=True)
-    entry = None  # product_in_one_call's entry point for the arguments of this layout, found at the first call
 
     def product(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point, out):
-        nonlocal entry
+        b_zero_bits = read_b_zero(b_zero_point)
+        packed = packing(integer_gemm, kernel, b, b_zero_bits.view(b.dtype)) if may_be_kept else None
+        chosen = ways[packed is not None]
+        layout, counts, layouts, entry = chosen
+        buffers = scratch(layouts)
+        if packed is not None:
+            buffers = (buffers[0], packed[0], buffers[2], buffers[3], packed[1])
         # the operands and the output as their bits (their types are in their signs and bounds) and the inputs
         # typed as read-only: one compiled variant serves every type and writability of each, the same sums
         arguments = (kernel.name, layout, np.zeros(1 + len(counts), np.int64), counts, a_bits(a), a_sign,
                      read_a_scale(a_scale), read_a_zero(a_zero_point), b_bits(b), b_sign, read_b_scale(b_scale),
-                     read_b_zero(b_zero_point), read_output_scale(output_scale), read_output_zero(output_zero_point),
-                     low, high, out_bits(out), scratch(layouts))
+                     b_zero_bits, read_output_scale(output_scale), read_output_zero(output_zero_point), low, high,
+                     out_bits(out), buffers, packed is not None)
         if entry is None:
-            entry = entry_point(product_in_one_call, *arguments, NO_RING, True, any_layout=ONE_CALL_ANY_LAYOUT,
-                                read_only=ONE_CALL_INPUTS)
+            entry = chosen[3] = entry_point(product_in_one_call, *arguments, NO_RING, True,
+                                            any_layout=ONE_CALL_ANY_LAYOUT, read_only=ONE_CALL_INPUTS)
         if not run_on_cores(entry, arguments, threads):
             check_scales(*(arguments[position] for position in (6, 10, 12)))
     return product
+
+
+# The Bs kept for many products (OWNED_BY_DML, ``prepare_b``): the id of each kept copy → its packings for the
+# integer kernels, by kernel and zero point, each made by the first product that reads it (``packing``). An entry
+# goes with its copy.
+PACKINGS: dict[int, dict] = {}
+
+
+def persist_b(array: np.ndarray) -> np.ndarray:
+    """The copy kept of an OWNED_BY_DML B: read-only, as DirectML's is to its user; the products that read it pack
+    it once for their kernel and zero point and read the packing after (``packing``)."""
+    kept = array.copy()
+    kept.flags.writeable = False
+    PACKINGS[id(kept)] = {}
+    weakref.finalize(kept, PACKINGS.pop, id(kept), None)
+    return kept
+
+
+def packing(integer_gemm, kernel, b, zero_point):
+    """The packing (``integer_gemm.packed_b``) of b for ``kernel`` and ``zero_point`` (an array of B's type, of one
+    value or one a column) where b is all of a kept B of one matrix (``persist_b``) and K ≤ INT32_CHUNK: made by the
+    first call that asks for it, and kept with B. Else None."""
+    owner = b if b.base is None else b.base
+    packings = PACKINGS.get(id(owner))  # (an entry's id is that of a live kept copy: owner is that copy)
+    # the same sizes and strides as all of a contiguous copy: the same elements
+    if packings is None or owner.size != b.size or owner.shape[-2:] != b.shape or owner.strides[-2:] != b.strides \
+            or b.shape[0] > integer_gemm.INT32_CHUNK:
+        return None
+    key = (kernel.name, zero_point.tobytes())
+    found = packings.get(key)
+    if found is None:
+        layouts = integer_gemm.scratch_layouts(kernel, 1, *b.shape)
+        zero_points = np.broadcast_to(zero_point, b.shape[1:])
+        found = packings.setdefault(key, integer_gemm.packed_b(kernel, b, zero_points, (layouts[1], layouts[4])))
+    return found
 
 
 FLOAT32 = np.dtype(np.float32)

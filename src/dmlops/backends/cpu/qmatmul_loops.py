@@ -16,16 +16,17 @@ compiled = numba.njit(nogil=True, cache=True)
 
 @compiled
 def product_in_one_call(kernel, layout, state, counts, a, a_sign, a_scale, a_zero_point, b, b_sign, b_scale,
-                        b_zero_point, output_scale, output_zero_point, low, high, out, buffers, doorbell, wait):
+                        b_zero_point, output_scale, output_zero_point, low, high, out, buffers, b_packed, doorbell,
+                        wait):
     """This thread's part of prepare_one_call's product (``pieces.run_on_cores``: every thread of it gets the same
     arguments, ``wait`` and ``doorbell`` aside; ``kernel`` and ``layout`` literal strings, ``state`` and ``counts``
     as ``driver.product_pieces`` takes them, a, b and out as their bits (uint8), the signs of a and b as
     ``integer_gemm.operand`` gives them, A's and the output's scales and zero points numbers (per tensor), B's scale
     a float32 vector and its zero point's bits (uint8), each of one value or one a column, ``buffers`` the tuple of
-    ``integer_gemm.scratch_layouts``; it begins and ends as ``atomics.call_begins`` and ``call_ends`` say): False,
-    out unwritten, where a scale is zero, NaN or infinite. (Its cached machine code includes the loops of
-    integer_gemm and compiled, but numba renews it only when this file changes: after editing those, delete this
-    module's numba cache, ``__pycache__/qmatmul_loops.*``.)
+    ``integer_gemm.scratch_layouts`` and ``b_packed`` as ``driver.product_pieces`` takes them; it begins and ends
+    as ``atomics.call_begins`` and ``call_ends`` say): False, out unwritten, where a scale is zero, NaN or
+    infinite. (Its cached machine code includes the loops of integer_gemm and compiled, but numba renews it only
+    when this file changes: after editing those, delete this module's numba cache, ``__pycache__/qmatmul_loops.*``.)
     """
     call_begins(doorbell, wait)
     m, n = out.shape
@@ -38,7 +39,7 @@ def product_in_one_call(kernel, layout, state, counts, a, a_sign, a_scale, a_zer
                 return False  # (every thread finds it: none takes a piece)
     finish = (a_scale, b_scale, output_scale, np.full(m, output_zero_point, np.float64), low, high, out)
     driver.product_pieces(kernel, layout, state, counts, a, a_sign, np.full(m, a_zero_point, np.int32), b, b_sign,
-                          zero_points(b_zero_point, b_sign, n), buffers, finish, wait)
+                          zero_points(b_zero_point, b_sign, n), buffers, b_packed, finish, wait)
     call_ends(doorbell, wait)
     return True
 
