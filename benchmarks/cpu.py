@@ -38,6 +38,7 @@ calls after it until that is loaded; the array API's kept run then switches to t
 
     python benchmarks/cpu.py --rows matmul     # only the quantized matmul (or: scans, small, first)
     python benchmarks/cpu.py --rows scans --shape 1-D     # only the scans of that shape
+    python benchmarks/cpu.py --rows matmul --shape 1x4096x4096     # only the products of that shape
 """
 
 from __future__ import annotations
@@ -256,12 +257,14 @@ def tile_peak() -> float:
     return 2 * amx.tile_peak(1) * steps / seconds / 1e9
 
 
-def matmul_rows(repeats: int, peak: float):
+def matmul_rows(repeats: int, peak: float, shapes=None):
     """uint8 A with zero point 128 (per tensor) × int8 B with per-column scales into uint8, against ONNX Runtime's
     QLinearMatMul; int8 A × int8 B into int8 (per-tensor scales, no zero points), against torch._int_mm (int32
     sums, no requantization); ``peak``: GOPS of every core at the kernel's instruction peak."""
     rng = np.random.default_rng(3)
     for m, k, n in MATMUL_SHAPES:
+        if shapes and not any(name == f"{m}x{k}x{n}" for name in shapes):
+            continue
         a = rng.integers(0, 256, (m, k), dtype=np.uint8)
         b = rng.integers(-128, 128, (k, n), dtype=np.int8)
         a_signed = rng.integers(-128, 128, (m, k), dtype=np.int8)
@@ -485,7 +488,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--rows", choices=["all", "scans", "matmul", "small", "first"], default="all")
-    parser.add_argument("--shape", action="append", help="only the scan rows whose shape names this (repeatable)")
+    parser.add_argument("--shape", action="append", help="only the scan rows whose shape names this, the matmul "
+                        "rows of this M x K x N, as 1x4096x4096 (repeatable)")
     arguments = parser.parse_args()
     repeats = arguments.repeats
     kernel = cpu_integer_gemm.KERNEL
@@ -528,7 +532,7 @@ def main():
           "torch / peak | in a row / ORT | in a row / torch | max |dmlops − ORT| | u8s8 dmlops, B prepared | "
           "ORT u8s8, B constant | prepared / constant |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    matmul_rows(repeats, peak)
+    matmul_rows(repeats, peak, arguments.shape)
 
 
 if __name__ == "__main__":
