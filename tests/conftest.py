@@ -47,9 +47,65 @@ def _interpreter_loops_under_numpy_2_4():
     interpreter._patch_lang_tensor = patched
 
 
+def _interpreter_patches_once_a_launch():
+    """Triton 3.6's interpreter patches triton.language's builtins (``inspect.getmembers`` of each module) at every
+    call of a device function, as it does at each launch: about 40 % of the interpreted tests' time. A call whose
+    modules the running launch has patched already patches nothing."""
+    import inspect
+
+    from triton import language
+    from triton.runtime import interpreter
+
+    patch_lang = interpreter._patch_lang
+    patched = set()  # the ids of the modules that the running launch has patched
+    modules_of = {}  # fn → the ids of the modules that _patch_lang(fn) patches
+
+    def patched_once(fn):
+        modules = modules_of.get(fn)
+        if modules is None:
+            modules = modules_of[fn] = {id(value) for value in fn.__globals__.values()
+                                        if inspect.ismodule(value) and value in (language, language.core)}
+        if modules and modules <= patched:
+            return interpreter._LangPatchScope()
+        scope = patch_lang(fn)
+        patched.update(modules)
+        restore = scope.restore
+
+        def restored():
+            restore()
+            patched.difference_update(modules)
+
+        scope.restore = restored
+        return scope
+
+    interpreter._patch_lang = patched_once
+
+
+def _interpreter_numpy_types_once():
+    """Triton 3.6's interpreter builds its table of NumPy types at every look-up of one (about a tenth of the
+    interpreted tests' time): each type's is looked up once."""
+    from triton import language
+    from triton.runtime import interpreter
+
+    numpy_type = interpreter._get_np_dtype
+    found = {}
+
+    def found_once(tt_dtype):
+        element = tt_dtype.element_ty if isinstance(tt_dtype, language.block_type) else tt_dtype
+        if isinstance(element, language.pointer_type):  # (not hashable)
+            return numpy_type(element)
+        if element not in found:
+            found[element] = numpy_type(element)
+        return found[element]
+
+    interpreter._get_np_dtype = found_once
+
+
 # Without Triton (``pip install ".[test]"`` alone) the CUDA backend's tests skip; the rest run.
 if os.environ.get("TRITON_INTERPRET") == "1" and importlib.util.find_spec("triton") is not None:
     _interpreter_loops_under_numpy_2_4()
+    _interpreter_patches_once_a_launch()
+    _interpreter_numpy_types_once()
 
 
 @pytest.fixture(scope="session")

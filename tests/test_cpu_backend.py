@@ -291,10 +291,10 @@ def streamed_rows_taken(monkeypatch) -> list:
     calls = []
     call = cpu_scan.call
 
-    def counted(kernel, *arguments):
+    def counted(kernel, *arguments, **options):
         if kernel is SCAN_LOOPS.scan_rows_streamed:
             calls.append(arguments[0].shape)
-        call(kernel, *arguments)
+        call(kernel, *arguments, **options)
 
     monkeypatch.setattr(cpu_scan, "call", counted)
     return calls
@@ -609,12 +609,12 @@ if SCAN_LOOPS is not None:
     @SCAN_LOOPS.numba.njit
     def round_all(values, rounded):
         for i in range(values.size):
-            rounded[i] = SCAN_LOOPS.float_to_half(values[i])
+            SCAN_LOOPS.store("half", rounded, i, values[i])
 
     @SCAN_LOOPS.numba.njit
     def widen_all(bits, wide):
         for i in range(bits.size):
-            wide[i] = SCAN_LOOPS.half_to_float(bits[i])
+            wide[i] = SCAN_LOOPS.load("half", bits, i)
 
 
 # -- quantized matmul ------------------------------------------------------------------------------------------

@@ -193,9 +193,9 @@ def exact_values(rng, operation: str, dtype, shape, axis: int) -> np.ndarray:
     return steps.astype(dtype)
 
 
-# Every tiling above, one line of 64 tiles through several look-back groups and super-groups, and rows whose groups
-# are one tile each (a chain of tiles).
-EXACT_TILINGS = TILINGS + [((4096,), 0, scan.Tuning(tile_bytes=256, tiles_in_flight=4)),
+# Every tiling above, one line of 16 tiles through several look-back groups and super-groups (groups of 2 tiles,
+# super-groups of 2 groups), and rows whose groups are one tile each (a chain of tiles).
+EXACT_TILINGS = TILINGS + [((1024,), 0, scan.Tuning(tile_bytes=256, tiles_in_flight=2)),
                            ((6, 40), 1, scan.Tuning(tile_bytes=64, tiles_in_flight=1))]
 
 

@@ -86,10 +86,11 @@ class Loader:
 ENTRY_POINTS: dict = {}
 
 
-def call(kernel, *args, read_only: tuple = ()):
+def call(kernel, *args, any_layout: tuple = (), read_only: tuple = ()):
     """kernel(*args) through the entry point compiled for the arguments' numba types, strings as literals (those at
-    the positions ``read_only`` names typed as read-only: ``entry_point``)."""
-    return entry_point(kernel, *args, read_only=read_only)(*args)
+    the positions ``any_layout`` names typed as of any layout, and those ``read_only`` names as read-only:
+    ``entry_point``)."""
+    return entry_point(kernel, *args, any_layout=any_layout, read_only=read_only)(*args)
 
 
 def entry_point(kernel, *args, any_layout: tuple = (), read_only: tuple = ()):

@@ -81,7 +81,10 @@ if scan_loops is not None:
             for _ in range(length - 1):
                 previous, k = np.uint64(k), k + step  # unsigned: no check for an index < 0
                 at = np.uint64(k)
-                state = load(element, a[p], previous) * state + load(element, b[p], previous if exclusive else at)
+                # both read before the chain's operations: a FLOAT16 read after them was widened in a register that
+                # the processor took as waiting on the running value (a third slower)
+                coefficient, term = load(element, a[p], previous), load(element, b[p], previous if exclusive else at)
+                state = coefficient * state + term
                 store(element, out[p], at, scale[p, at] * state)
 
     @compiled

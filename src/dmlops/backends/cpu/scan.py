@@ -423,8 +423,8 @@ def compiled_chunks(loops, operation, x3, out3, accumulation, reverse, exclusive
     count, length = x2.shape
     tickets = count * -(-length // chunk)
     threads = min(threads, tickets)
-    constants = (operation, element, accumulation.type(IDENTITIES[operation]), neutral_of(operation, accumulation),
-                 reverse, exclusive, lanes, chunk, PATIENCE, threads)
+    constants = (operation == "product", element, accumulation.type(IDENTITIES[operation]),
+                 neutral_of(operation, accumulation), reverse, exclusive, lanes, chunk, PATIENCE, threads)
 
     def shared():  # tickets taken; each chunk's state, total and carry
         return (np.zeros(1, np.int64), np.zeros(tickets, np.int64), np.empty(tickets, accumulation),
@@ -456,21 +456,23 @@ def compiled_scan(loops, operation, x3, out3, accumulation, reverse, exclusive, 
     pay and can write x3's type (``streams``); the rows take them where both x3's and out3's are contiguous."""
     x3, out3, element, accumulation = compiled_views(x3, out3, accumulation)
     identity = accumulation.type(IDENTITIES[operation])
+    product = operation == "product"  # (the loops that take it as a run-time flag: scan_loops)
     width = x3.shape[2]
     if stream and width > 1 and out3.flags.aligned and x3.strides[2] == out3.strides[2] == x3.itemsize:
+        # (x3 and out3 typed as of any layout: the steps address the rows' elements themselves, which are contiguous)
         def scan_streamed(x3, out3):  # its running row as aligned as each call's out
-            call(loops.scan_rows_streamed, x3, out3, operation, identity, reverse, exclusive,
-                 vector_aligned(width, accumulation, out3.ctypes.data))
+            call(loops.scan_rows_streamed, x3, out3, product, identity, reverse, exclusive,
+                 vector_aligned(width, accumulation, out3.ctypes.data), any_layout=(0, 1), read_only=(0,))
         return x3, out3, scan_streamed
     x2, out2 = x3[:, :, 0], out3[:, :, 0]  # 2-D where Q = 1, so that contiguous lines compile as such
     lanes = vector_lanes(x3, out3, accumulation)
     if lanes:
-        return x2, out2, kept_call(loops.scan_lines_vectors, x2, out2, operation, element, identity,
+        return x2, out2, kept_call(loops.scan_lines_vectors, x2, out2, product, element, identity,
                                    neutral_of(operation, accumulation), reverse, exclusive, lanes)
     length = x3.shape[1]
     if width == 1 and x2.flags.c_contiguous and out2.flags.c_contiguous and 2 <= length <= SHORT_LINE and \
             x2.itemsize <= 4:
-        return x2, out2, kept_call(loops.scan_lines_blocks, x2, out2, operation, element, identity, reverse,
+        return x2, out2, kept_call(loops.scan_lines_blocks, x2, out2, product, element, identity, reverse,
                                    exclusive, str(length))
     if width == 1 and element == "half" and x2.flags.c_contiguous and out2.flags.c_contiguous:
         lines = max(1, HALF_BLOCK // length)

@@ -10,17 +10,24 @@ import numba
 import numpy as np
 from llvmlite import ir
 from numba.core import cgutils
-from numba.extending import intrinsic, overload
+from numba.extending import intrinsic
+from numba.np.arrayobj import load_item, store_item
 
 from .atomics import memory_fence, publish, spin_pause, state_of, take_ticket
 from .processor import HALF_LANES, STREAM_STORES, VECTOR_BYTES, WALK_BYTES, target_features
 
 # One loop per layout: the running value of each line lives in a register (Q = 1; short contiguous lines in one lane
 # of a vector, a block of lines at a time), or in a row that stays in L1 and is updated a vector at a time (Q > 1).
-# The loops take the operation ("sum", "product") and the way elements are
-# read and written ("value", "half") as string literals, so that ``combine``, ``load`` and
-# ``store`` are compiled in: names rather than compiled functions, whose numba types the on-disk cache cannot keep
-# from one process to the next (it failed to save its index, and grew by an entry a process).
+# The loops take the operation ("sum", "product") and the way elements are read and written ("value", "half") as
+# string literals, so that ``combine``, ``load`` and ``store`` are compiled in: names rather than compiled functions,
+# whose numba types the on-disk cache cannot keep from one process to the next (it failed to save its index, and grew
+# by an entry a process). They are intrinsics, a few instructions in their caller's code, rather than compiled
+# functions of their own: each of those took numba a tenth of a second to compile for each type and layout.
+# The loops whose work is in intrinsics of their own (the vector walks, the blocks of short lines, the streamed rows)
+# take the operation as a run-time flag instead (``product``): the intrinsics branch on it outside their loops (or,
+# at memory's speed, make both results and keep one), so that one compiled variant serves both operations, where
+# each variant took numba seconds to compile. The loops compiled from Python (lines walked element by element, rows
+# of lines) keep it a literal, so that their inner loops neither test it nor make both results.
 # FLOAT16 is read and written as its bits, converted by the processor's own instructions (F16C on x86), which round
 # half to even as NumPy does; the first element is copied as it is, so that even a signalling NaN keeps its bits.
 # Each element is read before its output is written (a block of lines: the whole block first), so out may be x
@@ -29,66 +36,64 @@ from .processor import HALF_LANES, STREAM_STORES, VECTOR_BYTES, WALK_BYTES, targ
 compiled = numba.njit(nogil=True, cache=True)
 
 
-@intrinsic
-def half_to_float(typing_context, bits):
-    def codegen(context, builder, signature, arguments):
-        return builder.fpext(builder.bitcast(arguments[0], ir.HalfType()), ir.FloatType())
-    return numba.float32(numba.uint16), codegen
+def literals(*arguments) -> bool:
+    return all(isinstance(argument, numba.types.StringLiteral) for argument in arguments)
+
+
+def item_pointer(context, builder, array_type, array, index_type, index):
+    """The address of array[index] (1-D; index ≥ 0: no check for one below 0)."""
+    made = context.make_array(array_type)(context, builder, array)
+    at = context.cast(builder, index, index_type, numba.types.intp)
+    return cgutils.get_item_pointer(context, builder, array_type, made, [at], wraparound=False)
 
 
 @intrinsic
-def float_to_half(typing_context, value):
+def load(typing_context, element, line, i):
+    """line[i] read as element ("value", "half") says: as it is, or FLOAT16 bits widened to float32."""
+    if not literals(element):
+        return None
+    half = element.literal_value == "half"
+
     def codegen(context, builder, signature, arguments):
-        return builder.bitcast(builder.fptrunc(arguments[0], ir.HalfType()), ir.IntType(16))
-    return numba.uint16(numba.float32), codegen
+        value = load_item(context, builder, line, item_pointer(context, builder, line, arguments[1], i, arguments[2]))
+        return builder.fpext(builder.bitcast(value, ir.HalfType()), ir.FloatType()) if half else value
+
+    return (numba.float32 if half else line.dtype)(element, line, i), codegen
 
 
-@compiled
-def add(a, b):
-    return a + b
+@intrinsic
+def store(typing_context, element, line, i, value):
+    """line[i] = value written as element says: in line's type (integers wrap to it here), or float32 narrowed to
+    FLOAT16 bits."""
+    if not literals(element):
+        return None
+    half = element.literal_value == "half"
+
+    def codegen(context, builder, signature, arguments):
+        if half:
+            item = builder.bitcast(builder.fptrunc(context.cast(builder, arguments[3], value, numba.float32),
+                                                   ir.HalfType()), ir.IntType(16))
+        else:
+            item = context.cast(builder, arguments[3], value, line.dtype)
+        store_item(context, builder, line, item, item_pointer(context, builder, line, arguments[1], i, arguments[2]))
+        return context.get_dummy_value()
+
+    return numba.types.none(element, line, i, value), codegen
 
 
-@compiled
-def multiply(a, b):
-    return a * b
+@intrinsic
+def combine(typing_context, operation, tally, value):
+    """tally ⊕ value in tally's type: the running value keeps its own type, and integers wrap in it (numba's own
+    int32 + int32 is an int64). operation is a literal name ("sum", "product"), or a run-time flag: whether it is
+    the product."""
+    if not (literals(operation) or isinstance(operation, numba.types.Boolean)):
+        return None
 
+    def codegen(context, builder, signature, arguments):
+        chosen = operation.literal_value if literals(operation) else arguments[0]
+        return combining(builder, chosen, tally)(arguments[1], context.cast(builder, arguments[2], value, tally))
 
-@compiled
-def load_value(line, i):
-    return line[i]
-
-
-@compiled
-def load_half(line, i):
-    return half_to_float(line[i])
-
-
-@compiled
-def store_value(line, i, value):
-    line[i] = value  # integers wrap to the output type here
-
-
-@compiled
-def store_half(line, i, value):
-    line[i] = float_to_half(value)
-
-
-def chosen_by_name(functions: dict):
-    """A compiled function f(name, *args) = functions[name](*args), for a name known when compiling."""
-    def chosen(name, *args):
-        raise NotImplementedError("compiled code only")
-
-    @overload(chosen)
-    def choose(name, *args):
-        if isinstance(name, numba.types.StringLiteral):
-            function = functions[name.literal_value]
-            return lambda name, *args: function(*args)
-
-    return chosen
-
-combine = chosen_by_name({"sum": add, "product": multiply})
-load = chosen_by_name({"value": load_value, "half": load_half})
-store = chosen_by_name({"value": store_value, "half": store_half})
+    return tally(operation, tally, value), codegen
 
 
 @compiled
@@ -106,18 +111,17 @@ def scan_lines_compiled(x, out, operation, element, identity, reverse, exclusive
             target[i] = source[i]
         for _ in range(length - 1):
             i += step
-            at = np.uint64(i)  # unsigned: no check for i < 0
-            value = load(element, source, at)
+            value = load(element, source, i)
             if exclusive:
-                store(element, target, at, tally)
+                store(element, target, i, tally)
                 tally = combine(operation, tally, value)
             else:
                 tally = combine(operation, tally, value)
-                store(element, target, at, tally)
+                store(element, target, i, tally)
 
 
 @compiled
-def scan_lines_blocks(x, out, operation, element, identity, reverse, exclusive, length):
+def scan_lines_blocks(x, out, product, element, identity, reverse, exclusive, length):
     """Q = 1, x and out {P, L} C-contiguous, L = int(length) (a literal string): blocks of as many lines as a
     vector of VECTOR_BYTES holds elements, each by one scan_lines_block; the lines left over by
     scan_lines_compiled."""
@@ -125,8 +129,11 @@ def scan_lines_blocks(x, out, operation, element, identity, reverse, exclusive, 
     whole = x.shape[0] - x.shape[0] % lanes
     size = x.shape[1]
     for first in range(0, whole, lanes):
-        scan_lines_block(operation, element, x, out, first * size, identity, length, reverse, exclusive)
-    scan_lines_compiled(x[whole:], out[whole:], operation, element, identity, reverse, exclusive)
+        scan_lines_block(product, element, x, out, first * size, identity, length, reverse, exclusive)
+    if product:  # (the lines left over by scan_lines_compiled, which takes the operation as a literal)
+        scan_lines_compiled(x[whole:], out[whole:], "product", element, identity, reverse, exclusive)
+    else:
+        scan_lines_compiled(x[whole:], out[whole:], "sum", element, identity, reverse, exclusive)
 
 
 @compiled
@@ -241,54 +248,70 @@ def converting(lanes: int):
 convert_vector, convert_element = converting(HALF_LANES), converting(1)
 
 
-def combining(builder, operation: str, tally):
-    """combine(a, b): the operation ("sum", "product") on values or vectors of tally's numba type."""
+def combining(builder, operation, tally):
+    """combine(a, b): the operation on values or vectors of tally's numba type: a name ("sum", "product"), or an i1
+    read at run time (whether it is the product), both results then made and one selected."""
+    if not isinstance(operation, str):
+        product, total = combining(builder, "product", tally), combining(builder, "sum", tally)
+        return lambda a, b: builder.select(operation, product(a, b), total(a, b))
     instruction = {"sum": ("fadd", "add"), "product": ("fmul", "mul")}[operation]
     name = instruction[0 if isinstance(tally, numba.types.Float) else 1]
     return lambda a, b: getattr(builder, name)(a, b)
 
 
-def vector_operations(context, builder, operation: str, tally):
-    """(lanes, combine(a, b), splat(value)) for the line walk's vectors of tally's type (WALK_BYTES)."""
-    lanes = WALK_BYTES // (tally.bitwidth // 8)
-    return lanes, combining(builder, operation, tally), lambda value: splat(builder, value, lanes)
+def each_operation(builder, product, emit) -> None:
+    """emit(name) on each branch of product (an i1 read at run time: whether the operation is the product, else the
+    sum), so that each branch is compiled for its operation and the loops emitted there test nothing."""
+    with builder.if_else(product) as (products, sums):
+        with products:
+            emit("product")
+        with sums:
+            emit("sum")
 
 
-def literals(*arguments) -> bool:
-    return all(isinstance(argument, numba.types.StringLiteral) for argument in arguments)
+def walk_lanes(tally) -> int:
+    """The lanes of the line walk's vectors (WALK_BYTES) of tally's numba type."""
+    return WALK_BYTES // (tally.bitwidth // 8)
 
 
 @intrinsic
-def add_vectors(typing_context, operation, element, source, at, groups, reverse, totals):
+def add_vectors(typing_context, product, element, source, at, groups, reverse, totals):
     """totals[k] ⊕= the vectors k, k + 4, k + 8, ... of source from index at (reverse: of those that end at at,
     walked down; each read as it lies), 4 × groups vectors in all, lane by lane (totals {4, lanes}, the
-    accumulation type): four chains in registers, so that one vector's operation need not wait for the last one's."""
-    if not literals(operation, element):
+    accumulation type): four chains in registers, so that one vector's operation need not wait for the last one's.
+    product: whether the operation is the product (else the sum)."""
+    if not literals(element):
         return None
     tally = totals.dtype
 
     def codegen(context, builder, signature, arguments):
-        lanes, combine, _ = vector_operations(context, builder, operation.literal_value, tally)
+        lanes = walk_lanes(tally)
         int64 = ir.IntType(64)
         access = functools.partial(vector_access, context, builder, tally)
         chains = [cgutils.alloca_once_value(builder, access(False, lanes, int64(k * lanes))[0](
             signature.args[6], arguments[6])) for k in range(4)]
-        with cgutils.for_range(builder, arguments[4]) as loop:
-            group = builder.mul(loop.index, int64(4 * lanes))
-            for k, chain in enumerate(chains):
-                at = builder.select(arguments[5], builder.sub(arguments[3], builder.add(group, int64((k + 1) * lanes))),
-                                    builder.add(arguments[3], builder.add(group, int64(k * lanes))))
-                load, _ = access(element.literal_value == "half", lanes, at)
-                builder.store(combine(builder.load(chain), load(signature.args[2], arguments[2])), chain)
+
+        def walk(operation):
+            combine = combining(builder, operation, tally)
+            with cgutils.for_range(builder, arguments[4]) as loop:
+                group = builder.mul(loop.index, int64(4 * lanes))
+                for k, chain in enumerate(chains):
+                    at = builder.select(arguments[5],
+                                        builder.sub(arguments[3], builder.add(group, int64((k + 1) * lanes))),
+                                        builder.add(arguments[3], builder.add(group, int64(k * lanes))))
+                    load, _ = access(element.literal_value == "half", lanes, at)
+                    builder.store(combine(builder.load(chain), load(signature.args[2], arguments[2])), chain)
+
+        each_operation(builder, arguments[0], walk)
         for k, chain in enumerate(chains):
             access(False, lanes, int64(k * lanes))[1](signature.args[6], arguments[6], builder.load(chain))
         return context.get_dummy_value()
 
-    return numba.types.none(operation, element, source, at, groups, reverse, totals), codegen
+    return numba.types.none(product, element, source, at, groups, reverse, totals), codegen
 
 
 @intrinsic
-def scan_vectors(typing_context, operation, element, source, target, at, count, tally, neutral, reverse, exclusive,
+def scan_vectors(typing_context, product, element, source, target, at, count, tally, neutral, reverse, exclusive,
                  ahead, chains):
     """target = the scan of ``count`` vectors of source from index at (reverse: of those that end at at, walked
     down, each from its end) from the running value tally (exclusive: each lane gets the running value before it),
@@ -298,14 +321,14 @@ def scan_vectors(typing_context, operation, element, source, target, at, count, 
     ``ahead`` > 0, source ``ahead`` elements further in the walk is fetched into the cache meanwhile (a prefetch: a
     hint that never faults, wherever it points). Where ``chains`` is an array ({4, lanes}, not None), the vectors of
     whole groups of four are also combined into its rows as add_vectors combines them (the chunk's total made in
-    the same pass)."""
-    if not literals(operation, element):
+    the same pass). product: whether the operation is the product (else the sum)."""
+    if not literals(element):
         return None
     half = element.literal_value == "half"
     with_chains = isinstance(chains, numba.types.Array)
 
     def codegen(context, builder, signature, arguments):
-        lanes, combine, splat = vector_operations(context, builder, operation.literal_value, tally)
+        lanes = walk_lanes(tally)
         int32, int64 = ir.IntType(32), ir.IntType(64)
         mask = ir.VectorType(int32, lanes)
         reverse, exclusive = arguments[8], arguments[9]
@@ -321,8 +344,8 @@ def scan_vectors(typing_context, operation, element, source, target, at, count, 
         def lane(value, index):  # every lane a copy of lane ``index``
             return builder.shuffle_vector(value, value, ir.Constant(mask, [index] * lanes))
 
-        neutrals = splat(context.cast(builder, arguments[7], signature.args[7], tally))
-        running = cgutils.alloca_once_value(builder, splat(arguments[6]))
+        neutrals = splat(builder, context.cast(builder, arguments[7], signature.args[7], tally), lanes)
+        running = cgutils.alloca_once_value(builder, splat(builder, arguments[6], lanes))
         ahead = arguments[10]
         data = context.make_array(signature.args[2])(context, builder, arguments[2]).data
         byte = ir.IntType(8).as_pointer()
@@ -331,31 +354,38 @@ def scan_vectors(typing_context, operation, element, source, target, at, count, 
         if with_chains:
             chain_rows = context.make_array(signature.args[11])(context, builder, arguments[11]).data
             grouped = builder.and_(arguments[5], int64(-4))  # the vectors of whole groups of four
-        with cgutils.for_range(builder, arguments[5]) as loop:
-            step = builder.mul(loop.index, int64(lanes))
-            at = builder.select(reverse, builder.sub(arguments[4], builder.add(step, int64(lanes))),
-                                builder.add(arguments[4], step))
-            with builder.if_then(builder.icmp_signed(">", ahead, int64(0)), likely=True):
-                later = builder.gep(data, [builder.select(reverse, builder.sub(at, ahead), builder.add(at, ahead))])
-                builder.call(prefetch, [builder.bitcast(later, byte), int32(0), int32(3), int32(1)])
-            load, store = vector_access(context, builder, tally, half, lanes, at)
-            value = load(signature.args[2], arguments[2])
-            if with_chains:
-                with builder.if_then(builder.icmp_signed("<", loop.index, grouped), likely=True):
-                    row = builder.bitcast(builder.gep(chain_rows, [builder.mul(builder.and_(loop.index, int64(3)),
-                                                                               int64(lanes))]),
-                                          value.type.as_pointer())
-                    builder.store(combine(builder.load(row, align=1), value), row, align=1)  # (any alignment)
-            by = 1
-            while by < lanes:
-                value = combine(value, shifted(value, by))
-                by *= 2
-            before = builder.load(running)
-            store(signature.args[3], arguments[3], combine(before, builder.select(exclusive, shifted(value, 1), value)))
-            builder.store(combine(before, builder.select(reverse, lane(value, 0), lane(value, lanes - 1))), running)
+
+        def walk(operation):
+            combine = combining(builder, operation, tally)
+            with cgutils.for_range(builder, arguments[5]) as loop:
+                step = builder.mul(loop.index, int64(lanes))
+                at = builder.select(reverse, builder.sub(arguments[4], builder.add(step, int64(lanes))),
+                                    builder.add(arguments[4], step))
+                with builder.if_then(builder.icmp_signed(">", ahead, int64(0)), likely=True):
+                    later = builder.gep(data, [builder.select(reverse, builder.sub(at, ahead),
+                                                              builder.add(at, ahead))])
+                    builder.call(prefetch, [builder.bitcast(later, byte), int32(0), int32(3), int32(1)])
+                load, store = vector_access(context, builder, tally, half, lanes, at)
+                value = load(signature.args[2], arguments[2])
+                if with_chains:
+                    with builder.if_then(builder.icmp_signed("<", loop.index, grouped), likely=True):
+                        row = builder.gep(chain_rows, [builder.mul(builder.and_(loop.index, int64(3)), int64(lanes))])
+                        row = builder.bitcast(row, value.type.as_pointer())
+                        builder.store(combine(builder.load(row, align=1), value), row, align=1)  # (any alignment)
+                by = 1
+                while by < lanes:
+                    value = combine(value, shifted(value, by))
+                    by *= 2
+                before = builder.load(running)
+                store(signature.args[3], arguments[3],
+                      combine(before, builder.select(exclusive, shifted(value, 1), value)))
+                builder.store(combine(before, builder.select(reverse, lane(value, 0), lane(value, lanes - 1))),
+                              running)
+
+        each_operation(builder, arguments[0], walk)
         return builder.extract_element(builder.load(running), int32(0))
 
-    return (tally(operation, element, source, target, at, count, tally, neutral, reverse, exclusive, ahead, chains),
+    return (tally(product, element, source, target, at, count, tally, neutral, reverse, exclusive, ahead, chains),
             codegen)
 
 
@@ -365,15 +395,16 @@ PADDED_SIDE = 8
 
 
 @intrinsic
-def scan_lines_block(typing_context, operation, element, source, target, at, identity, length, reverse, exclusive):
+def scan_lines_block(typing_context, product, element, source, target, at, identity, length, reverse, exclusive):
     """The scans of the lines of ``length`` (a literal string of the number) elements from source[at] on
     (contiguous), as many lines as a vector of VECTOR_BYTES holds elements, into target from at on; one line a
     vector lane: the block is loaded and transposed in registers so that vector j holds element j of every line,
     the running values are a chain of vector operations in the walk's order (in each lane, one line's tally: the
     walk's own bits), then transposed back and stored. The running values in identity's type (FLOAT16 read and
     written as its bits, converted a vector at a time); the first element of an inclusive line keeps its input's
-    bits. The whole block is read before any of it is written: target may be source."""
-    if not all(isinstance(literal, numba.types.StringLiteral) for literal in (operation, element, length)):
+    bits. The whole block is read before any of it is written: target may be source. product: whether the
+    operation is the product (else the sum)."""
+    if not literals(element, length):
         return None
     tally = identity
     half = element.literal_value == "half"
@@ -395,35 +426,41 @@ def scan_lines_block(typing_context, operation, element, source, target, at, ide
             return builder.bitcast(builder.fptrunc(value, halves), columns[0].type) if half else value
 
         identities = narrowed(splat(builder, arguments[5], lanes))
-        combine = combining(builder, operation.literal_value, tally)
+        wide = [widened(column) for column in columns]
+        # the output columns, from whichever branch below made them: transposed back and stored once, after them
+        outputs = [cgutils.alloca_once(builder, columns[0].type) for _ in range(size)]
 
-        def write(reverse, exclusive):
+        def scan(operation, reverse, exclusive):
             # the first output column: the identity, or the input's column as loaded (its bits, a signalling NaN's
             # too); the others the running values in the walk's order
             order = list(reversed(range(size))) if reverse else list(range(size))
-            outputs = {order[0]: identities if exclusive else columns[order[0]]}
-            running = widened(columns[order[0]])
+            builder.store(identities if exclusive else columns[order[0]], outputs[order[0]])
+            running = wide[order[0]]
+            combine = combining(builder, operation, tally)
             for j in order[1:]:
                 if exclusive:
-                    outputs[j] = narrowed(running)
-                running = combine(running, widened(columns[j]))
+                    builder.store(narrowed(running), outputs[j])
+                running = combine(running, wide[j])
                 if not exclusive:
-                    outputs[j] = narrowed(running)
-            for (_, store), vector in zip(accessors, transposed(builder, [outputs[j] for j in range(size)], size,
-                                                                  lanes)):
-                store(signature.args[3], arguments[3], vector)
+                    builder.store(narrowed(running), outputs[j])
 
-        with builder.if_else(arguments[7]) as (backwards, forwards):
-            for branch, reverse in ((forwards, False), (backwards, True)):
-                with branch:
-                    with builder.if_else(arguments[8]) as (excluding, including):
-                        with including:
-                            write(reverse, False)
-                        with excluding:
-                            write(reverse, True)
+        def scan_each(operation):
+            with builder.if_else(arguments[7]) as (backwards, forwards):
+                for branch, reverse in ((forwards, False), (backwards, True)):
+                    with branch:
+                        with builder.if_else(arguments[8]) as (excluding, including):
+                            with including:
+                                scan(operation, reverse, False)
+                            with excluding:
+                                scan(operation, reverse, True)
+
+        each_operation(builder, arguments[0], scan_each)
+        for (_, store), vector in zip(accessors, transposed(builder, [builder.load(column) for column in outputs],
+                                                              size, lanes)):
+            store(signature.args[3], arguments[3], vector)
         return context.get_dummy_value()
 
-    return numba.types.none(operation, element, source, target, at, identity, length, reverse, exclusive), codegen
+    return numba.types.none(product, element, source, target, at, identity, length, reverse, exclusive), codegen
 
 
 def transposed(builder, rows, count, width):
@@ -501,45 +538,36 @@ def concatenated(builder, vectors):
     return vectors[0]
 
 
-@intrinsic
-def as_type_of(typing_context, value, like):
-    """value in like's type (numba widens int32 ⊕ int32 to int64: the running value must keep its own type,
-    and wrap in it)."""
-    def codegen(context, builder, signature, arguments):
-        return context.cast(builder, arguments[0], value, like)
-    return like(value, like), codegen
-
-
 @compiled
-def scan_span(source, target, operation, element, tally, neutral, reverse, exclusive, first, last, lanes, ahead,
+def scan_span(source, target, product, element, tally, neutral, reverse, exclusive, first, last, lanes, ahead,
               chains):
     """Scan source[first:last] (1-D, contiguous) into target from the running value tally, vectors of lanes
     elements then single ones, in the walk's direction, fetching source ``ahead`` elements further meanwhile and
     combining its vectors into ``chains`` where it is not None (scan_vectors); returns the running value after."""
     vectors = (last - first) // lanes
     if reverse:
-        tally = scan_vectors(operation, element, source, target, last, vectors, tally, neutral, True, exclusive,
+        tally = scan_vectors(product, element, source, target, last, vectors, tally, neutral, True, exclusive,
                              ahead, chains)
         for j in range(last - vectors * lanes - 1, first - 1, -1):
-            tally = scan_element(operation, element, source, target, j, tally, exclusive)
+            tally = scan_element(product, element, source, target, j, tally, exclusive)
     else:
-        tally = scan_vectors(operation, element, source, target, first, vectors, tally, neutral, False, exclusive,
+        tally = scan_vectors(product, element, source, target, first, vectors, tally, neutral, False, exclusive,
                              ahead, chains)
         for j in range(first + vectors * lanes, last):
-            tally = scan_element(operation, element, source, target, j, tally, exclusive)
+            tally = scan_element(product, element, source, target, j, tally, exclusive)
     return tally
 
 
 @compiled
-def scan_element(operation, element, source, target, i, tally, exclusive):
+def scan_element(product, element, source, target, i, tally, exclusive):
     value = load(element, source, i)
-    after = as_type_of(combine(operation, tally, value), tally)
+    after = combine(product, tally, value)
     store(element, target, i, tally if exclusive else after)
     return after
 
 
 @compiled
-def scan_lines_vectors(x, out, operation, element, identity, neutral, reverse, exclusive, lanes):
+def scan_lines_vectors(x, out, product, element, identity, neutral, reverse, exclusive, lanes):
     """Q = 1, lines contiguous (x, out {P, L}): each line by scan_span from the neutral element; its first output
     then as the walk writes it."""
     length = x.shape[1]
@@ -547,7 +575,7 @@ def scan_lines_vectors(x, out, operation, element, identity, neutral, reverse, e
     for p in range(x.shape[0]):
         source, target = x[p], out[p]
         head = source[first]
-        scan_span(source, target, operation, element, neutral, neutral, reverse, exclusive, 0, length, lanes, 0, None)
+        scan_span(source, target, product, element, neutral, neutral, reverse, exclusive, 0, length, lanes, 0, None)
         if exclusive:
             store(element, target, first, identity)
         else:
@@ -555,19 +583,19 @@ def scan_lines_vectors(x, out, operation, element, identity, neutral, reverse, e
 
 
 @compiled
-def chunk_total(source, operation, element, neutral, reverse, first, last, chains):
+def chunk_total(source, product, element, neutral, reverse, first, last, chains):
     """source[first:last] combined in the walk's order of its positions (reverse: from last - 1 down): vector by
     vector into the rows of chains ({4, lanes}: four independent chains, so that one vector's operation need not
     wait for the last one's; chain k takes vectors k, k + 4, ...), then the lanes chain by chain, then the elements
     left, each in the walk's order (NumPy's engine combines them so: chunk_totals_numpy)."""
     chains[:] = neutral
     groups = (last - first) // (4 * chains.shape[1])
-    add_vectors(operation, element, source, last if reverse else first, groups, reverse, chains)
-    return chains_total(source, operation, element, neutral, reverse, first, last, chains)
+    add_vectors(product, element, source, last if reverse else first, groups, reverse, chains)
+    return chains_total(source, product, element, neutral, reverse, first, last, chains)
 
 
 @compiled
-def chains_total(source, operation, element, neutral, reverse, first, last, chains):
+def chains_total(source, product, element, neutral, reverse, first, last, chains):
     """chunk_total's end: the lanes of chains (the groups of four vectors of source[first:last] combined) chain by
     chain, then the elements after the groups."""
     lanes = chains.shape[1]
@@ -577,10 +605,10 @@ def chains_total(source, operation, element, neutral, reverse, first, last, chai
     for chain in range(4):
         for j in range(lanes):
             lane = lanes - 1 - j if reverse else j  # a vector read backwards holds the walk's lanes last first
-            total = as_type_of(combine(operation, total, chains[chain, lane]), neutral)
+            total = combine(product, total, chains[chain, lane])
     for k in range(groups * width, last - first):
         i = last - 1 - k if reverse else first + k
-        total = as_type_of(combine(operation, total, load(element, source, i)), neutral)
+        total = combine(product, total, load(element, source, i))
     return total
 
 
@@ -596,7 +624,7 @@ def chunk_bounds(length, chunk, c, reverse):
 
 
 @compiled
-def scan_chunks(x, out, operation, element, identity, neutral, reverse, exclusive, lanes, chunk, patience, threads,
+def scan_chunks(x, out, product, element, identity, neutral, reverse, exclusive, lanes, chunk, patience, threads,
                 tickets, states, totals, carries, scratch):
     """Q = 1, lines contiguous (x, out {P, L}), each cut into chunks of ``chunk`` elements in the walk's order (the
     last one shorter), scanned by every thread that runs this at once: each takes the next ticket, (line, chunk c)
@@ -624,27 +652,27 @@ def scan_chunks(x, out, operation, element, identity, neutral, reverse, exclusiv
         if threads == 1 and ((last - first) % (4 * lanes) == 0 or not needed):
             carry = neutral if c == 0 else carries[ticket - 1]
             scratch[:] = neutral
-            scan_span(source, target, operation, element, carry, neutral, reverse, exclusive, first, last, lanes, 0,
+            scan_span(source, target, product, element, carry, neutral, reverse, exclusive, first, last, lanes, 0,
                       scratch)
             if needed:  # (published as the others are, though nobody waits)
-                totals[ticket] = chains_total(source, operation, element, neutral, reverse, first, last, scratch)
-                carries[ticket] = as_type_of(combine(operation, carry, totals[ticket]), neutral)
+                totals[ticket] = chains_total(source, product, element, neutral, reverse, first, last, scratch)
+                carries[ticket] = combine(product, carry, totals[ticket])
                 publish(states, ticket, CARRY)
         else:
             total = neutral
             if needed:
-                total = chunk_total(source, operation, element, neutral, reverse, first, last, scratch)
+                total = chunk_total(source, product, element, neutral, reverse, first, last, scratch)
                 totals[ticket] = total
                 publish(states, ticket, TOTAL)
-            carry = carry_before(source, operation, element, neutral, reverse, chunk, patience, ticket, c, states,
+            carry = carry_before(source, product, element, neutral, reverse, chunk, patience, ticket, c, states,
                                  totals, carries, scratch)
             if needed:
-                carries[ticket] = as_type_of(combine(operation, carry, total), neutral)
+                carries[ticket] = combine(product, carry, total)
                 publish(states, ticket, CARRY)
             memory_fence()  # the chunk's outputs written after its state is seen (see carry_before)
             # the chunk this thread is likely to take next (threads tickets on: the line's, or the next line's where
             # lines follow one another in memory) fetched into the cache meanwhile, for its total
-            scan_span(source, target, operation, element, carry, neutral, reverse, exclusive, first, last, lanes,
+            scan_span(source, target, product, element, carry, neutral, reverse, exclusive, first, last, lanes,
                       threads * chunk, None)
         if c == 0:  # the line's first output as the walk writes it
             if exclusive:
@@ -654,7 +682,7 @@ def scan_chunks(x, out, operation, element, identity, neutral, reverse, exclusiv
 
 
 @compiled
-def carry_before(source, operation, element, neutral, reverse, chunk, patience, ticket, c, states, totals, carries,
+def carry_before(source, product, element, neutral, reverse, chunk, patience, ticket, c, states, totals, carries,
                  scratch):
     """The running value after chunk c - 1 of the line (the neutral element before chunk 0): its carry once
     published. A thread that has waited ``patience`` pauses for it makes it itself, as its owner does, from the latest
@@ -676,13 +704,13 @@ def carry_before(source, operation, element, neutral, reverse, chunk, patience, 
         total = neutral
         if state_of(states, m) < TOTAL:
             first, last = chunk_bounds(length, chunk, m - line_start, reverse)
-            total = chunk_total(source, operation, element, neutral, reverse, first, last, scratch)
+            total = chunk_total(source, product, element, neutral, reverse, first, last, scratch)
             # read while its owner had not published the chunk's total, so before it wrote any output there (in
             # place, over the input): unless it has published it since
             memory_fence()
         if state_of(states, m) >= TOTAL:
             total = totals[m]
-        carry = as_type_of(combine(operation, carry, total), neutral)
+        carry = combine(product, carry, total)
     return carry
 
 
@@ -692,14 +720,12 @@ if STREAM_STORES:
     # values computed lane by lane stops the loop around it vectorising).
 
     def streamed_step(vector: bool):
-        """An intrinsic step(operation, source, tally, target, q, exclusive): for the VECTOR_BYTES // itemsize
+        """An intrinsic step(product, source, tally, target, q, exclusive): for the VECTOR_BYTES // itemsize
         elements from q on (one if not ``vector``), tally ⊕= source, and target = the tally after (before, if
-        exclusive) through a streaming store, which needs target[q] on a boundary of its size. operation is "sum"
-        or "product", a literal."""
+        exclusive) through a streaming store, which needs target[q] on a boundary of its size. product: whether the
+        operation is the product (else the sum; both results made and one kept, at memory's speed)."""
         @intrinsic
-        def step(typing_context, operation, source, tally, target, q, exclusive):
-            if not isinstance(operation, numba.types.StringLiteral):
-                return None
+        def step(typing_context, product, source, tally, target, q, exclusive):
             dtype = source.dtype
             lanes = VECTOR_BYTES // (dtype.bitwidth // 8) if vector else 1
 
@@ -714,7 +740,7 @@ if STREAM_STORES:
                                                   for k in (1, 2, 3))
                 value = builder.load(source_at, align=1)  # x may sit anywhere
                 before = builder.load(tally_at, align=dtype.bitwidth // 8)
-                after = combining(builder, operation.literal_value, dtype)(before, value)
+                after = combining(builder, arguments[0], dtype)(before, value)
                 builder.store(after, tally_at, align=dtype.bitwidth // 8)
                 # one float alone: movntss / movntsd, SSE4A's (elsewhere an ordinary store: see streams)
                 stored = builder.store(builder.select(arguments[5], before, after), target_at,
@@ -722,7 +748,7 @@ if STREAM_STORES:
                 stored.set_metadata("nontemporal", builder.module.add_metadata([ir.IntType(32)(1)]))
                 return context.get_dummy_value()
 
-            return numba.types.none(operation, source, tally, target, q, exclusive), codegen
+            return numba.types.none(product, source, tally, target, q, exclusive), codegen
 
         return step
 
@@ -740,7 +766,7 @@ if STREAM_STORES:
         return numba.types.none(), codegen
 
     @compiled
-    def scan_rows_streamed(x, out, operation, identity, reverse, exclusive, tally):
+    def scan_rows_streamed(x, out, product, identity, reverse, exclusive, tally):
         """scan_rows_compiled for rows contiguous in x and out (not FLOAT16), rows after the first written with
         streaming stores: elements one at a time up to a VECTOR_BYTES boundary of out, vectors, and the elements
         left, in the direction of the walk. tally ({Q}) is as aligned as out's rows."""
@@ -761,22 +787,22 @@ if STREAM_STORES:
                 # the vectors in while loops: a range of step ``lanes`` made the loop slower (28 against 32 GB/s)
                 if reverse:
                     for q in range(width - 1, tail - 1, -1):
-                        stream_element(operation, source, tally, target, q, exclusive)
+                        stream_element(product, source, tally, target, q, exclusive)
                     q = tail - lanes
                     while q >= head:
-                        stream_vector(operation, source, tally, target, q, exclusive)
+                        stream_vector(product, source, tally, target, q, exclusive)
                         q -= lanes
                     for q in range(head - 1, -1, -1):
-                        stream_element(operation, source, tally, target, q, exclusive)
+                        stream_element(product, source, tally, target, q, exclusive)
                 else:
                     for q in range(head):
-                        stream_element(operation, source, tally, target, q, exclusive)
+                        stream_element(product, source, tally, target, q, exclusive)
                     q = head
                     while q < tail:
-                        stream_vector(operation, source, tally, target, q, exclusive)
+                        stream_vector(product, source, tally, target, q, exclusive)
                         q += lanes
                     for q in range(tail, width):
-                        stream_element(operation, source, tally, target, q, exclusive)
+                        stream_element(product, source, tally, target, q, exclusive)
         store_fence()
 
 
