@@ -112,10 +112,10 @@ def prepare(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, ou
         def run(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point, out):
             buffers = scratch(layouts)
             zero_point = zero if output_zero_point is None else output_zero_point
-            # contiguous vectors, so that one compiled loop serves every parameter form
-            requantization = (np.ascontiguousarray(a_scale, np.float32), np.ascontiguousarray(b_scale, np.float32),
-                              np.ascontiguousarray(output_scale, np.float32),
-                              np.ascontiguousarray(zero_point, np.float64), low, high)
+            # contiguous read-only vectors, so that one compiled variant serves every parameter form and writability
+            requantization = (*(read_only(np.ascontiguousarray(vector, dtype)) for vector, dtype in (
+                (a_scale, np.float32), (b_scale, np.float32), (output_scale, np.float32), (zero_point, np.float64))),
+                              low, high)
             for index in batches:
                 packed = packing(integer_gemm, kernel, b[index], ZERO_BITS.view(b.dtype) if b_zero_point is None
                                  else b_zero_point) if may_be_kept else None
@@ -141,6 +141,13 @@ def prepare(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, ou
             else:
                 requantize_numpy(product, corrections, a_scale, b_scale, output_scale, zero_point, out[index])
     return run_float32
+
+
+def read_only(array: np.ndarray) -> np.ndarray:
+    """A read-only view of array."""
+    view = array.view()
+    view.flags.writeable = False
+    return view
 
 
 def pieces_for(parallel: bool, pieces: int | None) -> int:
