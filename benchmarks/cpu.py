@@ -272,6 +272,7 @@ def matmul_rows(repeats: int, peak: float, shapes=None):
         b_scale, b_zero = (rng.random(n, dtype=np.float32) + 0.5) * 0.01, np.zeros(n, np.int8)
         out_scale, out_zero = np.float32(0.1 * k**0.5), np.uint8(128)
         out, out_signed = np.empty((m, n), np.uint8), np.empty((m, n), np.int8)
+        prepared = dmlops.prepare_b(b, b_scale, b_zero)  # (a layer's weights: packed at its first product)
 
         def run_backend(**engine):
             """The backend's call as the array API makes it: 4-D tensors, vectors of M or N."""
@@ -289,7 +290,6 @@ def matmul_rows(repeats: int, peak: float, shapes=None):
             "u8s8 B prepared": lambda: dmlops.quantized_linear_matmul(a, a_scale, a_zero, prepared, None, None,
                                                                       out_scale, out_zero, out=out),
         }
-        prepared = dmlops.prepare_b(b, b_scale, b_zero)  # (a layer's weights: packed once)
         if onnxruntime is not None:
             session_parameters = [helper.make_tensor("a_scale", TensorProto.FLOAT, [], [a_scale]),
                                   helper.make_tensor("a_zero", TensorProto.UINT8, [], [a_zero]),

@@ -63,7 +63,8 @@ def scratch_layouts(kernel: Kernel, m: int, k: int, n: int, own_sums: bool = Fal
     to the kernel's multiple and one vector more, unread: rows a power of two of bytes apart would fall in the same
     L1 sets, and the rows the kernel reads at once would evict each other (AMX's 2048³ product ran at a third of its
     speed with its sums' rows 8 KiB apart). With ``own_sums`` (``own_sums``: every piece keeps its own), the call's
-    sums have no rows."""
+    sums have no rows; with ``b_packed`` (a kept B's packing read instead: ``with_packing``), B's packing and column
+    terms have no elements."""
     a_type, b_type = kernel.element
     length = padded(k, kernel.k_multiple)
     rows, columns = padded(m, kernel.rows), padded(n, kernel.columns)
@@ -84,6 +85,11 @@ def packed_b(kernel: Kernel, b, b_zero_point, layouts):
     call(pack_whole_b, kernel.name, packing_path(kernel), *operand(b, b_zero_point, b.shape[1]), groups, terms,
          read_only=(2,))
     return groups, terms
+
+
+def with_packing(buffers, packing) -> tuple:
+    """A call's scratch arrays with B's packing and column terms those of ``packing`` (``packed_b``'s)."""
+    return (buffers[0], packing[0], buffers[2], buffers[3], packing[1])
 
 
 def packing_path(kernel: Kernel) -> str:
@@ -122,7 +128,7 @@ def integer_product(kernel: Kernel, a, a_zero_point, b, b_zero_point, buffers, p
     layout = products_layout(kernel, a, b, b_packed)
     counts = stage_counts(kernel, layout, m, k, n, pieces, b_packed)
     if b_packed:
-        buffers = (buffers[0], packing[0], *buffers[2:4], packing[1])
+        buffers = with_packing(buffers, packing)
     # the operands and the output as bits, zero points as int32 vectors, the operands and the requantization's
     # arrays typed as of any layout (their loops run as fast either way) and the operands as read-only: a compiled
     # variant of the whole product takes a second or two to compile, and each type, layout and writability of each

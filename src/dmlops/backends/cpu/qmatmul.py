@@ -117,8 +117,7 @@ def prepare(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, ou
                 (a_scale, np.float32), (b_scale, np.float32), (output_scale, np.float32), (zero_point, np.float64))),
                               low, high)
             for index in batches:
-                packed = packing(integer_gemm, kernel, b[index], ZERO_BITS.view(b.dtype) if b_zero_point is None
-                                 else b_zero_point) if may_be_kept else None
+                packed = packing(integer_gemm, kernel, b[index], b_zero_point) if may_be_kept else None
                 sums = integer_gemm.integer_product(kernel, a[index], a_zero_point, b[index], b_zero_point, buffers,
                                                     product_pieces, (*requantization, out[index]) if compiled else None,
                                                     calls, threads, packed)
@@ -225,7 +224,7 @@ def prepare_one_call(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_
         layout, counts, layouts, entry = chosen
         buffers = scratch(layouts)
         if packed is not None:
-            buffers = (buffers[0], packed[0], buffers[2], buffers[3], packed[1])
+            buffers = integer_gemm.with_packing(buffers, packed)
         # the operands and the output as their bits (their types are in their signs and bounds) and the inputs
         # typed as read-only: one compiled variant serves every type and writability of each, the same sums
         arguments = (kernel.name, layout, np.zeros(1 + len(counts), np.int64), counts, a_bits(a), a_sign,
@@ -258,14 +257,16 @@ def persist_b(array: np.ndarray) -> np.ndarray:
 
 def packing(integer_gemm, kernel, b, zero_point):
     """The packing (``integer_gemm.packed_b``) of b for ``kernel`` and ``zero_point`` (an array of B's type, of one
-    value or one a column) where b is all of a kept B of one matrix (``persist_b``) and K ≤ INT32_CHUNK: made by the
-    first call that asks for it, and kept with B. Else None."""
+    value or one a column, or None: 0) where b is all of a kept B of one matrix (``persist_b``) and K ≤
+    INT32_CHUNK: made by the first call that asks for it, and kept with B. Else None."""
     owner = b if b.base is None else b.base
     packings = PACKINGS.get(id(owner))  # (an entry's id is that of a live kept copy: owner is that copy)
     # the same sizes and strides as all of a contiguous copy: the same elements
     if packings is None or owner.size != b.size or owner.shape[-2:] != b.shape or owner.strides[-2:] != b.strides \
             or b.shape[0] > integer_gemm.INT32_CHUNK:
         return None
+    if zero_point is None:
+        zero_point = ZERO_BITS.view(b.dtype)
     key = (kernel.name, zero_point.tobytes())
     found = packings.get(key)
     if found is None:
