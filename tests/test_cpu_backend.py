@@ -1426,11 +1426,12 @@ AMX = pytest.mark.skipif("amx" not in [kernel.name for kernel in cpu_integer_gem
 
 @AMX
 @pytest.mark.parametrize("a_type, b_type", list(itertools.product(QMM_TYPES, repeat=2)))
-@pytest.mark.parametrize("m, k, n", [(45, 131, 77), (33, 64, 16), (100, 65, 35), (17, 200, 300), (70, 1000, 49)])
+@pytest.mark.parametrize("m, k, n", [(45, 131, 77), (33, 64, 16), (100, 65, 35), (17, 200, 300), (70, 1000, 49),
+                                     (40, 4173, 50)])  # (K: two of amx.K_RUN and a part)
 @pytest.mark.parametrize("form", ["per tensor", "per row and column"])
 def test_amx_products_of_every_sign_pair(a_type, b_type, m, k, n, form):
     """Each of the four tile instructions (by the operands' signs), sizes that are multiples of no tile (16 rows or
-    columns, 64 bytes of K), cut by rows (M ≥ N) and by columns, parameters per tensor or per row and column, into
+    columns, 64 bytes of K), K of several runs of the kernel's sums, cut by rows (M ≥ N) and by columns, parameters per tensor or per row and column, into
     either output type: the operator's bits."""
     rng = np.random.default_rng(m * k + n)
     for out_type in QMM_TYPES:
