@@ -947,6 +947,38 @@ def test_one_call_products_in_pieces_on_the_pool(m, k, n):
 
 
 @ONE_CALL
+def test_products_on_numbas_threads(monkeypatch):
+    """Work for more threads than the pool takes (POOL_THREADS) runs on numba's threads, in one compiled call (a
+    prange), through the one-call product and the general one (parameters per row): the reference's bits, out's
+    other elements untouched, a bad scale rejected before a thread writes; and, while another call holds numba's
+    threads, on the pool's. (One layout: each compiles a parallel variant of the product, about 10 s.)"""
+    monkeypatch.setattr(cpu_pieces, "POOL_THREADS", 1)
+    m, k, n = 40, 70, 33
+    rng = np.random.default_rng(m)
+    types = (np.uint8, np.int8, np.int8)
+    assert_one_call_products(rng, types, m, k, n, "mixed", pieces=3)
+    arguments, _, buffer = one_call_case(rng, types, m, k, n, "mixed")
+    arguments = list(arguments)
+    arguments[4] = arguments[4].copy()
+    arguments[4][0] = 0
+    before = buffer.copy()
+    rejects(["b_scale_tensor", "finite and non-zero"], lambda: cpu_qmatmul.prepare_one_call(*arguments, pieces=3)(
+        *arguments))
+    np.testing.assert_array_equal(buffer, before)
+    arguments, expected = quantized_case(rng, *types, k, (True, True, True), True, m=m, n=n)
+    for held in (False, True):
+        out = poisoned(expected.shape, types[2])
+        if held:
+            assert cpu_pieces.NUMBA_THREADS[0].acquire(blocking=False)
+        try:
+            cpu_qmatmul.quantized_linear_matmul(*arguments, out, compiled=True, pieces=3)
+        finally:
+            if held:
+                cpu_pieces.NUMBA_THREADS[0].release()
+        np.testing.assert_array_equal(out, expected)
+
+
+@ONE_CALL
 def test_pool_keeps_no_arrays_after_a_call():
     """Once a product on the pool's threads has returned, no pool thread (lingering or asleep) holds its arrays: a
     caller's arrays are freed when the caller drops them."""
@@ -1273,7 +1305,7 @@ def test_product_pieces_whoever_takes_them(monkeypatch, kernel, m, k, n, helper)
     """The pieces of a product (``product_pieces``) taken in either extreme order: a pool thread that takes every
     ticket before the calling thread starts (which then waits for its pieces only), or one that starts after the
     call has returned, finds no ticket left and writes nothing, neither the output nor the scratch memory."""
-    def run_on_cores(entry, arguments, threads):
+    def run_on_cores(entry, arguments, threads, on_numba_threads=None):
         assert threads
         if helper == "takes every piece":
             entry(*arguments, cpu_pieces.NO_RING, False)

@@ -7,13 +7,12 @@ requantization in ``requantization``.
 An int32 sum of products of magnitude ≤ 255² = 65 025 is exact for K up to 2^31 / 65 025 = 33 025 terms: a call
 takes K up to INT32_CHUNK, and the caller adds longer products chunk by chunk.
 
-Threads: a product is one compiled call a thread (``driver.product_pieces``), whose stages of pieces the threads
-take by tickets; each piece of rows is requantized into the output (``requantize_rows``) as soon as its sums are
-made, while they are in cache. The compiled product takes the operands and the output as their bits, with the signs
-of the operands as numbers (128 for INT8: a value is (its bits xor 128) − 128), so that one compiled variant serves
-every type of the vector kernels (AMX's tiles read each operand as its type: their instruction is picked by the
-signs).
-"""
+Threads: a product is one compiled call a thread (``driver.product_pieces``), whose stages of pieces the threads take
+by tickets (the pool's threads, or for many threads numba's, started in one compiled call: ``pieces.run_on_cores``);
+each piece of rows is requantized into the output (``requantize_rows``) as soon as its sums are made, while they are
+in cache. The compiled product takes the operands and the output as their bits, with the signs of the operands as
+numbers (128 for INT8: a value is (its bits xor 128) − 128), so that one compiled variant serves every type of the
+vector kernels (AMX's tiles read each operand as its type: their instruction is picked by the signs)."""
 
 from __future__ import annotations
 
@@ -24,10 +23,10 @@ from .kernels import KERNEL, KERNELS_BY_NAME, RUNNABLE, Kernel, kernel_for_rows,
 from .pieces import CORES, NO_RING, run_on_cores, threads_for
 
 try:
-    from .driver import few_sums, multiply_in_pieces, pack_whole_b
+    from .driver import few_sums, multiply_in_pieces, multiply_on_threads, pack_whole_b
     from .requantization import requantize_rows
 except ImportError:  # NumPy alone is enough; the float32 path is used instead
-    few_sums = multiply_in_pieces = pack_whole_b = requantize_rows = None
+    few_sums = multiply_in_pieces = multiply_on_threads = pack_whole_b = requantize_rows = None
 
 # The positions of requantize_rows' inputs (the sums, their terms, the scales and the zero point), typed as read-only
 # where it is called from Python, so that one compiled variant serves writable and read-only arrays.
@@ -139,7 +138,9 @@ def integer_product(kernel: Kernel, a, a_zero_point, b, b_zero_point, buffers, p
                  *operand(b, b_zero_point, n), tuple(buffers), b_packed, finish)
     entry = calls.entry(multiply_in_pieces, *arguments, NO_RING, True, any_layout=(4, 7, 12),  # a, b, finish
                         read_only=(4, 7))
-    run_on_cores(entry, arguments, threads_for(pieces) if threads is None else threads)
+    threads = threads_for(pieces) if threads is None else threads
+    run_on_cores(entry, arguments, threads, lambda: calls.entry(multiply_on_threads, *arguments, threads,
+                                                                any_layout=(4, 7, 12), read_only=(4, 7)))
     return buffers[2][:m, :n]
 
 

@@ -31,6 +31,17 @@ import numpy as np
 CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 PIECES_PER_CORE = 4
 
+# The most threads a call's work takes from the pool. Each pool thread joins a call through Python, one after
+# another (its task from the queue, the compiled call's arguments unboxed, the GIL held), so that on 16 cores of a
+# Sapphire Rapids numba's own threads, started inside one compiled call (a prange), made products 1.2-1.9 x as fast
+# as the pool's 16; on 4 and 8 cores the two were level but for the pool's 1.3 x at 1024^3 and 2048^3, on 2 the
+# pool 1.1-2.2 x as fast (benchmarks/RESULTS.md, "threads on 16 cores").
+POOL_THREADS = 8
+# Held by the call that runs on numba's threads: numba's workqueue layer aborts the process where two threads run
+# parallel code at once. Held for good in a forked child (GNU OpenMP's threads are not in it, and its parallel code
+# would hang there).
+NUMBA_THREADS = [threading.Lock()]
+
 # Threads that take pieces beside the calling thread, started on first use and kept: starting a pool for each call
 # costs a good part of a small product (benchmarks/RESULTS.md, "Moved from code comments"). A forked child has none
 # of its parent's threads, so it gets a pool of its own.
@@ -57,6 +68,8 @@ def new_pool_in_child() -> None:
     global TASKS, POOL, POOL_STARTING, HELPER_IDS
     TASKS, POOL, POOL_STARTING, HELPER_IDS = queue.SimpleQueue(), [], threading.Lock(), set()
     KEPT_OFF[0] = None
+    NUMBA_THREADS[0] = threading.Lock()
+    NUMBA_THREADS[0].acquire()  # (for good: the child's calls take the pool)
     DOORBELL[SLEEPERS:] = 0  # (no thread of the parent's pool here)
 
 
@@ -131,7 +144,7 @@ def threads_for(pieces: int) -> int:
     return min(CORES, pieces)
 
 
-def run_on_cores(entry, arguments, threads: int):
+def run_on_cores(entry, arguments, threads: int, on_numba_threads=None):
     """What entry(*arguments, DOORBELL, True) returns on this thread (NO_RING for DOORBELL where ``threads`` is 1)
     and entry(*arguments, DOORBELL, False) on threads − 1 of the pool's threads at once (all of them at most): a
     compiled call that begins and ends as ``atomics.call_begins`` and ``call_ends`` say (this thread rings the
@@ -139,7 +152,16 @@ def run_on_cores(entry, arguments, threads: int):
     whose call with True returns once every piece has ended, whichever threads took them. The pool's calls are not
     waited for: a thread woken late finds no ticket left and returns without touching the arrays (so each call has
     a ticket counter of its own), and this thread waits only while another runs a piece, never for a thread to wake
-    up."""
+    up.
+
+    Work for more than POOL_THREADS threads runs instead as on_numba_threads()(*arguments, threads) where that is
+    given (the entry of the same work on numba's threads, a prange, found at its first use), one such call at a
+    time: another meanwhile, or one in a forked child, takes the pool."""
+    if threads > POOL_THREADS and on_numba_threads is not None and NUMBA_THREADS[0].acquire(blocking=False):
+        try:
+            return on_numba_threads()(*arguments, threads)
+        finally:
+            NUMBA_THREADS[0].release()
     helpers = min(threads - 1, HELPERS)
     if helpers > 0:
         keep_helpers_off_this_core()

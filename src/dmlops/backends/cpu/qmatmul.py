@@ -234,7 +234,9 @@ def prepare_one_call(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_
         if entry is None:
             entry = chosen[3] = entry_point(product_in_one_call, *arguments, NO_RING, True,
                                             any_layout=ONE_CALL_ANY_LAYOUT, read_only=ONE_CALL_INPUTS)
-        if not run_on_cores(entry, arguments, threads):
+        if not run_on_cores(entry, arguments, threads, lambda: entry_point(
+                loops.product_in_one_call_on_threads, *arguments, threads, any_layout=ONE_CALL_ANY_LAYOUT,
+                read_only=ONE_CALL_INPUTS)):
             check_scales(*(arguments[position] for position in (6, 10, 12)))
     return product
 

@@ -29,19 +29,43 @@ def product_in_one_call(kernel, layout, state, counts, a, a_sign, a_scale, a_zer
     when this file changes: after editing those, delete this module's numba cache, ``__pycache__/qmatmul_loops.*``.)
     """
     call_begins(doorbell, wait)
+    valid, a_zero, b_zero, finish = one_call_parameters(a_scale, a_zero_point, b_sign, b_scale, b_zero_point,
+                                                        output_scale, output_zero_point, low, high, out)
+    if valid:  # (else every thread finds it: none takes a piece)
+        driver.product_pieces(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers,
+                              b_packed, finish, wait)
+    call_ends(doorbell, wait)
+    return valid
+
+
+@compiled
+def product_in_one_call_on_threads(kernel, layout, state, counts, a, a_sign, a_scale, a_zero_point, b, b_sign,
+                                   b_scale, b_zero_point, output_scale, output_zero_point, low, high, out, buffers,
+                                   b_packed, threads):
+    """prepare_one_call's product on ``threads`` threads of numba's threading layer (``driver.product_on_threads``;
+    ``pieces.run_on_cores``, for products of many threads), its arguments as product_in_one_call's."""
+    valid, a_zero, b_zero, finish = one_call_parameters(a_scale, a_zero_point, b_sign, b_scale, b_zero_point,
+                                                        output_scale, output_zero_point, low, high, out)
+    if valid:
+        driver.product_on_threads(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers,
+                                  b_packed, finish, threads)
+    return valid
+
+
+@compiled
+def one_call_parameters(a_scale, a_zero_point, b_sign, b_scale, b_zero_point, output_scale, output_zero_point, low,
+                        high, out):
+    """(whether every scale is non-zero and finite, A's and B's zero points as int32 vectors, the requantization's
+    arguments as ``driver.finish_rows`` takes them) of product_in_one_call's parameters."""
     m, n = out.shape
     a_scale, output_scale = np.full(m, a_scale, np.float32), np.full(m, output_scale, np.float32)
     b_scale = columns(b_scale, n)
+    valid = True
     for vector in (a_scale[:1], b_scale, output_scale[:1]):
         for value in vector:
-            if value == 0 or not np.isfinite(value):
-                call_ends(doorbell, wait)
-                return False  # (every thread finds it: none takes a piece)
+            valid = valid and value != 0 and np.isfinite(value)
     finish = (a_scale, b_scale, output_scale, np.full(m, output_zero_point, np.float64), low, high, out)
-    driver.product_pieces(kernel, layout, state, counts, a, a_sign, np.full(m, a_zero_point, np.int32), b, b_sign,
-                          zero_points(b_zero_point, b_sign, n), buffers, b_packed, finish, wait)
-    call_ends(doorbell, wait)
-    return True
+    return valid, np.full(m, a_zero_point, np.int32), zero_points(b_zero_point, b_sign, n), finish
 
 
 @compiled
