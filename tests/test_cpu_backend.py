@@ -951,7 +951,8 @@ def test_products_on_numbas_threads(monkeypatch):
     """Work for more threads than the pool takes (POOL_THREADS) runs on numba's threads, in one compiled call (a
     prange), through the one-call product and the general one (parameters per row): the reference's bits, out's
     other elements untouched, a bad scale rejected before a thread writes; and, while another call holds numba's
-    threads, on the pool's. (One layout: each compiles a parallel variant of the product, about 10 s.)"""
+    threads, or in a forked child, on the pool's. (One layout: each compiles a parallel variant of the product, about
+    10 s.)"""
     monkeypatch.setattr(cpu_pieces, "POOL_THREADS", 1)
     m, k, n = 40, 70, 33
     rng = np.random.default_rng(m)
@@ -976,6 +977,18 @@ def test_products_on_numbas_threads(monkeypatch):
             if held:
                 cpu_pieces.NUMBA_THREADS[0].release()
         np.testing.assert_array_equal(out, expected)
+    if hasattr(os, "fork"):  # a child forked once numba's threads have run takes the pool (theirs are not in it)
+        a, b = random_values(rng, (50, 40), np.int8), random_values(rng, (40, 30), np.uint8)
+        kernel, exact = cpu_integer_gemm.RUNNABLE[0], exact_product(a, None, b, None)
+        # (compiled here first, as the child's pool runs it: a child compiles nothing, since a thread of the parent
+        # may hold numba's compiler lock as it forks)
+        np.testing.assert_array_equal(kernel_product(kernel, a, None, b, None, 3), exact)
+        child = multiprocessing.get_context("fork").Process(target=product_in_pieces, args=(kernel, a, b, exact))
+        child.start()
+        child.join(60)
+        if child.exitcode is None:
+            child.kill()
+        assert child.exitcode == 0
 
 
 @ONE_CALL
