@@ -107,13 +107,6 @@ def correct(layout, sums, row_sums, alpha, beta, terms, first, last):
     raise NotImplementedError("correct is called from compiled code only")
 
 
-def finish_rows(finish, sums, first, last):
-    """(Compiled code only.) Rows [first, last) of the sums requantized into the output, where ``finish``
-    gives requantize_rows' arguments (a_scale, b_scale, output_scale, zero_point, low, high, out); else
-    nothing."""
-    raise NotImplementedError("finish_rows is called from compiled code only")
-
-
 def literal(value):
     """A literal string's value, else None (numba first asks an overload with the arguments not as literals)."""
     return value.literal_value if isinstance(value, types.StringLiteral) else None
@@ -194,35 +187,32 @@ def correct_compiled(layout, sums, row_sums, alpha, beta, terms, first, last):
                                                                                         beta, terms, first, last)
 
 
+@compiled
+def finishes(finish):
+    """Whether ``finish`` (requantize_rows' arguments: a_scale, b_scale, output_scale, zero_point, low, high, out)
+    requantizes the sums: its out has rows (``integer_gemm.NO_FINISH`` has none). A run-time choice, so that one
+    compiled variant serves products that requantize and those that leave their sums in the call's sums."""
+    return finish[6].shape[0] > 0
+
+
+@compiled
 def piece_output(finish, sums, own_sums, first):
-    """(Compiled code only.) (where a piece of rows from ``first`` on puts its sums, what finishes them): where
-    ``finish`` is None, the call's sums from that row on (they are its output) and None; else ``own_sums`` (the
-    thread's own) and finish's arrays from that row on."""
-    raise NotImplementedError("piece_output is called from compiled code only")
+    """(where a piece of rows from ``first`` on puts its sums, finish's arrays from that row on): where ``finish``
+    requantizes (``finishes``), ``own_sums`` (the thread's own); else the call's sums from that row on (they are its
+    output)."""
+    a_scale, b_scale, output_scale, zero_point, low, high, out = finish
+    rows = (a_scale[first:], b_scale, output_scale[first:], zero_point[first:], low, high, out[first:])
+    return (own_sums if finishes(finish) else sums[first:]), rows
 
 
-@overload(piece_output, jit_options={"nogil": True})
-def piece_output_compiled(finish, sums, own_sums, first):
-    if isinstance(finish, types.NoneType):
-        return lambda finish, sums, own_sums, first: (sums[first:], None)
-
-    def rows_from(finish, sums, own_sums, first):
-        a_scale, b_scale, output_scale, zero_point, low, high, out = finish
-        return own_sums, (a_scale[first:], b_scale, output_scale[first:], zero_point[first:], low, high,
-                          out[first:])
-    return rows_from
-
-
-@overload(finish_rows, jit_options={"nogil": True})
-def finish_rows_compiled(finish, sums, first, last):
-    if isinstance(finish, types.NoneType):
-        return lambda finish, sums, first, last: None
-
-    def requantize(finish, sums, first, last):
+@compiled
+def finish_rows(finish, sums, first, last):
+    """Rows [first, last) of the sums requantized into finish's output, where ``finish`` requantizes
+    (``finishes``)."""
+    if finishes(finish):
         a_scale, b_scale, output_scale, zero_point, low, high, out = finish
         requantize_rows(sums, np.zeros((0, 2)), np.zeros((2, 1)), a_scale, b_scale, output_scale, zero_point,
                         low, high, out, first, last)
-    return requantize
 
 
 @compiled
@@ -275,7 +265,8 @@ def product_pieces(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, 
 
     a and b as their bits (uint8), each with its sign (128 where its type is INT8, else 0) and its zero points
     as an int32 vector: one compiled variant serves every type. ``buffers`` the tuple of ``scratch_layouts``;
-    ``state`` int64 {1 + stages} of zeros, the same array for every thread of one call."""
+    ``finish`` requantize_rows' arguments, or ``integer_gemm.NO_FINISH`` (the sums left in buffers[2]:
+    ``finishes``); ``state`` int64 {1 + stages} of zeros, the same array for every thread of one call."""
     raise NotImplementedError("product_pieces is called from compiled code only")
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .compiled import KeptCalls, call
+from .compiled import KeptCalls, call, read_only
 from .kernels import KERNEL, KERNELS_BY_NAME, RUNNABLE, Kernel, kernel_for_rows, kernel_named  # noqa: F401
 from .pieces import CORES, NO_RING, run_on_cores, threads_for
 
@@ -50,6 +50,11 @@ PIECE_BYTES = 32 << 20
 # kernel's call a chunk of K cost about 1.3 ms at M = N = 1, most of it packing B for 64 columns: K = 2^24 took 680 ms)
 FEW_OUTPUTS = 64
 COLUMN_CUT_BYTES = 256 << 20
+# ``product_pieces``' finish where a product requantizes nothing (its sums left in the call's sums): requantize_rows'
+# arguments of the types that a product that requantizes passes (the vectors read-only, typed as of any layout), out
+# of no rows (``driver.finishes``), so that one compiled variant serves both
+NO_FINISH = (*(read_only(np.zeros(0, dtype)) for dtype in (np.float32, np.float32, np.float32, np.float64)), 0.0, 0.0,
+             np.zeros((0, 0), np.uint8))
 
 
 def padded(size: int, multiple: int) -> int:
@@ -132,9 +137,8 @@ def integer_product(kernel: Kernel, a, a_zero_point, b, b_zero_point, buffers, p
     # the operands and the output as bits, zero points as int32 vectors, the operands and the requantization's
     # arrays typed as of any layout (their loops run as fast either way) and the operands as read-only: a compiled
     # variant of the whole product takes a second or two to compile, and each type, layout and writability of each
-    # argument would make another
-    if finish is not None:
-        finish = (*finish[:-1], finish[-1].view(np.uint8))
+    # argument would make another (as would a finish of None: NO_FINISH instead)
+    finish = NO_FINISH if finish is None else (*finish[:-1], finish[-1].view(np.uint8))
     arguments = (kernel.name, layout, np.zeros(1 + len(counts), np.int64), counts, *operand(a, a_zero_point, m),
                  *operand(b, b_zero_point, n), tuple(buffers), b_packed, finish)
     entry = calls.entry(multiply_in_pieces, *arguments, NO_RING, True, any_layout=(4, 7, 12),  # a, b, finish

@@ -43,7 +43,7 @@ import numpy as np
 
 from ...ops.quantized_matmul import OUTPUT_RANGE, SCALE_FIELDS, check_scale, requantize
 from ...types import DataType, ValidationError
-from .compiled import KeptCalls, Loader, call, entry_point, same
+from .compiled import KeptCalls, Loader, call, entry_point, read_only, same
 from .pieces import CORES, NO_RING, PIECES_PER_CORE, cut, run_in_pieces, run_on_cores, threads_for
 
 # Integers of magnitude up to this are exact in float32.
@@ -140,13 +140,6 @@ def prepare(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, ou
             else:
                 requantize_numpy(product, corrections, a_scale, b_scale, output_scale, zero_point, out[index])
     return run_float32
-
-
-def read_only(array: np.ndarray) -> np.ndarray:
-    """A read-only view of array."""
-    view = array.view()
-    view.flags.writeable = False
-    return view
 
 
 def pieces_for(parallel: bool, pieces: int | None) -> int:
