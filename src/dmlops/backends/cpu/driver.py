@@ -276,7 +276,6 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
     if literal(kernel) is None or literal(layout) is None:
         return None
     spec = KERNELS_BY_NAME[kernel.literal_value]
-    signs = layout.literal_value.split()[1] if spec.tiles else ""  # AMX's: "su" (A INT8, B UINT8), a literal
     rows, group, k_block, panel_blocks = spec.rows, spec.group, spec.k_block, spec.panel_blocks
 
     def by_rows(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, b_packed, finish,
@@ -363,7 +362,7 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
                 first, last = piece_bounds(padded_rows, counts[1], rows, piece)
                 sums, finish_piece = piece_output(finish, buffers[2], own_sums, first)
                 amx.pack_a(a[first:], a_sign, own_a, own_row_sums, 0, last - first)
-                amx.multiply_signs(signs, own_a, packed_b, sums, 0, last - first, 0, blocks, length, False)
+                amx.multiply(own_a, a_sign, packed_b, b_sign, sums, 0, last - first, 0, blocks, length, False)
                 correct_rows(sums, own_row_sums, a_zero[first:], -b_zero, terms, 0, min(last, m) - first)
                 finish_rows(finish_piece, sums, 0, min(last, m) - first)
             stage, piece = piece_ended(state, counts, stage, wait)
@@ -381,7 +380,7 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
                 amx.pack_a(a, a_sign, packed_a, row_sums, 0, padded_rows)
             elif stage == 1:
                 first, last = piece_bounds(blocks, counts[1], 1, piece)
-                amx.multiply_strip(signs, packed_a, b, b_sign, b_zero, buffers[1].view(np.uint8), b_packed, sums,
+                amx.multiply_strip(packed_a, a_sign, b, b_sign, b_zero, buffers[1].view(np.uint8), b_packed, sums,
                                    terms, first, last, padded_rows, length)
             else:
                 first, last = piece_bounds(m, counts[2], 1, piece)

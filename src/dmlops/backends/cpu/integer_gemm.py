@@ -11,8 +11,7 @@ Threads: a product is one compiled call a thread (``driver.product_pieces``), wh
 take by tickets; each piece of rows is requantized into the output (``requantize_rows``) as soon as its sums are
 made, while they are in cache. The compiled product takes the operands and the output as their bits, with the signs
 of the operands as numbers (128 for INT8: a value is (its bits xor 128) − 128), so that one compiled variant serves
-every type of the vector kernels (AMX's tiles read each operand as its type: their instruction is picked by the
-signs).
+every type (AMX's tiles read each operand as its type: their instruction is picked by the signs, at run time).
 """
 
 from __future__ import annotations
@@ -194,13 +193,11 @@ def stage_counts(kernel: Kernel, layout: str, m: int, k: int, n: int, pieces: in
 def products_path(kernel: Kernel, a, b, b_packed: bool = False) -> str:
     """How the sums of a {M, K} and b {K, N} are made: "direct" (the byte kernel reads B as it lies: A of at most
     DIRECT_ROWS rows, DIRECT_ROWS_OF_LARGE_B for a large B; B's rows contiguous, K a multiple of 4, N of 64; B not
-    packed already), else "bytes" or "words" (B packed for the byte or the 16-bit kernel)."""
+    packed already), else how B is packed for the kernel (``packing_path``)."""
     (m, k), n = a.shape, b.shape[1]
     rows = DIRECT_ROWS if k * n < PARALLEL_PACKING else DIRECT_ROWS_OF_LARGE_B
     if kernel.direct and not b_packed and m <= rows and k % 4 == 0 and n % 64 == 0 and b.strides[1] == 1:
         return "direct"
-    if kernel.tiles:  # (and the operands' signs, which pick the tile instruction: "tiles su", A INT8, B UINT8)
-        return "tiles " + "".join("s" if x.dtype == np.int8 else "u" for x in (a, b))
-    return "bytes" if kernel.bytes else "words"
+    return packing_path(kernel)
 
 
