@@ -130,10 +130,8 @@ def scan_lines_blocks(x, out, product, element, identity, reverse, exclusive, le
     size = x.shape[1]
     for first in range(0, whole, lanes):
         scan_lines_block(product, element, x, out, first * size, identity, length, reverse, exclusive)
-    if product:  # (the lines left over by scan_lines_compiled, which takes the operation as a literal)
-        scan_lines_compiled(x[whole:], out[whole:], "product", element, identity, reverse, exclusive)
-    else:
-        scan_lines_compiled(x[whole:], out[whole:], "sum", element, identity, reverse, exclusive)
+    # (the operation a run-time flag there too: its lines walked once, for both operations)
+    scan_lines_compiled(x[whole:], out[whole:], product, element, identity, reverse, exclusive)
 
 
 @compiled
