@@ -187,32 +187,39 @@ def correct_compiled(layout, sums, row_sums, alpha, beta, terms, first, last):
                                                                                         beta, terms, first, last)
 
 
-@compiled
-def finishes(finish):
-    """Whether ``finish`` (requantize_rows' arguments: a_scale, b_scale, output_scale, zero_point, low, high, out)
-    requantizes the sums: its out has rows (``integer_gemm.NO_FINISH`` has none). A run-time choice, so that one
-    compiled variant serves products that requantize and those that leave their sums in the call's sums."""
-    return finish[6].shape[0] > 0
-
-
-@compiled
+# (piece_output and finish_rows are overloads, their arguments typed not as literals: one compiled variant serves
+# the pieces that pass a row of 0 and those that pass a variable)
 def piece_output(finish, sums, own_sums, first):
-    """(where a piece of rows from ``first`` on puts its sums, finish's arrays from that row on): where ``finish``
-    requantizes (``finishes``), ``own_sums`` (the thread's own); else the call's sums from that row on (they are its
-    output)."""
-    a_scale, b_scale, output_scale, zero_point, low, high, out = finish
-    rows = (a_scale[first:], b_scale, output_scale[first:], zero_point[first:], low, high, out[first:])
-    return (own_sums if finishes(finish) else sums[first:]), rows
+    """(Compiled code only.) (where a piece of rows from ``first`` on puts its sums, finish's arrays from that row
+    on): ``own_sums`` (the thread's own) where ``finish`` requantizes them (its out has rows; that of
+    ``integer_gemm.NO_FINISH`` has none: a run-time choice, one compiled variant for both), else the call's sums
+    from that row on (they are its output)."""
+    raise NotImplementedError("piece_output is called from compiled code only")
 
 
-@compiled
+@overload(piece_output, jit_options={"nogil": True})
+def piece_output_compiled(finish, sums, own_sums, first):
+    def rows_from(finish, sums, own_sums, first):
+        a_scale, b_scale, output_scale, zero_point, low, high, out = finish
+        rows = (a_scale[first:], b_scale, output_scale[first:], zero_point[first:], low, high, out[first:])
+        return (own_sums if out.shape[0] > 0 else sums[first:]), rows
+    return rows_from
+
+
 def finish_rows(finish, sums, first, last):
-    """Rows [first, last) of the sums requantized into finish's output, where ``finish`` requantizes
-    (``finishes``)."""
-    if finishes(finish):
+    """(Compiled code only.) Rows [first, last) of the sums requantized into finish's output (requantize_rows'
+    arguments: a_scale, b_scale, output_scale, zero_point, low, high, out), those of them it has (none where it is
+    ``integer_gemm.NO_FINISH``)."""
+    raise NotImplementedError("finish_rows is called from compiled code only")
+
+
+@overload(finish_rows, jit_options={"nogil": True})
+def finish_rows_compiled(finish, sums, first, last):
+    def requantize(finish, sums, first, last):
         a_scale, b_scale, output_scale, zero_point, low, high, out = finish
         requantize_rows(sums, np.zeros((0, 2)), np.zeros((2, 1)), a_scale, b_scale, output_scale, zero_point,
-                        low, high, out, first, last)
+                        low, high, out, first, min(last, out.shape[0]))
+    return requantize
 
 
 @compiled
@@ -266,7 +273,7 @@ def product_pieces(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, 
     a and b as their bits (uint8), each with its sign (128 where its type is INT8, else 0) and its zero points
     as an int32 vector: one compiled variant serves every type. ``buffers`` the tuple of ``scratch_layouts``;
     ``finish`` requantize_rows' arguments, or ``integer_gemm.NO_FINISH`` (the sums left in buffers[2]:
-    ``finishes``); ``state`` int64 {1 + stages} of zeros, the same array for every thread of one call."""
+    ``piece_output``); ``state`` int64 {1 + stages} of zeros, the same array for every thread of one call."""
     raise NotImplementedError("product_pieces is called from compiled code only")
 
 
