@@ -103,7 +103,7 @@ def _interpreter_numpy_types_once():
 
 def _interpreter_tuple_names_when_asked():
     """Triton 3.6's tuple type makes its name (its types' names joined) as it is made, for the shape of every tensor
-    that the interpreter makes (about a quarter of the interpreted tests' time): made when asked for."""
+    that the interpreter makes (about a fifth of the interpreted tests' time): made when asked for."""
     from triton.language import core
 
     def made(self, types, fields=None):
