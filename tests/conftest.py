@@ -101,11 +101,26 @@ def _interpreter_numpy_types_once():
     interpreter._get_np_dtype = found_once
 
 
+def _interpreter_tuple_names_when_asked():
+    """Triton 3.6's tuple type makes its name (its types' names joined) as it is made, for the shape of every tensor
+    that the interpreter makes (about a fifth of the interpreted tests' time): made when asked for."""
+    from triton.language import core
+
+    def made(self, types, fields=None):
+        self.types = types
+        self.fields = fields or [""] * len(types)
+
+    core.tuple_type.__init__ = made
+    core.tuple_type.name = property(
+        lambda self: "[" + ",".join(f"{field}:{kind}" for field, kind in zip(self.fields, self.types)) + "]")
+
+
 # Without Triton (``pip install ".[test]"`` alone) the CUDA backend's tests skip; the rest run.
 if os.environ.get("TRITON_INTERPRET") == "1" and importlib.util.find_spec("triton") is not None:
     _interpreter_loops_under_numpy_2_4()
     _interpreter_patches_once_a_launch()
     _interpreter_numpy_types_once()
+    _interpreter_tuple_names_when_asked()
 
 
 @pytest.fixture(scope="session")

@@ -750,12 +750,13 @@ def test_narrow_values_take_one_long_chunk():
 
 
 @pytest.mark.parametrize("compiled", ENGINES)
-def test_batches_through_zero_strides_into_a_padded_output(compiled):
+def test_batches_through_zero_strides_into_a_padded_output(monkeypatch, compiled):
     """B repeats over the batch (stride 0), A over the channel; out is a view of a larger poisoned buffer;
-    the NumPy path's requantization blocks end inside the rows (M = 70 > the rows of one block at N = 1000)."""
+    the NumPy path's requantization blocks end inside the rows (blocks of 5 rows at N = 100, M = 19)."""
+    monkeypatch.setattr(cpu_qmatmul, "BLOCK_ELEMENTS", 512)
     rng = np.random.default_rng(11)
-    m, k, n = 70, 300, 1000
-    arguments, _ = quantized_case(rng, np.int8, np.uint8, np.uint8, k, (True, True, True), True, m=m, n=n)
+    m, k, n = 19, 300, 100
+    arguments, expected = quantized_case(rng, np.int8, np.uint8, np.uint8, k, (True, True, True), True, m=m, n=n)
     a, a_scale, zero_a, b, b_scale, zero_b, output_scale, zero_out = arguments
     a = np.broadcast_to(a[0], (2, 3, m, k))  # the same A in every channel
     b = np.broadcast_to(b[0, 0][None, None], (2, 3, k, n))
@@ -764,8 +765,6 @@ def test_batches_through_zero_strides_into_a_padded_output(compiled):
     out = buffer[:, :, 1:m + 1, :n]
     cpu_qmatmul.quantized_linear_matmul(a, a_scale, zero_a, b, b_scale, zero_b, output_scale, zero_out, out,
                                         compiled=compiled)
-    expected = reference.quantized_matmul(a[:1, :1], a_scale[:, None], zero_a[:, None], b[:1, :1], b_scale, zero_b,
-                                          output_scale[:, None], zero_out[:, None], np.uint8)
     np.testing.assert_array_equal(out, np.broadcast_to(expected, out.shape))
     outside = np.ones(buffer.shape, bool)
     outside[:, :, 1:m + 1, :n] = False

@@ -97,22 +97,22 @@ def start_tiles(typing_context):
 
 
 @intrinsic
-def tile_block(typing_context, signs, blocks, a, b, sums, row, block, start, steps, accumulate):
+def tile_block(typing_context, a_sign, b_sign, blocks, a, b, sums, row, block, start, steps, accumulate):
     """sums[row:row + 32, 16·block:16·(block + blocks)] = (those sums, if accumulate, +) A[row:row + 32, start:start
-    + 64·steps] @ B[the same k, those columns], by the instruction of the literal ``signs`` ("su": A INT8, B UINT8;
-    ``INSTRUCTIONS``); ``blocks`` a literal "1" or "2". a packed rows of bytes, b packed {N / 16, K / 4, 16, 4},
-    sums int32 rows: each of them with rows of any stride, b's last two dimensions contiguous. Tiles: sums 0 to 3
-    (2 × blocks), A 4 and 5, B 6 and 7; steps ≥ 1."""
-    if not (isinstance(signs, types.StringLiteral) and isinstance(blocks, types.StringLiteral)):
+    + 64·steps] @ B[the same k, those columns], by the instruction of the operands' signs (128 where the type is
+    INT8, else 0; ``INSTRUCTIONS``): a loop of each instruction, the one of the signs taken at run time, so that one
+    compiled product serves every pair of operand types. ``blocks`` a literal "1" or "2". a packed rows of bytes, b
+    packed {N / 16, K / 4, 16, 4}, sums int32 rows: each of them with rows of any stride, b's last two dimensions
+    contiguous. Tiles: sums 0 to 3 (2 × blocks), A 4 and 5, B 6 and 7; steps ≥ 1."""
+    if not isinstance(blocks, types.StringLiteral):
         return None
-    instruction = INSTRUCTIONS[signs.literal_value].split(".")[-1]
     count = int(blocks.literal_value)
-    signature = types.none(signs, blocks, a, b, sums, row, block, start, steps, accumulate)
+    signature = types.none(a_sign, b_sign, blocks, a, b, sums, row, block, start, steps, accumulate)
 
     def codegen(context, builder, signature, arguments):
         a_array, b_array, sums_array = (context.make_array(kind)(context, builder, value)
-                                        for kind, value in zip(signature.args[2:5], arguments[2:5]))
-        row, block, start, steps, accumulate = arguments[5:]
+                                        for kind, value in zip(signature.args[3:6], arguments[3:6]))
+        row, block, start, steps, accumulate = arguments[6:]
 
         def constant(value):
             return ir.Constant(INT64, value)
@@ -152,34 +152,49 @@ def tile_block(typing_context, signs, blocks, a, b, sums, row, block, start, ste
                 for r in range(2):
                     for c in range(count):
                         tile_intrinsic(builder, "tilezero", [sums_tile(r, c)])
-        entry, loop = builder.block, builder.append_basic_block("tiles")
-        done = builder.append_basic_block("tiles_done")
-        builder.branch(loop)
-        builder.position_at_end(loop)
-        step = builder.phi(INT64)
-        a_offset = builder.mul(step, constant(DEPTH))
-        b_offset = builder.mul(step, builder.mul(b_group_stride, constant(DEPTH // 4)))
-        # each product as soon as its operands are loaded (the order of Intel's optimization manual): a tile is
-        # loaded again only once the products before have read it
         prefetch = builder.module.declare_intrinsic("llvm.prefetch.p0", fnty=ir.FunctionType(
             ir.VoidType(), [BYTES, ir.IntType(32), ir.IntType(32), ir.IntType(32)]))
-        for c in range(count):  # the next call's B (the next blocks, the same k) into L1 while this one computes
-            ahead = builder.add(builder.add(b_blocks[c], b_offset), builder.mul(b_block_stride, constant(count)))
-            for line in range(0, 16 * DEPTH, 64):
-                builder.call(prefetch, [pointer(builder.add(ahead, constant(line))), ir.Constant(ir.IntType(32), 0),
-                                        ir.Constant(ir.IntType(32), 3), ir.Constant(ir.IntType(32), 1)])
-        for r in range(2):
-            tile_intrinsic(builder, "tileloadd64", [tile(4 + r), pointer(builder.add(a_rows[r], a_offset)), a_stride])
-            for c in range(count):
-                if r == 0:
-                    tile_intrinsic(builder, "tileloadd64", [tile(6 + c), pointer(builder.add(b_blocks[c], b_offset)),
-                                                            b_group_stride])
-                tile_intrinsic(builder, instruction, [sums_tile(r, c), tile(4 + r), tile(6 + c)])
-        next_step = builder.add(step, constant(1))
-        step.add_incoming(constant(0), entry)
-        step.add_incoming(next_step, loop)
-        builder.cbranch(builder.icmp_signed("<", next_step, steps), loop, done)
-        builder.position_at_end(done)
+
+        def products(instruction):
+            """The loop over K's steps, by ``instruction``."""
+            entry, loop = builder.block, builder.append_basic_block("tiles")
+            done = builder.append_basic_block("tiles_done")
+            builder.branch(loop)
+            builder.position_at_end(loop)
+            step = builder.phi(INT64)
+            a_offset = builder.mul(step, constant(DEPTH))
+            b_offset = builder.mul(step, builder.mul(b_group_stride, constant(DEPTH // 4)))
+            # each product as soon as its operands are loaded (the order of Intel's optimization manual): a tile is
+            # loaded again only once the products before have read it
+            for c in range(count):  # the next call's B (the next blocks, the same k) into L1 while this one computes
+                ahead = builder.add(builder.add(b_blocks[c], b_offset), builder.mul(b_block_stride, constant(count)))
+                for line in range(0, 16 * DEPTH, 64):
+                    builder.call(prefetch, [pointer(builder.add(ahead, constant(line))),
+                                            ir.Constant(ir.IntType(32), 0), ir.Constant(ir.IntType(32), 3),
+                                            ir.Constant(ir.IntType(32), 1)])
+            for r in range(2):
+                tile_intrinsic(builder, "tileloadd64", [tile(4 + r), pointer(builder.add(a_rows[r], a_offset)),
+                                                        a_stride])
+                for c in range(count):
+                    if r == 0:
+                        tile_intrinsic(builder, "tileloadd64", [tile(6 + c), pointer(builder.add(b_blocks[c],
+                                                                                                 b_offset)),
+                                                                b_group_stride])
+                    tile_intrinsic(builder, instruction, [sums_tile(r, c), tile(4 + r), tile(6 + c)])
+            next_step = builder.add(step, constant(1))
+            step.add_incoming(constant(0), entry)
+            step.add_incoming(next_step, loop)
+            builder.cbranch(builder.icmp_signed("<", next_step, steps), loop, done)
+            builder.position_at_end(done)
+
+        a_signed, b_signed = (builder.icmp_unsigned("!=", sign, ir.Constant(sign.type, 0)) for sign in arguments[:2])
+        with builder.if_else(a_signed) as a_branches:
+            for a_branch, a_letter in zip(a_branches, "su"):
+                with a_branch:
+                    with builder.if_else(b_signed) as b_branches:
+                        for b_branch, b_letter in zip(b_branches, "su"):
+                            with b_branch:
+                                products(INSTRUCTIONS[a_letter + b_letter].split(".")[-1])
         for r in range(2):
             for c in range(count):
                 tile_intrinsic(builder, "tilestored64", [sums_tile(r, c), sums_at[r][c], sums_stride])
@@ -189,11 +204,10 @@ def tile_block(typing_context, signs, blocks, a, b, sums, row, block, start, ste
 
 
 @compiled
-def multiply_signs(signs, a, b, sums, first_row, last_row, first_block, last_block, length, accumulate):
+def multiply(a, a_sign, b, b_sign, sums, first_row, last_row, first_block, last_block, length, accumulate):
     """sums[first_row:last_row, the column blocks [first_block, last_block)] = (those sums, if accumulate, +)
     A[those rows, :length] @ B[:length, those blocks], by runs of K_RUN and panels of PANEL_BLOCKS, by the
-    instruction of the literal ``signs`` (``tile_block``: a variant of the product for each pair of operand types,
-    compiled where a call needs it); rows a multiple of 32 apart, length of 64."""
+    instruction of the operands' signs (``tile_block``); rows a multiple of 32 apart, length of 64."""
     for panel in range(first_block, last_block, PANEL_BLOCKS):
         end = min(panel + PANEL_BLOCKS, last_block)
         for rows in range(first_row, last_row, ROW_BLOCK):
@@ -203,10 +217,10 @@ def multiply_signs(signs, a, b, sums, first_row, last_row, first_block, last_blo
                 for i in range(rows, min(rows + ROW_BLOCK, last_row), ROWS):
                     j = panel
                     while j + 2 <= end:
-                        tile_block(signs, "2", a, b, sums, i, j, k, steps, again)
+                        tile_block(a_sign, b_sign, "2", a, b, sums, i, j, k, steps, again)
                         j += 2
                     if j < end:
-                        tile_block(signs, "1", a, b, sums, i, j, k, steps, again)
+                        tile_block(a_sign, b_sign, "1", a, b, sums, i, j, k, steps, again)
 
 
 @compiled
@@ -338,7 +352,7 @@ def pack_b(b, sign, zero_point, groups, terms, first, last):
 
 
 @compiled
-def multiply_strip(signs, a, b, b_sign, b_zero, packed_b, b_packed, sums, terms, first, last, rows, length):
+def multiply_strip(a, a_sign, b, b_sign, b_zero, packed_b, b_packed, sums, terms, first, last, rows, length):
     """The sums of rows [0, rows) of A (packed) and the column blocks [first, last) of b, and their terms, a run of
     K_RUN rows of b at a time: each run packed into a panel of this call's own, which stays in L2 for the kernel
     and is never written back to memory (the driver's columns cut: B is read once); or, where B is packed already
@@ -357,7 +371,8 @@ def multiply_strip(signs, a, b, b_sign, b_zero, packed_b, b_packed, sums, terms,
             for j in range(stop - start):
                 terms[start + j] = run_terms[j] if begin == 0 else terms[start + j] + run_terms[j]
             panel = own_panel[:, :(end - begin) // 4]
-        multiply_signs(signs, a[:, begin:], panel, sums[:, start:], 0, rows, 0, last - first, end - begin, begin > 0)
+        multiply(a[:, begin:], a_sign, panel, b_sign, sums[:, start:], 0, rows, 0, last - first, end - begin,
+                 begin > 0)
 
 
 @intrinsic

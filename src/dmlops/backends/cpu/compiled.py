@@ -156,6 +156,13 @@ def argument_key(arg):
     return type(arg) if isinstance(arg, np.generic | bool | int | float) else arg
 
 
+def read_only(array: np.ndarray) -> np.ndarray:
+    """A read-only view of array."""
+    view = array.view()
+    view.flags.writeable = False
+    return view
+
+
 def viewer(sample: np.ndarray, view: np.ndarray):
     """A function that makes, of any array laid out as ``sample`` (dtype, shape, strides, contiguity), the view
     that ``view`` is of sample: the same dtype, shape, strides and offset from the first element. The cheapest way

@@ -107,13 +107,6 @@ def correct(layout, sums, row_sums, alpha, beta, terms, first, last):
     raise NotImplementedError("correct is called from compiled code only")
 
 
-def finish_rows(finish, sums, first, last):
-    """(Compiled code only.) Rows [first, last) of the sums requantized into the output, where ``finish``
-    gives requantize_rows' arguments (a_scale, b_scale, output_scale, zero_point, low, high, out); else
-    nothing."""
-    raise NotImplementedError("finish_rows is called from compiled code only")
-
-
 def literal(value):
     """A literal string's value, else None (numba first asks an overload with the arguments not as literals)."""
     return value.literal_value if isinstance(value, types.StringLiteral) else None
@@ -194,34 +187,38 @@ def correct_compiled(layout, sums, row_sums, alpha, beta, terms, first, last):
                                                                                         beta, terms, first, last)
 
 
+# (piece_output and finish_rows are overloads, their arguments typed not as literals: one compiled variant serves
+# the pieces that pass a row of 0 and those that pass a variable)
 def piece_output(finish, sums, own_sums, first):
-    """(Compiled code only.) (where a piece of rows from ``first`` on puts its sums, what finishes them): where
-    ``finish`` is None, the call's sums from that row on (they are its output) and None; else ``own_sums`` (the
-    thread's own) and finish's arrays from that row on."""
+    """(Compiled code only.) (where a piece of rows from ``first`` on puts its sums, finish's arrays from that row
+    on): ``own_sums`` (the thread's own) where ``finish`` requantizes them (its out has rows; that of
+    ``integer_gemm.NO_FINISH`` has none: a run-time choice, one compiled variant for both), else the call's sums
+    from that row on (they are its output)."""
     raise NotImplementedError("piece_output is called from compiled code only")
 
 
 @overload(piece_output, jit_options={"nogil": True})
 def piece_output_compiled(finish, sums, own_sums, first):
-    if isinstance(finish, types.NoneType):
-        return lambda finish, sums, own_sums, first: (sums[first:], None)
-
     def rows_from(finish, sums, own_sums, first):
         a_scale, b_scale, output_scale, zero_point, low, high, out = finish
-        return own_sums, (a_scale[first:], b_scale, output_scale[first:], zero_point[first:], low, high,
-                          out[first:])
+        rows = (a_scale[first:], b_scale, output_scale[first:], zero_point[first:], low, high, out[first:])
+        return (own_sums if out.shape[0] > 0 else sums[first:]), rows
     return rows_from
+
+
+def finish_rows(finish, sums, first, last):
+    """(Compiled code only.) Rows [first, last) of the sums requantized into finish's output (requantize_rows'
+    arguments: a_scale, b_scale, output_scale, zero_point, low, high, out), those of them it has (none where it is
+    ``integer_gemm.NO_FINISH``)."""
+    raise NotImplementedError("finish_rows is called from compiled code only")
 
 
 @overload(finish_rows, jit_options={"nogil": True})
 def finish_rows_compiled(finish, sums, first, last):
-    if isinstance(finish, types.NoneType):
-        return lambda finish, sums, first, last: None
-
     def requantize(finish, sums, first, last):
         a_scale, b_scale, output_scale, zero_point, low, high, out = finish
         requantize_rows(sums, np.zeros((0, 2)), np.zeros((2, 1)), a_scale, b_scale, output_scale, zero_point,
-                        low, high, out, first, last)
+                        low, high, out, first, min(last, out.shape[0]))
     return requantize
 
 
@@ -275,7 +272,8 @@ def product_pieces(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, 
 
     a and b as their bits (uint8), each with its sign (128 where its type is INT8, else 0) and its zero points
     as an int32 vector: one compiled variant serves every type. ``buffers`` the tuple of ``scratch_layouts``;
-    ``state`` int64 {1 + stages} of zeros, the same array for every thread of one call."""
+    ``finish`` requantize_rows' arguments, or ``integer_gemm.NO_FINISH`` (the sums left in buffers[2]:
+    ``piece_output``); ``state`` int64 {1 + stages} of zeros, the same array for every thread of one call."""
     raise NotImplementedError("product_pieces is called from compiled code only")
 
 
@@ -285,7 +283,6 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
     if literal(kernel) is None or literal(layout) is None:
         return None
     spec = KERNELS_BY_NAME[kernel.literal_value]
-    signs = layout.literal_value.split()[1] if spec.tiles else ""  # AMX's: "su" (A INT8, B UINT8), a literal
     rows, group, k_block, panel_blocks = spec.rows, spec.group, spec.k_block, spec.panel_blocks
 
     def by_rows(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, b_packed, finish,
@@ -372,7 +369,7 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
                 first, last = piece_bounds(padded_rows, counts[1], rows, piece)
                 sums, finish_piece = piece_output(finish, buffers[2], own_sums, first)
                 amx.pack_a(a[first:], a_sign, own_a, own_row_sums, 0, last - first)
-                amx.multiply_signs(signs, own_a, packed_b, sums, 0, last - first, 0, blocks, length, False)
+                amx.multiply(own_a, a_sign, packed_b, b_sign, sums, 0, last - first, 0, blocks, length, False)
                 correct_rows(sums, own_row_sums, a_zero[first:], -b_zero, terms, 0, min(last, m) - first)
                 finish_rows(finish_piece, sums, 0, min(last, m) - first)
             stage, piece = piece_ended(state, counts, stage, wait)
@@ -390,7 +387,7 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
                 amx.pack_a(a, a_sign, packed_a, row_sums, 0, padded_rows)
             elif stage == 1:
                 first, last = piece_bounds(blocks, counts[1], 1, piece)
-                amx.multiply_strip(signs, packed_a, b, b_sign, b_zero, buffers[1].view(np.uint8), b_packed, sums,
+                amx.multiply_strip(packed_a, a_sign, b, b_sign, b_zero, buffers[1].view(np.uint8), b_packed, sums,
                                    terms, first, last, padded_rows, length)
             else:
                 first, last = piece_bounds(m, counts[2], 1, piece)

@@ -11,14 +11,15 @@ Threads: a product is one compiled call a thread (``driver.product_pieces``), wh
 by tickets (the pool's threads, or for many threads numba's, started in one compiled call: ``pieces.run_on_cores``);
 each piece of rows is requantized into the output (``requantize_rows``) as soon as its sums are made, while they are
 in cache. The compiled product takes the operands and the output as their bits, with the signs of the operands as
-numbers (128 for INT8: a value is (its bits xor 128) − 128), so that one compiled variant serves every type of the
-vector kernels (AMX's tiles read each operand as its type: their instruction is picked by the signs)."""
+numbers (128 for INT8: a value is (its bits xor 128) − 128), so that one compiled variant serves every type (AMX's
+tiles read each operand as its type: their instruction is picked by the signs, at run time).
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
-from .compiled import KeptCalls, call
+from .compiled import KeptCalls, call, read_only
 from .kernels import KERNEL, KERNELS_BY_NAME, RUNNABLE, Kernel, kernel_for_rows, kernel_named  # noqa: F401
 from .pieces import CORES, NO_RING, run_on_cores, threads_for
 
@@ -49,6 +50,11 @@ PIECE_BYTES = 32 << 20
 # kernel's call a chunk of K cost about 1.3 ms at M = N = 1, most of it packing B for 64 columns: K = 2^24 took 680 ms)
 FEW_OUTPUTS = 64
 COLUMN_CUT_BYTES = 256 << 20
+# ``product_pieces``' finish where a product requantizes nothing (its sums left in the call's sums): requantize_rows'
+# arguments of the types that a product that requantizes passes (the vectors read-only, typed as of any layout), out
+# of no rows (``driver.piece_output``), so that one compiled variant serves both
+NO_FINISH = (*(read_only(np.zeros(0, dtype)) for dtype in (np.float32, np.float32, np.float32, np.float64)), 0.0, 0.0,
+             np.zeros((0, 0), np.uint8))
 
 
 def padded(size: int, multiple: int) -> int:
@@ -131,9 +137,8 @@ def integer_product(kernel: Kernel, a, a_zero_point, b, b_zero_point, buffers, p
     # the operands and the output as bits, zero points as int32 vectors, the operands and the requantization's
     # arrays typed as of any layout (their loops run as fast either way) and the operands as read-only: a compiled
     # variant of the whole product takes a second or two to compile, and each type, layout and writability of each
-    # argument would make another
-    if finish is not None:
-        finish = (*finish[:-1], finish[-1].view(np.uint8))
+    # argument would make another (as would a finish of None: NO_FINISH instead)
+    finish = NO_FINISH if finish is None else (*finish[:-1], finish[-1].view(np.uint8))
     arguments = (kernel.name, layout, np.zeros(1 + len(counts), np.int64), counts, *operand(a, a_zero_point, m),
                  *operand(b, b_zero_point, n), tuple(buffers), b_packed, finish)
     entry = calls.entry(multiply_in_pieces, *arguments, NO_RING, True, any_layout=(4, 7, 12),  # a, b, finish
@@ -191,13 +196,11 @@ def stage_counts(kernel: Kernel, layout: str, m: int, k: int, n: int, pieces: in
 def products_path(kernel: Kernel, a, b, b_packed: bool = False) -> str:
     """How the sums of a {M, K} and b {K, N} are made: "direct" (the byte kernel reads B as it lies: A of at most
     DIRECT_ROWS rows, DIRECT_ROWS_OF_LARGE_B for a large B; B's rows contiguous, K a multiple of 4, N of 64; B not
-    packed already), else "bytes" or "words" (B packed for the byte or the 16-bit kernel)."""
+    packed already), else how B is packed for the kernel (``packing_path``)."""
     (m, k), n = a.shape, b.shape[1]
     rows = DIRECT_ROWS if k * n < PARALLEL_PACKING else DIRECT_ROWS_OF_LARGE_B
     if kernel.direct and not b_packed and m <= rows and k % 4 == 0 and n % 64 == 0 and b.strides[1] == 1:
         return "direct"
-    if kernel.tiles:  # (and the operands' signs, which pick the tile instruction: "tiles su", A INT8, B UINT8)
-        return "tiles " + "".join("s" if x.dtype == np.int8 else "u" for x in (a, b))
-    return "bytes" if kernel.bytes else "words"
+    return packing_path(kernel)
 
 

@@ -43,7 +43,7 @@ import numpy as np
 
 from ...ops.quantized_matmul import OUTPUT_RANGE, SCALE_FIELDS, check_scale, requantize
 from ...types import DataType, ValidationError
-from .compiled import KeptCalls, Loader, call, entry_point, same
+from .compiled import KeptCalls, Loader, call, entry_point, read_only, same
 from .pieces import CORES, NO_RING, PIECES_PER_CORE, cut, run_in_pieces, run_on_cores, threads_for
 
 # Integers of magnitude up to this are exact in float32.
@@ -140,13 +140,6 @@ def prepare(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, ou
             else:
                 requantize_numpy(product, corrections, a_scale, b_scale, output_scale, zero_point, out[index])
     return run_float32
-
-
-def read_only(array: np.ndarray) -> np.ndarray:
-    """A read-only view of array."""
-    view = array.view()
-    view.flags.writeable = False
-    return view
 
 
 def pieces_for(parallel: bool, pieces: int | None) -> int:
@@ -350,11 +343,13 @@ def products_kernel(loops, products: str | None, m: int):
 
 def warm_up(loops) -> None:
     """Load the requantization of int32 sums into an output's bits, so that numba's compiler is initialised before
-    a call needs it: the variant that a compiled product's pieces call (the output as uint8 bits: a first product
-    then compiles it no more, a second of a first call's 11)."""
+    a call needs it: the variant that a compiled product's pieces call (the output as uint8 bits, it and the vectors
+    typed as of any layout, the vectors as read-only: a first product then compiles it no more, a second of a first
+    call's 11)."""
     vector = np.ones(1, np.float32)
     entry_point(loops.integer_gemm.requantize_rows, np.zeros((1, 1), np.int32), np.zeros((1, 2)), np.zeros((2, 1)),
-                vector, vector, vector, np.zeros(1), 0.0, 0.0, np.zeros((1, 1), np.uint8), 0, 1)
+                vector, vector, vector, np.zeros(1), 0.0, 0.0, np.zeros((1, 1), np.uint8), 0, 1,
+                any_layout=(3, 4, 5, 6, 9), read_only=(3, 4, 5, 6))
 
 
 # The compiled code, loaded by the first call that could run it (DMLOPS_NUMBA: in the background by default).

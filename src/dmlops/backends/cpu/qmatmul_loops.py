@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import numba
 import numpy as np
+from numba.core import types
+from numba.core.imputils import impl_ret_borrowed
+from numba.extending import intrinsic
 
 from . import driver, integer_gemm, requantization  # noqa: F401  (integer_gemm, requantization: qmatmul's)
 from .atomics import call_begins, call_ends
@@ -65,7 +68,22 @@ def one_call_parameters(a_scale, a_zero_point, b_sign, b_scale, b_zero_point, ou
         for value in vector:
             valid = valid and value != 0 and np.isfinite(value)
     finish = (a_scale, b_scale, output_scale, np.full(m, output_zero_point, np.float64), low, high, out)
-    return valid, np.full(m, a_zero_point, np.int32), zero_points(b_zero_point, b_sign, n), finish
+    return valid, np.full(m, a_zero_point, np.int32), zero_points(b_zero_point, b_sign, n), typed_as_passed(finish)
+
+
+@intrinsic
+def typed_as_passed(typing_context, finish):
+    """finish (requantize_rows' arguments: four vectors, low, high, out) typed as integer_gemm passes it to the
+    product's pieces from Python: its vectors read-only and of any layout, its out of any layout (the same arrays),
+    so that the pieces (``driver.product_pieces``) compile once for both (a second or two for each kernel and
+    layout)."""
+    passed = types.Tuple([kind.copy(layout="A", readonly=True) for kind in finish.types[:4]] + list(finish.types[4:6])
+                         + [finish.types[6].copy(layout="A")])
+
+    def codegen(context, builder, signature, arguments):
+        return impl_ret_borrowed(context, builder, passed, context.cast(builder, arguments[0], finish, passed))
+
+    return passed(finish), codegen
 
 
 @compiled

@@ -27,7 +27,8 @@ from .processor import HALF_LANES, STREAM_STORES, VECTOR_BYTES, WALK_BYTES, targ
 # take the operation as a run-time flag instead (``product``): the intrinsics branch on it outside their loops (or,
 # at memory's speed, make both results and keep one), so that one compiled variant serves both operations, where
 # each variant took numba seconds to compile. The loops compiled from Python (lines walked element by element, rows
-# of lines) keep it a literal, so that their inner loops neither test it nor make both results.
+# of lines) keep it a literal, so that their inner loops neither test it nor make both results (the few lines left
+# after the blocks of short lines are walked with the flag).
 # FLOAT16 is read and written as its bits, converted by the processor's own instructions (F16C on x86), which round
 # half to even as NumPy does; the first element is copied as it is, so that even a signalling NaN keeps its bits.
 # Each element is read before its output is written (a block of lines: the whole block first), so out may be x
@@ -124,16 +125,14 @@ def scan_lines_compiled(x, out, operation, element, identity, reverse, exclusive
 def scan_lines_blocks(x, out, product, element, identity, reverse, exclusive, length):
     """Q = 1, x and out {P, L} C-contiguous, L = int(length) (a literal string): blocks of as many lines as a
     vector of VECTOR_BYTES holds elements, each by one scan_lines_block; the lines left over by
-    scan_lines_compiled."""
+    scan_lines_compiled, with the operation the same run-time flag (fewer than a block: one walk compiled here for
+    both operations, where a literal of each made two)."""
     lanes = VECTOR_BYTES // x.itemsize
     whole = x.shape[0] - x.shape[0] % lanes
     size = x.shape[1]
     for first in range(0, whole, lanes):
         scan_lines_block(product, element, x, out, first * size, identity, length, reverse, exclusive)
-    if product:  # (the lines left over by scan_lines_compiled, which takes the operation as a literal)
-        scan_lines_compiled(x[whole:], out[whole:], "product", element, identity, reverse, exclusive)
-    else:
-        scan_lines_compiled(x[whole:], out[whole:], "sum", element, identity, reverse, exclusive)
+    scan_lines_compiled(x[whole:], out[whole:], product, element, identity, reverse, exclusive)
 
 
 @compiled
