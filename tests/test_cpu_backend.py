@@ -977,17 +977,7 @@ def test_products_on_numbas_threads(monkeypatch):
                 cpu_pieces.NUMBA_THREADS[0].release()
         np.testing.assert_array_equal(out, expected)
     if hasattr(os, "fork"):  # a child forked once numba's threads have run takes the pool (theirs are not in it)
-        a, b = random_values(rng, (50, 40), np.int8), random_values(rng, (40, 30), np.uint8)
-        kernel, exact = cpu_integer_gemm.RUNNABLE[0], exact_product(a, None, b, None)
-        # (compiled here first, as the child's pool runs it: a child compiles nothing, since a thread of the parent
-        # may hold numba's compiler lock as it forks)
-        np.testing.assert_array_equal(kernel_product(kernel, a, None, b, None, 3), exact)
-        child = multiprocessing.get_context("fork").Process(target=product_in_pieces, args=(kernel, a, b, exact))
-        child.start()
-        child.join(60)
-        if child.exitcode is None:
-            child.kill()
-        assert child.exitcode == 0
+        assert_product_in_a_forked_child(cpu_integer_gemm.RUNNABLE[0], rng)
 
 
 @ONE_CALL
@@ -1733,11 +1723,9 @@ def product_in_pieces(kernel, a, b, exact):
     os._exit(0 if np.array_equal(kernel_product(kernel, a, None, b, None, 3), exact) else 1)
 
 
-@pytest.mark.parametrize("kernel", KERNELS[:1])
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork")
-def test_kernel_product_in_a_forked_child(kernel):
-    """A child forked after a product has run has none of its parent's threads: it must start its own."""
-    rng = np.random.default_rng(13)
+def assert_product_in_a_forked_child(kernel, rng):
+    """A product in pieces, exact here and in a child forked after it. (Compiled here first: a child compiles
+    nothing, since a thread of the parent may hold numba's compiler lock as it forks.)"""
     a, b = random_values(rng, (50, 40), np.int8), random_values(rng, (40, 30), np.uint8)
     exact = exact_product(a, None, b, None)
     np.testing.assert_array_equal(kernel_product(kernel, a, None, b, None, 3), exact)
@@ -1747,6 +1735,13 @@ def test_kernel_product_in_a_forked_child(kernel):
     if child.exitcode is None:
         child.kill()
     assert child.exitcode == 0
+
+
+@pytest.mark.parametrize("kernel", KERNELS[:1])
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork")
+def test_kernel_product_in_a_forked_child(kernel):
+    """A child forked after a product has run has none of its parent's threads: it must start its own."""
+    assert_product_in_a_forked_child(kernel, np.random.default_rng(13))
 
 
 @pytest.mark.parametrize("products", PRODUCT_ENGINES)
