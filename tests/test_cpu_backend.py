@@ -1307,8 +1307,9 @@ def test_product_pieces_whoever_takes_them(monkeypatch, kernel, m, k, n, helper)
     """The pieces of a product (``product_pieces``) taken in either extreme order: a pool thread that takes every
     ticket before the calling thread starts (which then waits for its pieces only), or one that starts after the
     call has returned, finds no ticket left and writes nothing, neither the output nor the scratch memory."""
-    def run_on_cores(entry, arguments, threads, on_numba_threads=None):
+    def run_on_cores(pool_entry, arguments, threads, numba_entry=None):
         assert threads
+        entry = pool_entry(arguments)
         if helper == "takes every piece":
             entry(*arguments, cpu_pieces.NO_RING, False)
             entry(*arguments, cpu_pieces.DOORBELL, True)

@@ -141,11 +141,10 @@ def integer_product(kernel: Kernel, a, a_zero_point, b, b_zero_point, buffers, p
     finish = NO_FINISH if finish is None else (*finish[:-1], finish[-1].view(np.uint8))
     arguments = (kernel.name, layout, np.zeros(1 + len(counts), np.int64), counts, *operand(a, a_zero_point, m),
                  *operand(b, b_zero_point, n), tuple(buffers), b_packed, finish)
-    entry = calls.entry(multiply_in_pieces, *arguments, NO_RING, True, any_layout=(4, 7, 12),  # a, b, finish
-                        read_only=(4, 7))
     threads = threads_for(pieces) if threads is None else threads
-    run_on_cores(entry, arguments, threads, lambda: calls.entry(multiply_on_threads, *arguments, threads,
-                                                                any_layout=(4, 7, 12), read_only=(4, 7)))
+    types = {"any_layout": (4, 7, 12), "read_only": (4, 7)}  # a, b, finish; a, b
+    run_on_cores(lambda arguments: calls.entry(multiply_in_pieces, *arguments, NO_RING, True, **types), arguments,
+                 threads, lambda arguments: calls.entry(multiply_on_threads, *arguments, threads, **types))
     return buffers[2][:m, :n]
 
 

@@ -193,11 +193,21 @@ def prepare_one_call(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_
     product_pieces, threads = pieces_of_product(integer_gemm, m, k, n, pieces)
 
     def way(b_packed):
-        """[layout, stage counts, scratch layouts, entry point (found at the first call)] of the product with B as
-        it is given, or with a kept B's packing (``packing``)."""
+        """(layout, stage counts, scratch layouts, the entry points' getters on the pool's threads and on numba's)
+        of the product with B as it is given, or with a kept B's packing (``packing``)."""
         layout = integer_gemm.products_layout(kernel, a, b, b_packed)
-        return [layout, integer_gemm.stage_counts(kernel, layout, m, k, n, product_pieces, b_packed),
-                integer_gemm.scratch_layouts(kernel, m, k, n, integer_gemm.own_sums(layout, k, True), b_packed), None]
+        found = {}  # the entry points, each found at its first use
+
+        def getter(function, *last):
+            def entry(arguments):
+                if function not in found:
+                    found[function] = entry_point(function, *arguments, *last, any_layout=ONE_CALL_ANY_LAYOUT,
+                                                  read_only=ONE_CALL_INPUTS)
+                return found[function]
+            return entry
+        return (layout, integer_gemm.stage_counts(kernel, layout, m, k, n, product_pieces, b_packed),
+                integer_gemm.scratch_layouts(kernel, m, k, n, integer_gemm.own_sums(layout, k, True), b_packed),
+                getter(product_in_one_call, NO_RING, True), getter(loops.product_in_one_call_on_threads, threads))
 
     ways = (way(False), way(True))
     may_be_kept = not b.flags.writeable  # (a kept B is read-only: the products of writable ones look for none)
@@ -213,8 +223,7 @@ def prepare_one_call(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_
     def product(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point, out):
         b_zero_bits = read_b_zero(b_zero_point)
         packed = packing(integer_gemm, kernel, b, b_zero_bits.view(b.dtype)) if may_be_kept else None
-        chosen = ways[packed is not None]
-        layout, counts, layouts, entry = chosen
+        layout, counts, layouts, pool_entry, numba_entry = ways[packed is not None]
         buffers = scratch(layouts)
         if packed is not None:
             buffers = integer_gemm.with_packing(buffers, packed)
@@ -224,12 +233,7 @@ def prepare_one_call(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_
                      read_a_scale(a_scale), read_a_zero(a_zero_point), b_bits(b), b_sign, read_b_scale(b_scale),
                      b_zero_bits, read_output_scale(output_scale), read_output_zero(output_zero_point), low, high,
                      out_bits(out), buffers, packed is not None)
-        if entry is None:
-            entry = chosen[3] = entry_point(product_in_one_call, *arguments, NO_RING, True,
-                                            any_layout=ONE_CALL_ANY_LAYOUT, read_only=ONE_CALL_INPUTS)
-        if not run_on_cores(entry, arguments, threads, lambda: entry_point(
-                loops.product_in_one_call_on_threads, *arguments, threads, any_layout=ONE_CALL_ANY_LAYOUT,
-                read_only=ONE_CALL_INPUTS)):
+        if not run_on_cores(pool_entry, arguments, threads, numba_entry):
             check_scales(*(arguments[position] for position in (6, 10, 12)))
     return product
 
