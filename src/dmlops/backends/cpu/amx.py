@@ -27,16 +27,15 @@ call, and releases them at its end. Linux lets a process use the tiles once it a
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 from llvmlite import ir
 from numba.core import types
 from numba.extending import intrinsic
 
 from .byte_moves import ByteMoves
+from .jit import callee, compiled
 from .processor import amx_granted
 
-compiled = numba.njit(nogil=True, cache=True)
 amx_granted()  # (the tile state asked for before any of these kernels can run; once a process)
 
 ROWS = 32  # rows of a block of sums: 2 tiles
@@ -203,7 +202,7 @@ def tile_block(typing_context, a_sign, b_sign, blocks, a, b, sums, row, block, s
     return signature, codegen
 
 
-@compiled
+@callee
 def multiply(a, a_sign, b, b_sign, sums, first_row, last_row, first_block, last_block, length, accumulate):
     """sums[first_row:last_row, the column blocks [first_block, last_block)] = (those sums, if accumulate, +)
     A[those rows, :length] @ B[:length, those blocks], by runs of K_RUN and panels of PANEL_BLOCKS, by the
@@ -223,7 +222,7 @@ def multiply(a, a_sign, b, b_sign, sums, first_row, last_row, first_block, last_
                         tile_block(a_sign, b_sign, "1", a, b, sums, i, j, k, steps, again)
 
 
-@compiled
+@callee
 def pack_a(a, sign, packed, row_sums, first, last):
     """packed[first:last] = the bits of a[first:last], and 0 past the end of a; row_sums = Σ_k a (a's value: (its
     bits xor sign) − sign, sign 128 where its type is INT8)."""
@@ -296,7 +295,7 @@ def pack_four_rows(typing_context, count, b, flip, groups, terms, group, column)
     return signature, codegen
 
 
-@compiled
+@callee
 def pack_group(b, sign, groups, terms, group, block, start, width):
     """groups[block, group] for the columns [start, start + width) of b, element by element (b's rows of any
     stride, or fewer than 4 rows left: bytes past b are 0), and 0 for the block's columns past b's; terms there +=
@@ -319,7 +318,7 @@ def pack_group(b, sign, groups, terms, group, block, start, width):
     target[width:] = 0
 
 
-@compiled
+@callee
 def pack_b(b, sign, zero_point, groups, terms, first, last):
     """groups[block] = the bits of b in tiles' layout ({N / 16, K / 4, 16, 4}: groups[block, k // 4, j, k % 4] =
     b[k, 16·block + j]) for the column blocks [first, last), and 0 past the end of b; terms[j] = Σ_k b[k, j] −
@@ -351,7 +350,7 @@ def pack_b(b, sign, zero_point, groups, terms, first, last):
         terms[j] -= length * zero_point[j]
 
 
-@compiled
+@callee
 def multiply_strip(a, a_sign, b, b_sign, b_zero, packed_b, b_packed, sums, terms, first, last, rows, length):
     """The sums of rows [0, rows) of A (packed) and the column blocks [first, last) of b, and their terms, a run of
     K_RUN rows of b at a time: each run packed into a panel of this call's own, which stays in L2 for the kernel

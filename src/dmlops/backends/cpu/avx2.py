@@ -25,15 +25,13 @@ at 1049, 0.96 of the 1089 that one core issuing nothing but `vpdpbusd` reaches).
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 from llvmlite import ir
 from numba.core import types
 from numba.extending import intrinsic
 
+from .jit import callee
 from .kernels import KERNELS_BY_NAME
-
-compiled = numba.njit(nogil=True, cache=True)
 
 TILE_ROWS = 32  # rows of B packed across its column blocks at a time (a multiple of 4)
 
@@ -127,7 +125,7 @@ def block_products(typing_context, kernel, a, b, sums, row, block, start, steps,
     return signature, codegen
 
 
-@compiled
+@callee
 def multiply_rows(kernel, a, b, sums, first_row, end_row, first_block, end_block, end, accumulate, rows, k_block,
                   group, panel_blocks):
     """sums[first_row:end_row, the column blocks [first_block, end_block)] = (those sums, if accumulate, +)
@@ -141,7 +139,7 @@ def multiply_rows(kernel, a, b, sums, first_row, end_row, first_block, end_block
                     block_products(kernel, a, b, sums, i, block, k, steps, accumulate or k != 0)
 
 
-@compiled
+@callee
 def pack_rows(a, sign, zero_point, packed, first, last):
     """packed[first:last] = a[first:last] − zero point (per row), int16, and 0 past the end of a: the padding
     adds nothing to the sums. a as its bits (uint8), ``sign`` 128 where its type is INT8, else 0: a's value is
@@ -156,7 +154,7 @@ def pack_rows(a, sign, zero_point, packed, first, last):
         target[length if i < rows else 0:] = 0
 
 
-@compiled
+@callee
 def pack_columns(b, sign, zero_point, pairs, first, last):
     """pairs[block, k // 2, j] = b̃[k, j] in the low 16 bits and b̃[k + 1, j] in the high 16 (b̃ = b − zero point,
     per column; j within the block; b as its bits and its sign as pack_rows takes them) for the column blocks

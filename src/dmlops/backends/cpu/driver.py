@@ -13,12 +13,10 @@ from numba.extending import overload
 from . import amx
 from .atomics import call_begins, call_ends, count_up, spin_pause, state_of, take_ticket
 from .avx2 import multiply_rows, pack_columns, pack_rows
+from .jit import CALLEE_OPTIONS, callee, compiled, inlined
 from .kernels import KERNELS_BY_NAME
 from .requantization import requantize_rows
 from .vnni import multiply_direct, pack_columns_bytes, pack_rows_bytes
-
-compiled = numba.njit(nogil=True, cache=True)
-
 
 # Terms summed in int32 at a time by ``few_sums``: 32 768 · 255² < 2^31 (integer_gemm.INT32_CHUNK)
 FEW_SUMS_CHUNK = 32 * 1024
@@ -45,7 +43,7 @@ def few_sums(a, a_sign, a_zero, b, b_sign, b_zero, total):
             total[i, j] = exact
 
 
-@compiled
+@callee
 def correct_rows(sums, row_sums, alpha, beta, column_terms, first, last):
     """sums[i, j] += β[j]·Σ_k A'[i] − α[i]·column_terms[j] for rows [first, last), in wrapping int32."""
     for i in range(first, last):
@@ -55,14 +53,14 @@ def correct_rows(sums, row_sums, alpha, beta, column_terms, first, last):
             row[j] = np.int32(row[j] + beta[j] * row_sum - shift * column_terms[j])
 
 
-@compiled
+@inlined
 def piece_bounds(size, count, multiple, piece):
     """(first, last) of piece ``piece`` of ``pieces.cut(size, count, multiple)``, count no more than its ranges."""
     blocks = (size + multiple - 1) // multiple
     return multiple * (blocks * piece // count), min(size, multiple * (blocks * (piece + 1) // count))
 
 
-@compiled
+@inlined
 def next_piece(state, counts):
     """(stage, piece) of the next ticket (state[0]) among the stages' pieces (counts), once every piece of the
     stage before it has ended (state[1 + stage]: the pieces of that stage ended); (-1, 0) where none is left.
@@ -77,7 +75,7 @@ def next_piece(state, counts):
     return -1, 0
 
 
-@compiled
+@inlined
 def piece_ended(state, counts, stage, wait):
     """Count a piece of ``stage`` ended, and take the next: (stage, piece) as ``next_piece``. Where none is left
     and ``wait``, first wait until every piece of the last stage has ended (their outputs then seen here)."""
@@ -112,27 +110,27 @@ def literal(value):
     return value.literal_value if isinstance(value, types.StringLiteral) else None
 
 
-@compiled
+@inlined
 def flip_of_b(b_sign):
     """The byte kernels' move of B into range (integer_product): its bits xor 128 where its type is UINT8."""
     return np.uint8(128 - np.int32(b_sign))
 
 
-@compiled
+@inlined
 def shifts(a_sign, a_zero, b_sign, b_zero):
     """(α, β) of the byte kernels, int32 vectors: α = ca + za (per row of A), β = cb − zb (per column of B), ca
     and cb their moves into range."""
     return a_zero + np.int32(a_sign), np.int32(flip_of_b(b_sign)) - b_zero
 
 
-@compiled
+@inlined
 def padded_sizes(a, rows, group):
     """(A's rows padded to the kernel's rows, K padded to its group)."""
     m, k = a.shape
     return (m + rows - 1) // rows * rows, (k + group - 1) // group * group
 
 
-@overload(pack_a, jit_options={"nogil": True})
+@overload(pack_a, jit_options=CALLEE_OPTIONS)
 def pack_a_compiled(layout, a, a_sign, a_zero, packed, row_sums, first, last):
     if literal(layout) is None:
         return None
@@ -144,7 +142,7 @@ def pack_a_compiled(layout, a, a_sign, a_zero, packed, row_sums, first, last):
                                                                                             row_sums, first, last)
 
 
-@overload(pack_b, jit_options={"nogil": True})
+@overload(pack_b, jit_options=CALLEE_OPTIONS)
 def pack_b_compiled(kernel, layout, b, b_sign, b_zero, groups, terms, first, last):
     if literal(layout) is None or literal(kernel) is None:
         return None
@@ -168,7 +166,7 @@ def column_terms(layout, buffers):
     raise NotImplementedError("column_terms is called from compiled code only")
 
 
-@overload(column_terms, jit_options={"nogil": True})
+@overload(column_terms, jit_options=CALLEE_OPTIONS)
 def column_terms_compiled(layout, buffers):
     if literal(layout) is None:
         return None
@@ -177,7 +175,7 @@ def column_terms_compiled(layout, buffers):
     return lambda layout, buffers: buffers[4]
 
 
-@overload(correct, jit_options={"nogil": True})
+@overload(correct, jit_options=CALLEE_OPTIONS)
 def correct_compiled(layout, sums, row_sums, alpha, beta, terms, first, last):
     if literal(layout) is None:
         return None
@@ -197,7 +195,7 @@ def piece_output(finish, sums, own_sums, first):
     raise NotImplementedError("piece_output is called from compiled code only")
 
 
-@overload(piece_output, jit_options={"nogil": True})
+@overload(piece_output, jit_options=CALLEE_OPTIONS)
 def piece_output_compiled(finish, sums, own_sums, first):
     def rows_from(finish, sums, own_sums, first):
         a_scale, b_scale, output_scale, zero_point, low, high, out = finish
@@ -213,7 +211,7 @@ def finish_rows(finish, sums, first, last):
     raise NotImplementedError("finish_rows is called from compiled code only")
 
 
-@overload(finish_rows, jit_options={"nogil": True})
+@overload(finish_rows, jit_options=CALLEE_OPTIONS)
 def finish_rows_compiled(finish, sums, first, last):
     def requantize(finish, sums, first, last):
         a_scale, b_scale, output_scale, zero_point, low, high, out = finish
@@ -222,7 +220,7 @@ def finish_rows_compiled(finish, sums, first, last):
     return requantize
 
 
-@compiled
+@callee
 def multiply_strip(kernel, layout, a, b, b_sign, b_zero, buffers, b_packed, first, last, rows, k_block, group,
                    panel_blocks):
     """The sums of every row of A (packed) and the column blocks [first, last) of B, a run of k_block rows of B
@@ -277,7 +275,7 @@ def product_pieces(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, 
     raise NotImplementedError("product_pieces is called from compiled code only")
 
 
-@overload(product_pieces, jit_options={"nogil": True})
+@overload(product_pieces, jit_options=CALLEE_OPTIONS)
 def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, b_packed,
                             finish, wait):
     if literal(kernel) is None or literal(layout) is None:

@@ -5,7 +5,6 @@ which gives the same bits, until this is loaded."""
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 from numba.core import types
 from numba.core.imputils import impl_ret_borrowed
@@ -13,8 +12,7 @@ from numba.extending import intrinsic
 
 from . import driver, integer_gemm, requantization  # noqa: F401  (integer_gemm, requantization: qmatmul's)
 from .atomics import call_begins, call_ends
-
-compiled = numba.njit(nogil=True, cache=True)
+from .jit import callee, compiled, inlined
 
 
 @compiled
@@ -55,7 +53,7 @@ def product_in_one_call_on_threads(kernel, layout, state, counts, a, a_sign, a_s
     return valid
 
 
-@compiled
+@callee
 def one_call_parameters(a_scale, a_zero_point, b_sign, b_scale, b_zero_point, output_scale, output_zero_point, low,
                         high, out):
     """(whether every scale is non-zero and finite, A's and B's zero points as int32 vectors, the requantization's
@@ -86,7 +84,7 @@ def typed_as_passed(typing_context, finish):
     return passed(finish), codegen
 
 
-@compiled
+@inlined
 def columns(values, n):
     """B's scale, one value or one a column, as a new contiguous float32 vector of n."""
     if values.shape[0] == 1:
@@ -94,7 +92,7 @@ def columns(values, n):
     return values.astype(np.float32)
 
 
-@compiled
+@inlined
 def zero_points(bits, sign, length):
     """A zero point given as its bits (uint8), one value or one each, with its type's sign (128 for INT8: a value is
     (its bits xor 128) − 128), as a new int32 vector of ``length``."""

@@ -3,10 +3,9 @@ operations, so that its bits are the reference's."""
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
-compiled = numba.njit(nogil=True, cache=True)
+from .jit import callee, compiled
 
 
 @compiled
@@ -33,7 +32,7 @@ def requantize_rows(product, row_terms, column_terms, a_scale, b_scale, output_s
         requantize_row(sums, multiplier, zero_point[m], low, high, out[m])
 
 
-@compiled
+@callee
 def requantize_row(sums, multiplier, zero, low, high, target):
     for j in range(target.shape[0]):
         value = np.rint(np.float64(sums[j]) * multiplier[j]) + zero

@@ -14,6 +14,7 @@ from numba.extending import intrinsic
 from numba.np.arrayobj import load_item, store_item
 
 from .atomics import memory_fence, publish, spin_pause, state_of, take_ticket
+from .jit import callee, compiled, inlined
 from .processor import HALF_LANES, STREAM_STORES, VECTOR_BYTES, WALK_BYTES, target_features
 
 # One loop per layout: the running value of each line lives in a register (Q = 1; short contiguous lines in one lane
@@ -33,8 +34,6 @@ from .processor import HALF_LANES, STREAM_STORES, VECTOR_BYTES, WALK_BYTES, targ
 # half to even as NumPy does; the first element is copied as it is, so that even a signalling NaN keeps its bits.
 # Each element is read before its output is written (a block of lines: the whole block first), so out may be x
 # itself, exclusive or not.
-
-compiled = numba.njit(nogil=True, cache=True)
 
 
 def literals(*arguments) -> bool:
@@ -537,7 +536,7 @@ def concatenated(builder, vectors):
     return vectors[0]
 
 
-@compiled
+@callee
 def scan_span(source, target, product, element, tally, neutral, reverse, exclusive, first, last, lanes, ahead,
               chains):
     """Scan source[first:last] (1-D, contiguous) into target from the running value tally, vectors of lanes
@@ -557,7 +556,7 @@ def scan_span(source, target, product, element, tally, neutral, reverse, exclusi
     return tally
 
 
-@compiled
+@inlined
 def scan_element(product, element, source, target, i, tally, exclusive):
     value = load(element, source, i)
     after = combine(product, tally, value)
@@ -581,7 +580,7 @@ def scan_lines_vectors(x, out, product, element, identity, neutral, reverse, exc
             target[first] = head
 
 
-@compiled
+@callee
 def chunk_total(source, product, element, neutral, reverse, first, last, chains):
     """source[first:last] combined in the walk's order of its positions (reverse: from last - 1 down): vector by
     vector into the rows of chains ({4, lanes}: four independent chains, so that one vector's operation need not
@@ -593,7 +592,7 @@ def chunk_total(source, product, element, neutral, reverse, first, last, chains)
     return chains_total(source, product, element, neutral, reverse, first, last, chains)
 
 
-@compiled
+@callee
 def chains_total(source, product, element, neutral, reverse, first, last, chains):
     """chunk_total's end: the lanes of chains (the groups of four vectors of source[first:last] combined) chain by
     chain, then the elements after the groups."""
@@ -615,7 +614,7 @@ def chains_total(source, product, element, neutral, reverse, first, last, chains
 TOTAL, CARRY = 1, 2
 
 
-@compiled
+@inlined
 def chunk_bounds(length, chunk, c, reverse):
     """(first, last): the indices of chunk c of a line of length, chunks counted in the walk's order."""
     start, stop = c * chunk, min(c * chunk + chunk, length)
@@ -680,7 +679,7 @@ def scan_chunks(x, out, product, element, identity, neutral, reverse, exclusive,
                 target[head] = kept
 
 
-@compiled
+@callee
 def carry_before(source, product, element, neutral, reverse, chunk, patience, ticket, c, states, totals, carries,
                  scratch):
     """The running value after chunk c - 1 of the line (the neutral element before chunk 0): its carry once

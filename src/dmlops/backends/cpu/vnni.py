@@ -15,7 +15,6 @@ adds the terms, in int32 arithmetic, which wraps: the result is exact wherever t
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 from llvmlite import ir
 from numba.core import types
@@ -23,9 +22,8 @@ from numba.extending import intrinsic
 
 from .avx2 import TILE_ROWS
 from .byte_moves import ByteMoves
+from .jit import callee
 from .kernels import KERNELS_BY_NAME
-
-compiled = numba.njit(nogil=True, cache=True)
 
 DIRECT_STEPS = 64  # steps of 4 rows of B a direct run takes across the column blocks
 PREFETCH_ROWS = 32  # how far ahead the direct kernel prefetches B's rows (prefetches past the end are harmless)
@@ -125,7 +123,7 @@ def direct_products(typing_context, kernel, rows, a, b, flip, sums, column_sums,
     return signature, codegen
 
 
-@compiled
+@callee
 def multiply_direct(kernel, a, b, flip, sums, column_sums, rows, first_block, last_block, steps):
     """direct_products for every row of A and the column blocks of 64 [first_block, last_block), by runs of
     DIRECT_STEPS steps across the blocks: each run reads a band of B's rows along them."""
@@ -155,7 +153,7 @@ def multiply_direct(kernel, a, b, flip, sums, column_sums, rows, first_block, la
                     direct_products(kernel, "3", a, b, flip, sums, column_sums, row, column, start, run, start > 0)
 
 
-@compiled
+@callee
 def pack_rows_bytes(a, flip, packed, row_sums, first, last):
     """packed[first:last] = A' = the bits of a[first:last] xor flip, and 0 past the end of a; row_sums = Σ_k A'."""
     rows, length = a.shape
@@ -219,7 +217,7 @@ def pack_four_rows(typing_context, kernel, b, flip, groups, column_terms, group,
     return signature, codegen
 
 
-@compiled
+@callee
 def pack_group(b, flip, groups, column_terms, group, block, start, width):
     """pack_four_rows for the columns [start, start + width) of a block, element by element (b's rows of any
     stride, or fewer than 4 rows left: bytes past b are 0), and 0 for the block's columns past b's. (b's value
@@ -248,7 +246,7 @@ def pack_group(b, flip, groups, column_terms, group, block, start, width):
     target[width:] = 0
 
 
-@compiled
+@callee
 def pack_columns_bytes(kernel, vector, b, flip, zero_point, groups, column_terms, first, last):
     """groups[block, k // 4, j] = B'[k + t, j] in byte t (B' = the bits of b xor flip, read as int8; j within the
     block) for the column blocks [first, last), and 0 past the end of b; column_terms[j] = Σ_k B'[k, j] + K·β[j],
