@@ -331,6 +331,34 @@ def test_streamed_rows(monkeypatch, dtype, shape, axis):
     assert len(calls) >= len(VARIANTS) * 6
 
 
+@STREAMED
+@pytest.mark.parametrize("shape, axis", [((33, 8), 0), ((3, 21, 40), 1), ((9, 200), 0)])
+def test_streamed_float16_rows(monkeypatch, shape, axis):
+    """FLOAT16 rows stream where every row of out is whole 16-byte vectors on their boundaries (8 halves converted
+    at a time): the reference's bits, in place or not, for every variant, out's neighbours untouched; an out one
+    element off those boundaries takes the ordinary rows loop, with the same bits."""
+    calls = streamed_rows_taken(monkeypatch)
+    rng = np.random.default_rng(shape[-1] + 16)
+    for (operation, reverse, exclusive), offset, in_place in itertools.product(VARIANTS, [0, 1], [False, True]):
+        x = random_values(rng, shape, np.float16, operation)
+        x.flat[0] = x.flat[-1] = -0.0  # at either end, kept as it is
+        buffer = poisoned(shape[:-1] + (shape[-1] + 16,), np.float16)  # (rows of a multiple of 16 bytes)
+        before = buffer.copy()
+        start = -buffer.ctypes.data % 16 // 2 + offset
+        out = buffer[..., start:start + shape[-1]]
+        if in_place:
+            out[...] = x
+        del calls[:]
+        cpu_scan.cumulative(operation, out if in_place else x, out, axis, reverse, exclusive, compiled=True,
+                            pieces=2, stream=True)
+        assert bool(calls) == (offset == 0)
+        expected = cumulative_op.reference(operation, x, axis, reverse, exclusive)
+        np.testing.assert_array_equal(out.view(np.uint16), expected.view(np.uint16))
+        outside = np.ones(buffer.shape, bool)
+        outside[..., start:start + shape[-1]] = False
+        np.testing.assert_array_equal(buffer[outside].view(np.uint16), before[outside].view(np.uint16))
+
+
 COMPILED = pytest.mark.skipif(SCAN_LOOPS is None, reason="no numba")
 CACHED_SCANS = """
 import sys
@@ -364,13 +392,14 @@ def test_compiled_scans_cached_across_processes(tmp_path):
 @STREAMED
 def test_large_outputs_stream(monkeypatch):
     """By default rows stream where out has STREAM_BYTES or more, and only where the rows of x and out are
-    contiguous, out's elements on boundaries of their size (x's may be anywhere), and not FLOAT16."""
+    contiguous, out's elements on boundaries of their size (x's may be anywhere), and FLOAT16 only in rows of
+    whole vectors (test_streamed_float16_rows)."""
     calls = streamed_rows_taken(monkeypatch)
     monkeypatch.setattr(cpu_scan, "STREAM_BYTES", 40 * 16 * 4)
     rng = np.random.default_rng(14)
     for shape, dtype, step, misaligned, streams in [
             ((40, 16), np.int32, 1, None, True), ((40, 15), np.int32, 1, None, False),
-            ((40, 16), np.int32, 2, None, False), ((80, 16), np.float16, 1, None, False),
+            ((40, 16), np.int32, 2, None, False), ((80, 12), np.float16, 1, None, False),
             ((40, 16), np.int32, 1, "x", True), ((40, 16), np.int32, 1, "out", False)]:
         x = random_values(rng, (shape[0], shape[1] * step), dtype)[:, ::step]
         out = poisoned(shape, dtype)

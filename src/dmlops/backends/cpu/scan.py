@@ -458,11 +458,13 @@ def compiled_scan(loops, operation, x3, out3, accumulation, reverse, exclusive, 
     identity = accumulation.type(IDENTITIES[operation])
     product = operation == "product"  # (the loops that take it as a run-time flag: scan_loops)
     width = x3.shape[2]
-    if stream and width > 1 and out3.flags.aligned and x3.strides[2] == out3.strides[2] == x3.itemsize:
+    vector_bytes = loops.streamed_bytes(element == "half") if stream else 0
+    if stream and width > 1 and out3.flags.aligned and x3.strides[2] == out3.strides[2] == x3.itemsize and \
+            (element != "half" or whole_vectors(out3, vector_bytes)):
         # (x3 and out3 typed as of any layout: the steps address the rows' elements themselves, which are contiguous)
         def scan_streamed(x3, out3):  # its running row as aligned as each call's out
-            call(loops.scan_rows_streamed, x3, out3, product, identity, reverse, exclusive,
-                 vector_aligned(width, accumulation, out3.ctypes.data), any_layout=(0, 1), read_only=(0,))
+            call(loops.scan_rows_streamed, x3, out3, product, element, identity, reverse, exclusive,
+                 running_row(width, accumulation, out3, vector_bytes), any_layout=(0, 1), read_only=(0,))
         return x3, out3, scan_streamed
     x2, out2 = x3[:, :, 0], out3[:, :, 0]  # 2-D where Q = 1, so that contiguous lines compile as such
     lanes = vector_lanes(x3, out3, accumulation)
@@ -485,7 +487,15 @@ def compiled_scan(loops, operation, x3, out3, accumulation, reverse, exclusive, 
                                    exclusive, any_layout=True)
     # (these two walk their lines through strides as fast typed as of any layout: benchmarks/RESULTS.md)
     return x3, out3, kept_call(loops.scan_rows_compiled, x3, out3, operation, element, identity, reverse, exclusive,
-                               scratch=lambda: (np.empty(width, accumulation),), any_layout=True)
+                               scratch=lambda: (np.empty(width, accumulation),), any_layout=element != "half")
+
+
+def whole_vectors(out3, vector_bytes: int) -> bool:
+    """Whether every row of out3 ({P, L, Q}, rows contiguous) is whole vectors on boundaries of ``vector_bytes``
+    (FLOAT16 streams only so: its single elements are stored as usual, and a row of a few such stores among
+    streaming ones ran slower than one of ordinary stores, 8-15 against 18-19 GB/s)."""
+    return all(size % vector_bytes == 0 for size in (out3.ctypes.data, out3.shape[2] * out3.itemsize,
+                                                      *out3.strides[:2]))
 
 
 def compiled_views(x3, out3, accumulation: np.dtype):
@@ -511,11 +521,12 @@ def kept_call(kernel, x, out, *constants, scratch=tuple, any_layout: bool = Fals
     return lambda x, out: entry(x, out, *constants, *scratch())
 
 
-def vector_aligned(size: int, dtype: np.dtype, address: int) -> np.ndarray:
-    """An empty array of ``size`` whose elements fall on VECTOR_BYTES boundaries where those of an array at
-    ``address`` (a multiple of the item size) do, so that the running row's vectors are as aligned as the output's
-    (a vector split across two cache lines costs both)."""
-    lanes = VECTOR_BYTES // dtype.itemsize
+def running_row(size: int, dtype: np.dtype, out, vector_bytes: int) -> np.ndarray:
+    """An empty array of ``size`` (the rows' running values, of dtype) whose vectors fall on boundaries of their
+    size where out's do on boundaries of ``vector_bytes`` (element i starting a vector in both), so that the running
+    row's vectors are as aligned as the output's (a vector split across two cache lines costs both)."""
+    lanes = vector_bytes // out.itemsize
+    phase = out.ctypes.data % vector_bytes // out.itemsize * dtype.itemsize  # (out's element index, as bytes)
     block = np.empty(size + lanes, dtype)
-    start = (address - block.ctypes.data) % VECTOR_BYTES // dtype.itemsize
+    start = (phase - block.ctypes.data) % (lanes * dtype.itemsize) // dtype.itemsize
     return block[start:start + size]

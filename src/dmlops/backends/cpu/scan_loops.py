@@ -10,7 +10,7 @@ import numba
 import numpy as np
 from llvmlite import ir
 from numba.core import cgutils
-from numba.extending import intrinsic
+from numba.extending import intrinsic, register_jitable
 from numba.np.arrayobj import load_item, store_item
 
 from .atomics import memory_fence, publish, spin_pause, state_of, take_ticket
@@ -718,32 +718,44 @@ if STREAM_STORES:
     # values computed lane by lane stops the loop around it vectorising).
 
     def streamed_step(vector: bool):
-        """An intrinsic step(product, source, tally, target, q, exclusive): for the VECTOR_BYTES // itemsize
-        elements from q on (one if not ``vector``), tally ⊕= source, and target = the tally after (before, if
-        exclusive) through a streaming store, which needs target[q] on a boundary of its size. product: whether the
-        operation is the product (else the sum; both results made and one kept, at memory's speed)."""
+        """An intrinsic step(product, source, tally, target, q, exclusive): for the elements of a streamed vector
+        from q on (``streamed_bytes``; one if not ``vector``), tally ⊕= source, and target = the tally after
+        (before, if exclusive) through a streaming store, which needs target[q] on a boundary of its size. product:
+        whether the operation is the product (else the sum; both results made and one kept, at memory's speed).
+        FLOAT16 (source and target its bits, the tally float32) is converted on the way, and a single one is
+        stored as usual: no instruction streams two bytes."""
         @intrinsic
         def step(typing_context, product, source, tally, target, q, exclusive):
-            dtype = source.dtype
-            lanes = VECTOR_BYTES // (dtype.bitwidth // 8) if vector else 1
+            dtype, tally_type = source.dtype, tally.dtype
+            half = tally_type != dtype
+            lanes = streamed_bytes(half) // (dtype.bitwidth // 8) if vector else 1
 
             def codegen(context, builder, signature, arguments):
                 def pointer(array_type, array, value_type):
                     data = context.make_array(array_type)(context, builder, array).data
                     return builder.bitcast(builder.gep(data, [arguments[4]]), value_type.as_pointer())
 
-                element = context.get_data_type(dtype)
-                value_type = ir.VectorType(element, lanes) if vector else element
-                source_at, tally_at, target_at = (pointer(signature.args[k], arguments[k], value_type)
-                                                  for k in (1, 2, 3))
+                def typed(element):
+                    return ir.VectorType(element, lanes) if vector else element
+
+                bits, value_type = typed(context.get_data_type(dtype)), typed(context.get_data_type(tally_type))
+                halves = typed(ir.HalfType())
+                source_at, target_at = (pointer(signature.args[k], arguments[k], bits) for k in (1, 3))
+                tally_at = pointer(signature.args[2], arguments[2], value_type)
                 value = builder.load(source_at, align=1)  # x may sit anywhere
-                before = builder.load(tally_at, align=dtype.bitwidth // 8)
-                after = combining(builder, arguments[0], dtype)(before, value)
-                builder.store(after, tally_at, align=dtype.bitwidth // 8)
+                if half:
+                    value = builder.fpext(builder.bitcast(value, halves), value_type)
+                alignment = tally_type.bitwidth // 8
+                before = builder.load(tally_at, align=alignment)
+                after = combining(builder, arguments[0], tally_type)(before, value)
+                builder.store(after, tally_at, align=alignment)
+                result = builder.select(arguments[5], before, after)
+                if half:
+                    result = builder.bitcast(builder.fptrunc(result, halves), bits)
                 # one float alone: movntss / movntsd, SSE4A's (elsewhere an ordinary store: see streams)
-                stored = builder.store(builder.select(arguments[5], before, after), target_at,
-                                       align=lanes * dtype.bitwidth // 8)
-                stored.set_metadata("nontemporal", builder.module.add_metadata([ir.IntType(32)(1)]))
+                stored = builder.store(result, target_at, align=lanes * dtype.bitwidth // 8)
+                if vector or not half:
+                    stored.set_metadata("nontemporal", builder.module.add_metadata([ir.IntType(32)(1)]))
                 return context.get_dummy_value()
 
             return numba.types.none(product, source, tally, target, q, exclusive), codegen
@@ -764,23 +776,27 @@ if STREAM_STORES:
         return numba.types.none(), codegen
 
     @compiled
-    def scan_rows_streamed(x, out, product, identity, reverse, exclusive, tally):
-        """scan_rows_compiled for rows contiguous in x and out (not FLOAT16), rows after the first written with
-        streaming stores: elements one at a time up to a VECTOR_BYTES boundary of out, vectors, and the elements
-        left, in the direction of the walk. tally ({Q}) is as aligned as out's rows."""
+    def scan_rows_streamed(x, out, product, element, identity, reverse, exclusive, tally):
+        """scan_rows_compiled for rows contiguous in x and out, rows after the first written with streaming
+        stores: elements one at a time up to a boundary of a streamed vector of out (``streamed_bytes``),
+        vectors, and the elements left, in the direction of the walk. tally ({Q}) is as aligned as out's rows."""
         length, width = x.shape[1], x.shape[2]
-        lanes = VECTOR_BYTES // x.itemsize
+        vector_bytes = streamed_bytes(element == "half")
+        lanes = vector_bytes // x.itemsize
         step = -1 if reverse else 1
         for p in range(x.shape[0]):
             i = length - 1 if reverse else 0
             source, target = x[p, i], out[p, i]
             for q in range(width):
-                tally[q] = source[q]  # the first row as it is (identity ⊕ x would turn -0.0 into +0.0)
-                target[q] = identity if exclusive else source[q]
+                tally[q] = load(element, source, q)  # the first row as it is (identity ⊕ x: -0.0 to +0.0)
+                if exclusive:
+                    store(element, target, q, identity)
+                else:
+                    target[q] = source[q]
             for _ in range(length - 1):
                 i += step
                 source, target = x[p, i], out[p, i]
-                head = min(width, (VECTOR_BYTES - target.ctypes.data % VECTOR_BYTES) % VECTOR_BYTES // x.itemsize)
+                head = min(width, (vector_bytes - target.ctypes.data % vector_bytes) % vector_bytes // x.itemsize)
                 tail = head + (width - head) // lanes * lanes
                 # the vectors in while loops: a range of step ``lanes`` made the loop slower (28 against 32 GB/s)
                 if reverse:
@@ -805,12 +821,19 @@ if STREAM_STORES:
 
 
 
+@register_jitable  # (called from Python too)
+def streamed_bytes(half):
+    """The bytes of a vector of the streamed rows: VECTOR_BYTES, or HALF_LANES halves for FLOAT16 (16 bytes, the
+    boundaries on which NumPy's large arrays lie: 16 bytes past a page)."""
+    return 2 * HALF_LANES if half else VECTOR_BYTES
+
+
 def streams(dtype: np.dtype) -> bool:
-    """Whether the compiled engine writes rows of dtype with streaming stores, which it does only where every
+    """Whether the compiled engine may write rows of dtype with streaming stores, which it does only where every
     element of a row can go past the cache (a row whose few ordinary stores share lines with streaming ones ran
-    slower than one of ordinary stores: FLOAT16, 8-15 against 18-19 GB/s). Single elements stream through movnti
-    (integers) or, where the processor has SSE4A (AMD), movntss / movntsd (floats); never FLOAT16."""
-    return STREAM_STORES and (dtype.kind in "iu" or dtype != np.float16 and SINGLE_FLOATS)
+    slower than one of ordinary stores). Single elements stream through movnti (integers) or, where the processor
+    has SSE4A (AMD), movntss / movntsd (floats); FLOAT16 in rows of whole vectors only (``scan.whole_vectors``)."""
+    return STREAM_STORES and (dtype.kind in "iu" or dtype == np.float16 or SINGLE_FLOATS)
 
 
 def half_instructions() -> bool:
