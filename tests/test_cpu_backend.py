@@ -238,9 +238,9 @@ def test_large_tensors_are_cut_into_pieces(monkeypatch):
 
 @pytest.mark.parametrize("cores", [1, 2, 16, 64])
 def test_products_take_threads_by_their_work(monkeypatch, cores):
-    """A product takes as many threads as its work pays for (about the square root of its shares of work, at least
-    two where it is large, never more than the cores), PIECES_PER_CORE pieces each; given pieces, as many threads,
-    up to the cores."""
+    """A product takes as many threads as its work pays for (on the pool's threads about the square root of its
+    shares of work, at least two where it is large; on numba's, more than POOL_THREADS, a thread a share; never more
+    than the cores), PIECES_PER_CORE pieces each; given pieces, as many threads, up to the cores."""
     for module in (cpu_qmatmul, cpu_pieces):
         monkeypatch.setattr(module, "CORES", cores)
     integer_gemm = cpu_integer_gemm
@@ -258,8 +258,8 @@ def test_products_take_threads_by_their_work(monkeypatch, cores):
     assert min(threads) >= 2
     assert cut(512, 512, 512) == (cpu_pieces.PIECES_PER_CORE * threads[0], threads[0])
     assert cut(1, 4096, 4096)[1] >= 2  # (a large B: read on several cores)
-    if cores > 4:
-        assert threads[0] < cores  # (a 512³ product pays for a few threads, not dozens)
+    # (512³: 16 shares, √16 = 4 of the pool's threads or 16 of numba's; not dozens)
+    assert threads[0] == {2: 2, 16: 16, 64: 16}[cores]
 
 
 def test_errors_on_other_threads_are_raised():

@@ -44,7 +44,7 @@ import numpy as np
 from ...ops.quantized_matmul import OUTPUT_RANGE, SCALE_FIELDS, check_scale, requantize
 from ...types import DataType, ValidationError
 from .compiled import KeptCalls, Loader, call, entry_point, read_only, same
-from .pieces import CORES, NO_RING, PIECES_PER_CORE, cut, run_in_pieces, run_on_cores, threads_for
+from .pieces import CORES, NO_RING, PIECES_PER_CORE, POOL_THREADS, cut, run_in_pieces, run_on_cores, threads_for
 
 # Integers of magnitude up to this are exact in float32.
 FLOAT32_EXACT = 1 << 24
@@ -56,8 +56,10 @@ PARALLEL_MULTIPLY_ADDS = 1 << 25
 # A pool thread costs a product about 25 µs to join it (its wake-up, and Python with the GIL held, the threads one
 # after another), so a product of S shares of that time runs fastest on about √S threads (S·25 µs/t + 25 µs·t). A
 # share: this many multiply-adds, or elements of B read (a product of few rows reads B at memory speed). On 16 cores
-# of a virtual Xeon, all 16 threads made a 512³ product take 764 µs and 4 threads 366, 1 × 4096 × 4096 962 and 711;
-# 128 × 4096 × 4096 ran fastest on 16 (benchmarks/RESULTS.md).
+# of a virtual Xeon, all 16 of the pool's threads made a 512³ product take 764 µs and 4 threads 366, 1 × 4096 × 4096
+# 962 and 711. numba's threads (more than POOL_THREADS) start inside one compiled call, so there a thread a share
+# pays: on 16 cores of a Xeon with AMX, 16 of them took 512³ in 152-156 µs against 4 pool threads' 291, 1 × 4096²
+# in 219-228 against 8 pool threads' 346-398, 16 × 4096² 475 against 1029 (benchmarks/RESULTS.md).
 MULTIPLY_ADDS_A_SHARE = 1 << 23
 B_ELEMENTS_A_SHARE = 1 << 18
 # The same for the compiled requantization: outputs (about 0.2 ms on one core).
@@ -153,14 +155,17 @@ def pieces_for(parallel: bool, pieces: int | None) -> int:
 def pieces_of_product(integer_gemm, m: int, k: int, n: int, pieces: int | None) -> tuple[int, int]:
     """(pieces, threads) of the integer GEMM of {M, K} and {K, N}: ``pieces`` where given, on as many threads (up to
     the cores); else, where it is large (PARALLEL_MULTIPLY_ADDS, or B of PARALLEL_PACKING elements: reading a large
-    B is work for every core, however few rows A has), on the square root of its shares of work (at least 2, at most
-    the cores), PIECES_PER_CORE pieces a thread; else one piece."""
+    B is work for every core, however few rows A has), on a thread a share of work where that is more threads than
+    the pool takes (numba's then, up to the cores), else on the square root of its shares (at least 2, at most the
+    cores), PIECES_PER_CORE pieces a thread; else one piece."""
     if pieces is not None:
         return pieces, threads_for(pieces)
     if CORES == 1 or (m * n * k < PARALLEL_MULTIPLY_ADDS and k * n < integer_gemm.PARALLEL_PACKING):
         return 1, 1
     shares = max(m * n * k // MULTIPLY_ADDS_A_SHARE, k * n // B_ELEMENTS_A_SHARE)
-    threads = min(CORES, max(2, math.isqrt(shares)))
+    threads = min(CORES, shares)
+    if threads <= POOL_THREADS:
+        threads = min(CORES, max(2, math.isqrt(shares)))
     return PIECES_PER_CORE * threads, threads
 
 
