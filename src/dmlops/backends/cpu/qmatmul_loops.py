@@ -59,14 +59,14 @@ def one_call_parameters(a_scale, a_zero_point, b_sign, b_scale, b_zero_point, ou
     """(whether every scale is non-zero and finite, A's and B's zero points as int32 vectors, the requantization's
     arguments as ``driver.finish_rows`` takes them) of product_in_one_call's parameters."""
     m, n = out.shape
-    a_scale, output_scale = np.full(m, a_scale, np.float32), np.full(m, output_scale, np.float32)
+    a_scale, output_scale = filled(m, a_scale, np.float32), filled(m, output_scale, np.float32)
     b_scale = columns(b_scale, n)
     valid = True
     for vector in (a_scale[:1], b_scale, output_scale[:1]):
         for value in vector:
             valid = valid and value != 0 and np.isfinite(value)
-    finish = (a_scale, b_scale, output_scale, np.full(m, output_zero_point, np.float64), low, high, out)
-    return valid, np.full(m, a_zero_point, np.int32), zero_points(b_zero_point, b_sign, n), typed_as_passed(finish)
+    finish = (a_scale, b_scale, output_scale, filled(m, output_zero_point, np.float64), low, high, out)
+    return valid, filled(m, a_zero_point, np.int32), zero_points(b_zero_point, b_sign, n), typed_as_passed(finish)
 
 
 @intrinsic
@@ -88,8 +88,17 @@ def typed_as_passed(typing_context, finish):
 def columns(values, n):
     """B's scale, one value or one a column, as a new contiguous float32 vector of n."""
     if values.shape[0] == 1:
-        return np.full(n, values[0], np.float32)
+        return filled(n, values[0], np.float32)
     return values.astype(np.float32)
+
+
+@inlined
+def filled(length, value, dtype):
+    """A new vector of ``length`` values of dtype, each ``value`` (np.full compiles a function of its own for each
+    type of its arguments, a tenth of a second each at a first call)."""
+    values = np.empty(length, dtype)
+    values[:] = value
+    return values
 
 
 @inlined
