@@ -146,25 +146,27 @@ def threads_for(pieces: int) -> int:
 
 def run_on_cores(pool_entry, arguments, threads: int, numba_entry=None):
     """What entry(*arguments, DOORBELL, True) returns on this thread (NO_RING for DOORBELL where ``threads`` is 1)
-    and entry(*arguments, DOORBELL, False) on threads − 1 of the pool's threads at once (all of them at most): a
-    compiled call that begins and ends as ``atomics.call_begins`` and ``call_ends`` say (this thread rings the
+    and entry(*arguments, DOORBELL, False) on threads − 1 of the pool's threads at once (POOL_THREADS − 1 at most):
+    a compiled call that begins and ends as ``atomics.call_begins`` and ``call_ends`` say (this thread rings the
     doorbell once it has released the GIL), whose threads take its pieces of work by tickets (``atomics``), and
     whose call with True returns once every piece has ended, whichever threads took them. The pool's calls are not
-    waited for: a thread woken late finds no ticket left and returns without touching the arrays (so each call has
-    a ticket counter of its own), and this thread waits only while another runs a piece, never for a thread to wake
+    waited for: a thread woken late finds no ticket left and returns without touching the arrays (so each call has a
+    ticket counter of its own), and this thread waits only while another runs a piece, never for a thread to wake
     up.
 
     Work for more than POOL_THREADS threads runs instead as numba_entry(arguments)(*arguments, threads) where that is
     given (the entry of the same work on numba's threads, a prange), one such call at a time: another meanwhile, or
-    one in a forked child, takes the pool. Each entry is asked for (``pool_entry(arguments)``, ``numba_entry(...)``:
-    compiled at its first use) only where it runs, so that a machine compiles only the variants it runs."""
+    one in a forked child, takes the pool (16 of its threads made products slower than 8 did, on 16 cores:
+    benchmarks/RESULTS.md, "how many threads a product pays for"). Each entry is asked for (``pool_entry(arguments)``,
+    ``numba_entry(...)``: compiled at its first use) only where it runs, so that a machine compiles only the
+    variants it runs."""
     if threads > POOL_THREADS and numba_entry is not None and NUMBA_THREADS[0].acquire(blocking=False):
         try:
             return numba_entry(arguments)(*arguments, threads)
         finally:
             NUMBA_THREADS[0].release()
     entry = pool_entry(arguments)
-    helpers = min(threads - 1, HELPERS)
+    helpers = min(threads - 1, POOL_THREADS - 1, HELPERS)
     if helpers > 0:
         keep_helpers_off_this_core()
         for _ in range(helpers):
