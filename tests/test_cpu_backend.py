@@ -262,6 +262,30 @@ def test_products_take_threads_by_their_work(monkeypatch, cores):
     assert threads[0] == {2: 2, 16: 16, 64: 16}[cores]
 
 
+def test_pool_takes_no_more_than_its_threads(monkeypatch):
+    """Work for more threads than the pool takes, where numba's threads are busy (or there is no entry on them),
+    runs on POOL_THREADS threads: the calling one and POOL_THREADS − 1 of the pool's, however many cores there are."""
+    given = []
+    monkeypatch.setattr(cpu_pieces, "HELPERS", 15)
+    monkeypatch.setattr(cpu_pieces, "POOL_THREADS", 3)
+    monkeypatch.setattr(cpu_pieces, "give_to_pool", lambda *task, linger: given.append(task))
+    monkeypatch.setattr(cpu_pieces, "keep_helpers_off_this_core", lambda: None)
+    calls = []
+
+    def entry(*arguments):
+        calls.append(arguments)
+        return "ran"
+
+    wanted = int(cpu_pieces.DOORBELL[cpu_pieces.WANTED])
+    try:
+        assert cpu_pieces.run_on_cores(lambda arguments: entry, ("work",), 16) == "ran"
+    finally:
+        cpu_pieces.DOORBELL[cpu_pieces.WANTED] = wanted  # (no pool thread was given the work)
+    assert len(given) == 2  # (two of the pool's threads, beside this one)
+    [(work, doorbell, waits)] = calls
+    assert work == "work" and doorbell is cpu_pieces.DOORBELL and waits is True
+
+
 def test_errors_on_other_threads_are_raised():
     def fail():
         raise ValueError("from a piece")
