@@ -381,6 +381,19 @@ def test_streamed_float16_rows(monkeypatch, shape, axis):
         outside = np.ones(buffer.shape, bool)
         outside[..., start:start + shape[-1]] = False
         np.testing.assert_array_equal(buffer[outside].view(np.uint16), before[outside].view(np.uint16))
+    # a run kept for an out of whole vectors, given one of the same layout an element off them (its elements up to
+    # the first boundary, and after the last, stored one at a time)
+    x = random_values(rng, shape, np.float16)
+    buffer = poisoned(shape[:-1] + (shape[-1] + 16,), np.float16)
+    start = -buffer.ctypes.data % 16 // 2
+    run = cpu_scan.prepare("sum", x, buffer[..., start:start + shape[-1]], axis, True, True, compiled=True,
+                           stream=True)
+    out = buffer[..., start + 1:start + 1 + shape[-1]]
+    del calls[:]
+    run(x, out)
+    assert calls
+    expected = cumulative_op.reference("sum", x, axis, True, True)
+    np.testing.assert_array_equal(out.view(np.uint16), expected.view(np.uint16))
 
 
 COMPILED = pytest.mark.skipif(SCAN_LOOPS is None, reason="no numba")

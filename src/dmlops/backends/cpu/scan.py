@@ -485,7 +485,8 @@ def compiled_scan(loops, operation, x3, out3, accumulation, reverse, exclusive, 
     if width == 1:
         return x2, out2, kept_call(loops.scan_lines_compiled, x2, out2, operation, element, identity, reverse,
                                    exclusive, any_layout=True)
-    # (these two walk their lines through strides as fast typed as of any layout: benchmarks/RESULTS.md)
+    # (these two walk their lines through strides as fast typed as of any layout, but FLOAT16 rows, whose conversions
+    # LLVM vectorises only where it knows their elements' stride: benchmarks/RESULTS.md)
     return x3, out3, kept_call(loops.scan_rows_compiled, x3, out3, operation, element, identity, reverse, exclusive,
                                scratch=lambda: (np.empty(width, accumulation),), any_layout=element != "half")
 
