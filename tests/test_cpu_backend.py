@@ -331,8 +331,6 @@ def streamed_rows_taken(monkeypatch) -> list:
 def test_streamed_rows(monkeypatch, dtype, shape, axis):
     """Rows written with streaming stores: the reference's bits, into outputs that start at several alignments
     inside a larger buffer whose other elements stay as they were, in place or not, on pieces of the lines."""
-    if not SCAN_LOOPS.streams(np.dtype(dtype)):
-        pytest.skip("floats stream only where the processor has SSE4A")
     calls = streamed_rows_taken(monkeypatch)
     rng = np.random.default_rng(shape[-1])
     for (operation, reverse, exclusive), offset, in_place in itertools.product(VARIANTS, [0, 1, 3], [False, True]):

@@ -41,7 +41,7 @@ from ...ops.cumulative import ACCUMULATION_DTYPE, CumulativeOperation
 from ...types import DataType
 from .compiled import Loader, call, entry_point, viewer
 from .pieces import CORES, PIECES_PER_CORE, cut, run_in_pieces
-from .processor import VECTOR_BYTES, WALK_BYTES
+from .processor import STREAM_STORES, WALK_BYTES
 
 # NumPy engine: elements per scratch block (float32: 256 KiB, so that a block in and a block out stay in L2).
 BLOCK_ELEMENTS = 1 << 16
@@ -149,7 +149,7 @@ def stages(operation, x, out, axis, reverse, exclusive, loops=None, pieces=None,
         for first, last in cut(x3.shape[0], count, 1):
             if use_compiled:
                 stage.append(compiled_scan(loops, operation, x3[first:last], out3[first:last], accumulation,
-                                           reverse, exclusive, stream and loops.streams(x.dtype)))
+                                           reverse, exclusive, stream and STREAM_STORES))
             else:
                 stage.append((x3[first:last], out3[first:last], functools.partial(
                     scan_numpy, operation, accumulation=accumulation, reverse=reverse, exclusive=exclusive,
@@ -453,11 +453,14 @@ def contiguous_lines(x2, out2) -> bool:
 def compiled_scan(loops, operation, x3, out3, accumulation, reverse, exclusive, stream=False):
     """(view of x3, view of out3, scan(x view, out view)): the compiled loop that scans (P, L, Q) views such as x3
     and out3 in one pass, and the views of them it takes; x3 may be out3 (in place). ``stream``: streaming stores
-    pay and can write x3's type (``streams``); the rows take them where both x3's and out3's are contiguous."""
+    pay (on x86: STREAM_STORES); the rows take them where both x3's and out3's are contiguous."""
     x3, out3, element, accumulation = compiled_views(x3, out3, accumulation)
     identity = accumulation.type(IDENTITIES[operation])
     product = operation == "product"  # (the loops that take it as a run-time flag: scan_loops)
     width = x3.shape[2]
+    # rows streamed where every element goes past the cache (a row whose few ordinary stores share lines with
+    # streaming ones ran slower than one of ordinary stores): elements of 32 and 64 bits alone through movnti,
+    # FLOAT16 in rows of whole vectors only
     vector_bytes = loops.streamed_bytes(element == "half") if stream else 0
     if stream and width > 1 and out3.flags.aligned and x3.strides[2] == out3.strides[2] == x3.itemsize and \
             (element != "half" or whole_vectors(out3, vector_bytes)):

@@ -8,7 +8,7 @@ import platform
 
 import numba
 import numpy as np
-from llvmlite import ir
+from llvmlite import binding, ir
 from numba.core import cgutils
 from numba.extending import intrinsic, register_jitable
 from numba.np.arrayobj import load_item, store_item
@@ -716,6 +716,7 @@ if STREAM_STORES:
     # Rows of the outer axis written past the cache. Each step of a row is one intrinsic, so that its vectors are
     # the code's own and need no vectoriser (numba's will not emit streaming stores, and a streaming store of
     # values computed lane by lane stops the loop around it vectorising).
+    binding.initialize_native_asmparser()  # (numba's JIT reads inline assembly only with it: movnti below)
 
     def streamed_step(vector: bool):
         """An intrinsic step(product, source, tally, target, q, exclusive): for the elements of a streamed vector
@@ -752,7 +753,13 @@ if STREAM_STORES:
                 result = builder.select(arguments[5], before, after)
                 if half:
                     result = builder.bitcast(builder.fptrunc(result, halves), bits)
-                # one float alone: movntss / movntsd, SSE4A's (elsewhere an ordinary store: see streams)
+                elif not vector and isinstance(dtype, numba.types.Float):
+                    # one float alone as its bits, through movnti (SSE2's: movntss / movntsd are SSE4A's only, and
+                    # LLVM turns a streaming store of a float's bits back into one of the float)
+                    word = builder.bitcast(result, ir.IntType(dtype.bitwidth))
+                    builder.asm(ir.FunctionType(ir.VoidType(), [word.type, target_at.type]), "movnti $0, ($1)",
+                                "r,r,~{memory}", [word, target_at], side_effect=True)
+                    return context.get_dummy_value()
                 stored = builder.store(result, target_at, align=lanes * dtype.bitwidth // 8)
                 if vector or not half:
                     stored.set_metadata("nontemporal", builder.module.add_metadata([ir.IntType(32)(1)]))
@@ -828,14 +835,6 @@ def streamed_bytes(half):
     return 2 * HALF_LANES if half else VECTOR_BYTES
 
 
-def streams(dtype: np.dtype) -> bool:
-    """Whether the compiled engine may write rows of dtype with streaming stores, which it does only where every
-    element of a row can go past the cache (a row whose few ordinary stores share lines with streaming ones ran
-    slower than one of ordinary stores). Single elements stream through movnti (integers) or, where the processor
-    has SSE4A (AMD), movntss / movntsd (floats); FLOAT16 in rows of whole vectors only (``scan.whole_vectors``)."""
-    return STREAM_STORES and (dtype.kind in "iu" or dtype == np.float16 or SINGLE_FLOATS)
-
-
 def half_instructions() -> bool:
     """Whether the processor numba compiles for converts FLOAT16 in instructions: F16C on x86, always on ARM64.
     Elsewhere LLVM would call conversion routines that numba does not link, so FLOAT16 takes the NumPy engine."""
@@ -843,4 +842,3 @@ def half_instructions() -> bool:
 
 
 HALF_INSTRUCTIONS = half_instructions()
-SINGLE_FLOATS = "sse4a" in target_features()  # a float alone streams (movntss / movntsd)
