@@ -458,9 +458,8 @@ def compiled_scan(loops, operation, x3, out3, accumulation, reverse, exclusive, 
     identity = accumulation.type(IDENTITIES[operation])
     product = operation == "product"  # (the loops that take it as a run-time flag: scan_loops)
     width = x3.shape[2]
-    # rows streamed where every element goes past the cache (a row whose few ordinary stores share lines with
-    # streaming ones ran slower than one of ordinary stores): elements of 32 and 64 bits alone through movnti,
-    # FLOAT16 in rows of whole vectors only
+    # rows streamed where every element goes past the cache: elements of 32 and 64 bits alone through movnti,
+    # FLOAT16 in rows of whole vectors only (``whole_vectors``)
     vector_bytes = loops.streamed_bytes(element == "half") if stream else 0
     if stream and width > 1 and out3.flags.aligned and x3.strides[2] == out3.strides[2] == x3.itemsize and \
             (element != "half" or whole_vectors(out3, vector_bytes)):
