@@ -441,11 +441,11 @@ def test_persisted_bs_of_one_layout_each_give_their_own_result(m, torch_device, 
         views["a_tensor"] = views["a_tensor"][None, None]
         views["b_tensor"] = persisted[which]
         views["output_tensor"], _ = poisoned_out(rng, (1, 1, m, n), np.int8, torch_device)
-        result = run(views)
+        result = run(*views.values())
         np.testing.assert_array_equal(views["output_tensor"].cpu().numpy()[0, 0], exact(args, np.int8))
         return result
 
-    run = call(lambda views: qmatmul.prepare_quantized_linear_matmul(views, dict), 0)
+    run = call(lambda *arrays: qmatmul.prepare_quantized_linear_matmul(arrays, list), 0)
     for which in (1, 0, 1, 1):
         call(run, which)
     assert len(launcher_calls) == 1

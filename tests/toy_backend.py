@@ -89,8 +89,11 @@ class ToyBackend(registry.Backend):
         return registry.ran(run, x, out)
 
     def prepare_quantized_linear_matmul(self, views, layouts):
-        def run(views):
-            t = {field: None if view is None else self.restride(view, *layouts[field]) for field, view in views.items()}
+        fields = tuple(views)
+
+        def run(*arrays):
+            t = {field: None if array is None else self.restride(array, *layouts[field])
+                 for field, array in zip(fields, arrays)}
             for field in quantized_matmul.SCALE_FIELDS:
                 quantized_matmul.check_scale(field, t[field])
             row, column = (slice(None), None), (None, slice(None))
@@ -102,7 +105,7 @@ class ToyBackend(registry.Backend):
                 t["b_scale_tensor"][column], zero["b_zero_point_tensor"], t["output_scale_tensor"][row],
                 zero["output_zero_point_tensor"], self.data_type(t["output_tensor"]))
 
-        return registry.ran(run, views)
+        return registry.ran(run, *views.values())
 
     def prepare_linear_recurrence(self, a, b, scale, out, axis, reverse, exclusive):
         def run(a, b, scale, out):

@@ -190,10 +190,15 @@ def _plan(be: Backend, desc, run, arguments, views: dict, restore, allocate, sca
     # the caller's own arrays, which a given output may alias (the arrays made of numbers and scalars are new)
     own = [(position, fields[position]) for position, _ in passed if position not in scalars]
 
+    as_given = not constants and all(adopt is None for _, adopt in passed)  # the backend takes every argument
+
     def plan(arguments):
-        arrays = template.copy()
-        for position, adopt in passed:
-            arrays[position] = arguments[position] if adopt is None else adopt(arguments[position])
+        if as_given:
+            arrays = [*arguments]
+        else:
+            arrays = template.copy()
+            for position, adopt in passed:
+                arrays[position] = arguments[position] if adopt is None else adopt(arguments[position])
         out = arguments[-1]
         if out is None:
             arrays[-1] = output = allocate(arrays[first])

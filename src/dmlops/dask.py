@@ -46,16 +46,16 @@ _DLPACK_CPU = 1
 
 def given(*values) -> bool:
     """Whether any value is a Dask collection (found without importing Dask, by its type)."""
+    if _EAGER_TYPES.issuperset(map(type, values)):
+        return False
     for value in values:
-        lazy = _LAZY_TYPES.get(type(value))
-        if lazy is None:
-            lazy = _LAZY_TYPES[type(value)] = hasattr(type(value), "__dask_graph__")
-        if lazy:
+        if hasattr(type(value), "__dask_graph__"):
             return True
+        _EAGER_TYPES.add(type(value))
     return False
 
 
-_LAZY_TYPES: dict = {}
+_EAGER_TYPES: set = set()  # the types of values found not to be Dask collections
 
 
 def _check_known_chunks(array, where: str) -> None:

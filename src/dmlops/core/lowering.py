@@ -46,10 +46,8 @@ def prepare(desc, backend: Backend, views: dict):
     if isinstance(desc, CumulativeSummationOperatorDesc | CumulativeProductOperatorDesc):
         return backend.prepare_cumulative(desc.operation, views["input_tensor"], views["output_tensor"], int(desc.axis),
                                           desc.axis_direction == AxisDirection.DECREASING, bool(desc.exclusive))
-    fields = desc.input_fields + desc.output_fields
     layouts = kernel_layouts(desc, {field: backend.element_strides(views[field]) for field in owned(desc)})
-    run = backend.prepare_quantized_linear_matmul(views, layouts)
-    return lambda *arrays: run(dict(zip(fields, arrays)))
+    return backend.prepare_quantized_linear_matmul(views, layouts)
 
 
 def check_aliasing(desc, backend: Backend, views: dict) -> None:

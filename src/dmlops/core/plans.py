@@ -43,7 +43,18 @@ def forget() -> None:
 
 
 def _tensor_layout(value):
+    if value.dim() == 0:  # (scales and zero points, often: two reads fewer)
+        return type(value), value.dtype, value.device, value.data_ptr() & 15
     return type(value), value.dtype, value.shape, value.stride(), value.device, value.data_ptr() & 15
+
+
+def _array_layout(value):
+    flags = value.flags  # (compiled loops are compiled for arrays as aligned as those they were first given)
+    return np.ndarray, value.dtype, value.shape, value.strides, flags.writeable, flags.aligned
+
+
+def _own_layout(value):
+    return value.planned_layout  # an object that never changes its layout says it once
 
 
 def _by_value(value):
@@ -60,16 +71,20 @@ def _unplanned(value):
 
 def _layout_function(kind: type):
     """How the layout of values of ``kind`` is read: by looking at the type once (its module and bases), with no
-    import; torch tensors and objects that read as one (``planned_as_tensor``) by their sizes, strides, device and
-    16-byte alignment."""
-    if issubclass(kind, np.ndarray):  # (NumPy arrays themselves are read in ``layout``)
+    import; NumPy arrays by their sizes, strides, writability and alignment; torch tensors by their sizes, strides,
+    device and 16-byte alignment; objects whose layout never changes (a backend's kept operands) by their own
+    ``planned_layout``."""
+    if kind is np.ndarray:
+        return _array_layout
+    if issubclass(kind, np.ndarray):
         return _unplanned
     if kind in (int, float, type(None)):
         return _by_value
     if issubclass(kind, np.generic):
         return _by_type
-    if getattr(kind, "planned_as_tensor", False) or \
-            any(base.__name__ == "Tensor" and base.__module__ == "torch" for base in kind.__mro__):
+    if hasattr(kind, "planned_layout"):
+        return _own_layout
+    if any(base.__name__ == "Tensor" and base.__module__ == "torch" for base in kind.__mro__):
         return _tensor_layout
     return _unplanned
 
@@ -77,16 +92,15 @@ def _layout_function(kind: type):
 _LAYOUT_FUNCTIONS: dict = {}  # by type, found once (``_layout_function``)
 
 
+def _learned(kind: type):
+    function = _LAYOUT_FUNCTIONS[kind] = _layout_function(kind)
+    return function
+
+
 def layout(value):
     """What a plan depends on in one argument; ``UNPLANNED`` where no plan can hold it."""
     kind = type(value)
-    if kind is np.ndarray:  # (first: the commonest)
-        flags = value.flags  # (compiled loops are compiled for arrays as aligned as those they were first given)
-        return np.ndarray, value.dtype, value.shape, value.strides, flags.writeable, flags.aligned
-    function = _LAYOUT_FUNCTIONS.get(kind)
-    if function is None:
-        function = _LAYOUT_FUNCTIONS[kind] = _layout_function(kind)
-    return function(value)
+    return (_LAYOUT_FUNCTIONS.get(kind) or _learned(kind))(value)
 
 
 def is_torch_tensor(value) -> bool:
@@ -97,5 +111,6 @@ def is_torch_tensor(value) -> bool:
 
 def key(operation, options, arguments):
     """The key of a call's plan, or None where it can have none."""
-    layouts = tuple(map(layout, arguments))
+    functions = _LAYOUT_FUNCTIONS
+    layouts = tuple([(functions.get(type(value)) or _learned(type(value)))(value) for value in arguments])
     return None if UNPLANNED in layouts else (operation, options, layouts)

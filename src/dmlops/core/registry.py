@@ -169,11 +169,12 @@ class Backend(abc.ABC):
         returns run(x, out) for arrays of the same layouts."""
 
     @abc.abstractmethod
-    def prepare_quantized_linear_matmul(self, views: dict, layouts: dict) -> Callable[[dict], None]:
+    def prepare_quantized_linear_matmul(self, views: dict, layouts: dict) -> Callable[..., None]:
         """The quantized matmul on ``views`` (by field, in binding order, as the desc lays them out), now, reading
         each in its kernel layout ``layouts[field]`` = (sizes, element strides) from its first element
         (``core.lowering.kernel_layouts``: A, B and the output 4-D, scales and zero points vectors of M or N);
-        returns run(views) for views of the same layouts. The backend checks the scales' values."""
+        returns run(*arrays) (binding order, None for an absent input) for arrays of the same layouts. The backend
+        checks the scales' values."""
 
     @abc.abstractmethod
     def prepare_linear_recurrence(self, a: Array, b: Array, scale: Array, out: Array, axis: int, reverse: bool,

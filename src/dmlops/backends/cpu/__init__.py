@@ -164,27 +164,28 @@ class CpuBackend(Backend):
         # would compile a function of its own
         simple = tensors["output_tensor"].shape[:2] == (1, 1) and \
             all(tensors[field][0, 0].flags.c_contiguous for field in MATRICES)
-        readers = [(field, matrix if field in MATRICES else _same) for field in views]
-        product = qmatmul.prepare_one_call(*[read(views[field]) for field, read in readers]) if simple else None
+        readers = [matrix if field in MATRICES else _same for field in views]
+        product = qmatmul.prepare_one_call(*[read(view) for view, read in zip(views.values(), readers)]) \
+            if simple else None
         if product is not None:
-            def run(views):
-                product(*[read(views[field]) for field, read in readers])
+            def run(*arrays):
+                product(*[read(array) for array, read in zip(arrays, readers)])
 
-            return ran(run, views)
+            return ran(run, *views.values())
         arrays = list(tensors.values())
         run_kernel = qmatmul.prepare(*arrays)
         qmatmul.check_scales(arrays[1], arrays[4], arrays[6])  # a_scale, b_scale, output_scale
         run_kernel(*arrays)
+        ordered = [layouts.get(field) for field in views]
         kernel_views = None  # how each call's arrays are viewed in the kernel layouts: found at the first call
         # (the plan that calls it gives arrays of one layout, the desc's or the caller's own)
 
-        def run(views):
+        def run(*arrays):
             nonlocal kernel_views
             if kernel_views is None:
-                kernel_views = [(field, None if views[field] is None else
-                                 viewer(views[field], restride(views[field], *layouts[field])))
-                                for field in tensors]
-            arrays = [None if view is None else view(views[field]) for field, view in kernel_views]
+                kernel_views = [None if array is None else viewer(array, restride(array, *layout))
+                                for array, layout in zip(arrays, ordered)]
+            arrays = [None if view is None else view(array) for array, view in zip(arrays, kernel_views)]
             qmatmul.check_scales(arrays[1], arrays[4], arrays[6])  # a_scale, b_scale, output_scale
             run_kernel(*arrays)
 

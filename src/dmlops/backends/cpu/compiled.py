@@ -17,6 +17,11 @@ from .processor import target_features  # noqa: F401  (its home was here; caller
 NUMBA = os.environ.get("DMLOPS_NUMBA", "background")
 
 
+# Held while a loader imports its loops: numba imported by two threads at once can hand one of them its modules half
+# initialised (Python's import locks break the cycle so), and that loader would fail.
+_IMPORTING = threading.Lock()
+
+
 class Loader:
     """A module of compiled loops (it imports numba), loaded once a process as DMLOPS_NUMBA says, then
     ``warm_up(module)`` run (numba's first load of compiled code from its cache initialises its compiler, most of
@@ -70,7 +75,8 @@ class Loader:
 
     def load(self) -> None:
         try:
-            module = self.import_loops()
+            with _IMPORTING:
+                module = self.import_loops()
             self.warm_up(module)
             self.module = module
             for callback in self.callbacks:

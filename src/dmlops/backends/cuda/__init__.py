@@ -19,6 +19,7 @@ from ...core.registry import Backend, ComputeDevice, ran
 from ...types import DataType, OperatorType, ValidationError
 from . import qmatmul, recurrence, scan
 from .common import TORCH_DTYPES, check_device, data_type, runs_here
+from .launch import empty_maker
 
 
 class CudaBackend(Backend):
@@ -106,11 +107,8 @@ class CudaBackend(Backend):
         return torch.empty(tuple(sizes), dtype=TORCH_DTYPES[data_type], device=like.device)
 
     def allocator(self, sizes, data_type: DataType, like=None):
-        dtype = TORCH_DTYPES[data_type]
-        if like.dtype == dtype and tuple(like.shape) == tuple(sizes) and like.is_contiguous():
-            return torch.empty_like  # torch's cheapest allocation: it parses no sizes, dtype or device
-        empty = functools.partial(torch.empty, tuple(sizes), dtype=dtype, device=like.device)
-        return lambda like: empty()
+        make = empty_maker(tuple(sizes), TORCH_DTYPES[data_type], like.device)
+        return lambda like: make()
 
     def asarray(self, value, data_type: DataType, like=None):
         if isinstance(value, torch.Tensor):
@@ -189,13 +187,12 @@ class CudaBackend(Backend):
                    a, b, scale, out)
 
     def prepare_quantized_linear_matmul(self, views: dict, layouts: dict):
-        fields = tuple(views)  # (binding order)
+        ordered = [layouts.get(field) for field in views]  # (binding order)
 
-        def kernel_tensors(views):
-            return {field: None if views[field] is None else self.restride(views[field], *layouts[field])
-                    for field in fields}
+        def kernel_tensors(arrays):
+            return [None if array is None else self.restride(array, *layout) for array, layout in zip(arrays, ordered)]
 
-        return qmatmul.prepare_quantized_linear_matmul(views, kernel_tensors)
+        return qmatmul.prepare_quantized_linear_matmul(tuple(views.values()), kernel_tensors)
 
 
 def _extent(array):

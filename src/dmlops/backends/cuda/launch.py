@@ -29,6 +29,7 @@ from typing import NamedTuple
 import torch
 import triton
 
+from ...tensor import packed_strides
 from .common import INTERPRETED
 
 # The versions whose internals this module was written against.
@@ -49,6 +50,25 @@ else:
         return torch.cuda.current_stream(index).cuda_stream
 
     capturing = torch.cuda.is_current_stream_capturing
+
+# -- torch's allocation for the code torch.compile generates: a packed tensor on the current device, without the
+# parsing of torch.empty's arguments (a third of its time, and less than torch.empty_like's) -----------------------
+
+_empty_strided_cuda = getattr(getattr(getattr(torch._C, "_dynamo", None), "guards", None), "_empty_strided_cuda",
+                              None) if PRIVATE else None
+
+
+def empty_maker(sizes: tuple, dtype, device):
+    """``make()``: a new packed tensor of ``sizes`` and ``dtype`` on ``device``, at each call."""
+    empty = functools.partial(torch.empty, sizes, dtype=dtype, device=device)
+    if _empty_strided_cuda is None or device.type != "cuda":
+        return empty
+    index, strides = device.index, tuple(packed_strides(sizes))
+
+    def make():
+        return _empty_strided_cuda(sizes, strides, dtype) if current_device() == index else empty()
+
+    return make
 
 
 # -- memory that launches keep from one call to the next ----------------------------------------------------------
@@ -160,12 +180,20 @@ def _parameters(kinds, values, tensor_map_kinds) -> Parameters | None:
 
 
 def kept_stream(device):
-    """A function of no arguments that returns the stream launches kept now may run on again: the current stream,
-    where the current device and its current stream are still those of now, outside a graph capture (the launches
-    may then reuse the memory they were given: scratch words, workspaces and buffers of a first call, since launches
-    on one stream run one after another); else None."""
+    """A function of no arguments that returns the stream launches kept now may run on again: the device's current
+    stream, where it is still that of now and the thread's current device is still this one, outside a graph capture
+    (the launches may then reuse the memory they were given: scratch words, workspaces and buffers of a first call,
+    since launches on one stream run one after another); else None."""
     index = device.index
     stream = current_raw_stream(index)
+    module = _launcher_module()
+    if module is not None:  # the device and the capture asked of the driver in one call
+        here = module.here
+
+        def check():
+            return stream if current_raw_stream(index) == stream and here(index, stream) else None
+
+        return check
 
     def check():
         if current_device() == index and current_raw_stream(index) == stream and not capturing():
@@ -324,54 +352,67 @@ def zero(stream: int, tensor: torch.Tensor):
     return functools.partial(module.zero, stream, tensor.data_ptr(), tensor.numel() * tensor.element_size())
 
 
-def replay(kept: dict, sample: dict, run_again):
-    """``run(tensors)``: the launches of one call, kept in ``kept`` (in launch order), run again with the tensors of
-    another call (by field) wherever the first call's tensors (``sample``) were passed, and every other argument as it
-    was (the memory the first call kept for itself is reused, memory a launch adds into zeroed again: launches on one
-    stream run one after another). Used on the stream and device of the first call, outside graph captures;
-    elsewhere ``run_again(tensors)`` runs the whole launcher. The kept launches let go of the first call's tensors.
-    Returns None where a replay cannot stand for the launcher: two fields at one address."""
-    fields = {}
-    for field, tensor in sample.items():
-        if tensor is not None and fields.setdefault(tensor.data_ptr(), field) != field:
-            fields = None
-            break
-    steps = []  # (rebound launch, [(field, dtype, descriptor maker or None)], zeroed memory)
+def replay(kept: dict, sample: tuple, run_again):
+    """``run(*tensors)``: the launches of one call, kept in ``kept`` (in launch order), run again with the tensors
+    of another call (in the order of ``sample``) wherever the first call's tensors (``sample``; None for none) were
+    passed, and every other argument as it was (the memory the first call kept for itself is reused, memory a launch
+    adds into zeroed again: launches on one stream run one after another). Used on the stream and device of the first
+    call, outside graph captures; elsewhere ``run_again(*tensors)`` runs the whole launcher. The kept launches let go
+    of the first call's tensors. Returns None where a replay cannot stand for the launcher: two tensors at one
+    address."""
+    positions_at = {}  # address: position in sample
+    for position, tensor in enumerate(sample):
+        if tensor is not None and positions_at.setdefault(tensor.data_ptr(), position) != position:
+            return None
+    steps = []  # (rebound launch, [(position in the call's tensors, dtype, descriptor maker or None)], zeroed)
     for kept_launch in kept.values():
         positions, replaced = [], []
         for position, arg in enumerate(kept_launch.args):
             base = arg.base if _is_descriptor(arg) else arg
-            if isinstance(base, torch.Tensor) and base.data_ptr() in (fields or {}):
+            if isinstance(base, torch.Tensor) and base.data_ptr() in positions_at:
                 positions.append(position)
-                replaced.append((fields[base.data_ptr()], base.dtype, _descriptor_maker(arg) if base is not arg
-                                 else None))
-        if fields is not None:
-            steps.append((kept_launch.rebind(positions), replaced, kept_launch.zeroed))
+                replaced.append((positions_at[base.data_ptr()], base.dtype,
+                                 _descriptor_maker(arg) if base is not arg else None))
+        steps.append((kept_launch.rebind(positions), replaced, kept_launch.zeroed))
         kept_launch.release(positions)
-    if fields is None:
-        return None
-    device = next(tensor for tensor in sample.values() if tensor is not None).device
+    device = next(tensor for tensor in sample if tensor is not None).device
     on_gpu = device.type == "cuda"  # else Triton's interpreter, on CPU tensors
     here = kept_stream(device) if on_gpu else lambda: 0
     stream_of_steps = current_raw_stream(device.index) if on_gpu else 0
-    steps = [(rebound, replaced, None if zeroed is None else zero(stream_of_steps, zeroed))
-             for rebound, replaced, zeroed in steps]
+    launches = []  # (launch(stream, tensors, their addresses), zero memory or None)
+    for (launch_again, pointer_addresses, descriptor_addresses), replaced, zeroed in steps:
+        zero_memory = None if zeroed is None else zero(stream_of_steps, zeroed)
+        if pointer_addresses and descriptor_addresses:  # (dmlops' launcher: addresses only)
+            order = tuple(position for position, _, _ in replaced)
+            launches.append((functools.partial(_launch_on_addresses, launch_again, order), zero_memory))
+        else:
+            launches.append((functools.partial(_launch_on_tensors, launch_again, replaced, pointer_addresses,
+                                               descriptor_addresses), zero_memory))
 
-    def run(tensors):
+    def run(*tensors):
         stream = here()
         if stream is None:
-            run_again(tensors)
+            run_again(*tensors)
             return
-        for (launch_again, pointer_addresses, descriptor_addresses), replaced, zero_memory in steps:
-            values = []
-            for field, dtype, make_descriptor in replaced:
-                tensor = tensors[field]
-                if make_descriptor is not None:
-                    values.append(tensor.data_ptr() if descriptor_addresses else make_descriptor(tensor.view(dtype)))
-                else:
-                    values.append(tensor.data_ptr() if pointer_addresses else tensor.view(dtype))
+        addresses = [None if tensor is None else tensor.data_ptr() for tensor in tensors]  # (once for every launch)
+        for launch_again, zero_memory in launches:
             if zero_memory is not None:
                 zero_memory()
-            launch_again(stream, *values)
+            launch_again(stream, tensors, addresses)
 
     return run
+
+
+def _launch_on_addresses(launch_again, order, stream, tensors, addresses):
+    launch_again(stream, *[addresses[position] for position in order])
+
+
+def _launch_on_tensors(launch_again, replaced, pointer_addresses, descriptor_addresses, stream, tensors, addresses):
+    values = []
+    for position, dtype, make_descriptor in replaced:
+        if make_descriptor is not None:
+            values.append(addresses[position] if descriptor_addresses else
+                          make_descriptor(tensors[position].view(dtype)))
+        else:
+            values.append(addresses[position] if pointer_addresses else tensors[position].view(dtype))
+    launch_again(stream, *values)

@@ -153,9 +153,30 @@ static PyObject *zero(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   Py_RETURN_NONE;
 }
 
+/* here(device, stream): whether launches kept for the device's stream may run there now: the calling thread's
+   context is the device's and the stream is not capturing a graph (one call for two of torch's queries). */
+static PyObject *here(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+  if (nargs != 2) {
+    PyErr_SetString(PyExc_TypeError, "here(device: int, stream: int)");
+    return NULL;
+  }
+  long device = PyLong_AsLong(args[0]);
+  uint64_t stream = PyLong_AsUnsignedLongLong(args[1]);
+  if (PyErr_Occurred())
+    return NULL;
+  CUdevice wanted, current;
+  CUstreamCaptureStatus status;
+  if (cuDeviceGet(&wanted, (int)device) != CUDA_SUCCESS || cuCtxGetDevice(&current) != CUDA_SUCCESS ||
+      current != wanted ||
+      cuStreamIsCapturing((CUstream)stream, &status) != CUDA_SUCCESS || status != CU_STREAM_CAPTURE_STATUS_NONE)
+    Py_RETURN_FALSE;
+  Py_RETURN_TRUE;
+}
+
 static PyMethodDef methods[] = {
     {"launch", (PyCFunction)(void (*)(void))launch, METH_FASTCALL, "launch(config, stream, *addresses)"},
     {"zero", (PyCFunction)(void (*)(void))zero, METH_FASTCALL, "zero(stream, address, bytes)"},
+    {"here", (PyCFunction)(void (*)(void))here, METH_FASTCALL, "here(device, stream)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -41,6 +41,7 @@ import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
+from ...core import plans
 from ...ops.quantized_matmul import NAME, OUTPUT_RANGE
 from ...types import ValidationError
 from .common import INTERPRETED, cdiv, check_devices, data_type, next_power_of_2
@@ -498,7 +499,11 @@ class PersistedB:
 
     array: torch.Tensor
     operand: Operand
-    planned_as_tensor = True  # the array API's plans hold it as they hold its array (core.plans.layout)
+
+    @functools.cached_property
+    def planned_layout(self) -> tuple:
+        """Its layout for the array API's plans (``core.plans.layout``): its array's, read once (it never changes)."""
+        return PersistedB, plans.layout(self.array)
 
     @property
     def shape(self):
@@ -545,28 +550,31 @@ def persist_b(array) -> PersistedB:
 # -- launcher --------------------------------------------------------------------------------------------------
 
 
-def prepare_quantized_linear_matmul(views: dict, kernel_tensors):
-    """Run on views (by field, in binding order) of the layouts the desc says, and return run(views) for views of the
-    same layouts and alignment: the kept launches replayed on their addresses (``launch.replay``), else the launcher
-    on ``kernel_tensors(views)`` through the launches kept here. A persisted B is read from its packing: a replay
-    takes the packed rows and column sums of the ``PersistedB`` each call is given."""
+def prepare_quantized_linear_matmul(arrays: tuple, kernel_tensors):
+    """Run on ``arrays`` (binding order, the output last; of the layouts the desc says), and return run(*arrays) for
+    arrays of the same layouts and alignment: the kept launches replayed on their addresses (``launch.replay``), else
+    the launcher on ``kernel_tensors(arrays)`` through the launches kept here. A persisted B is read from its
+    packing: a replay takes the packed rows and column sums of the ``PersistedB`` each call is given."""
     kept = {}
 
-    def run_again(views):
-        quantized_linear_matmul(*kernel_tensors(views).values(), kept=kept)
+    def run_again(*arrays):
+        quantized_linear_matmul(*kernel_tensors(arrays), kept=kept)
 
-    run_again(views)
-    if type(views["b_tensor"]) is not PersistedB:
-        return replay(kept, views, run_again) or run_again
-    replayed = replay(kept, _with_packing(views) | {"b_tensor": None}, run_again)
-    return run_again if replayed is None else lambda views: replayed(_with_packing(views))
+    run_again(*arrays)
+    if type(arrays[B_POSITION]) is not PersistedB:
+        return replay(kept, arrays, run_again) or run_again
+    # the packing as two more tensors, after the output; B itself is not read
+    replayed = replay(kept, (*arrays[:B_POSITION], None, *arrays[B_POSITION + 1:], *_packing(arrays[B_POSITION])),
+                      lambda *tensors: run_again(*tensors[:-2]))
+    return run_again if replayed is None else lambda *arrays: replayed(*arrays, *_packing(arrays[B_POSITION]))
 
 
-def _with_packing(views: dict) -> dict:
-    """The views with their persisted B's packed rows and column sums beside it, as fields of their own: what a
-    replay substitutes where the first call's packing was passed."""
-    operand = views["b_tensor"].operand
-    return views | {"b_rows": operand.rows, "b_sums": operand.sums}
+B_POSITION = 3  # B's place among the operator's arrays
+
+
+def _packing(b: PersistedB) -> tuple:
+    operand = b.operand
+    return operand.rows, operand.sums
 
 
 @functools.cache
