@@ -103,6 +103,41 @@ def test_each_prepared_b_of_one_layout_is_its_own(torch_device, b_type):
         np.testing.assert_array_equal(result.cpu().numpy(), expected)
 
 
+@pytest.mark.parametrize("prepared", [False, True])
+def test_one_tensor_for_two_parameters(torch_device, prepared, monkeypatch):
+    """One scale tensor for A and the output, one zero-point tensor for both: repeated calls replay the first call's
+    launches (the launcher is not called again) while the later calls share them too, and run the launcher where
+    they do not; every result exact."""
+    from dmlops.backends.cuda import qmatmul
+
+    launcher, launcher_calls = qmatmul.quantized_linear_matmul, []
+
+    def counted(*args, **kwargs):
+        launcher_calls.append(1)
+        launcher(*args, **kwargs)
+
+    monkeypatch.setattr(qmatmul, "quantized_linear_matmul", counted)
+    rng = np.random.default_rng(5)
+    for shared in (True, True, True, False, True):
+        arrays, _ = qmm_case(rng, 3, 40, 24)
+        a, a_scale, a_zero, b, b_scale, b_zero, out_scale, out_zero = arrays
+        scale, zero = a_scale[:1], a_zero[:1]  # per tensor
+        if shared:
+            out_scale, out_zero = scale, zero
+        expected = reference.quantized_matmul(a, scale, zero, b, b_scale, b_zero, out_scale, out_zero, np.uint8)
+        a, scale, zero, b, b_scale, b_zero, out_scale, out_zero = as_tensors(
+            (a, scale, zero, b, b_scale, b_zero, out_scale, out_zero), torch_device)
+        if shared:
+            out_scale, out_zero = scale, zero
+        if prepared:
+            b, b_scale, b_zero = dmlops.prepare_b(b, b_scale, b_zero, backend=BACKEND), None, None
+        calls = len(launcher_calls)
+        result = dmlops.quantized_linear_matmul(a, scale, zero, b, b_scale, b_zero, out_scale, out_zero,
+                                                backend=BACKEND)
+        np.testing.assert_array_equal(result.cpu().numpy(), expected)
+        assert len(launcher_calls) - calls == (0 if shared and calls else 1)
+
+
 def test_numpy_numbers_as_parameters(torch_device):
     """NumPy numbers (and arrays) for scales and zero points are copied to the device at each call, the same layout
     again included."""

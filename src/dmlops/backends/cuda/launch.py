@@ -357,13 +357,16 @@ def replay(kept: dict, sample: tuple, run_again):
     of another call (in the order of ``sample``) wherever the first call's tensors (``sample``; None for none) were
     passed, and every other argument as it was (the memory the first call kept for itself is reused, memory a launch
     adds into zeroed again: launches on one stream run one after another). Used on the stream and device of the first
-    call, outside graph captures; elsewhere ``run_again(*tensors)`` runs the whole launcher. The kept launches let go
-    of the first call's tensors. Returns None where a replay cannot stand for the launcher: two tensors at one
-    address."""
-    positions_at = {}  # address: position in sample
+    call, outside graph captures, for tensors that share an address where the first call's did (the kept launches
+    do not say which of them an argument came from: one tensor given for two parameters, say); elsewhere
+    ``run_again(*tensors)`` runs the whole launcher. The kept launches let go of the first call's tensors."""
+    positions_at = {}  # address: the first position in sample that holds it
+    shared = []  # (position, the first position at its address)
     for position, tensor in enumerate(sample):
-        if tensor is not None and positions_at.setdefault(tensor.data_ptr(), position) != position:
-            return None
+        if tensor is not None:
+            first = positions_at.setdefault(tensor.data_ptr(), position)
+            if first != position:
+                shared.append((position, first))
     steps = []  # (rebound launch, [(position in the call's tensors, dtype, descriptor maker or None)], zeroed)
     for kept_launch in kept.values():
         positions, replaced = [], []
@@ -395,6 +398,9 @@ def replay(kept: dict, sample: tuple, run_again):
             run_again(*tensors)
             return
         addresses = [None if tensor is None else tensor.data_ptr() for tensor in tensors]  # (once for every launch)
+        if shared and any(addresses[position] != addresses[first] for position, first in shared):
+            run_again(*tensors)
+            return
         for launch_again, zero_memory in launches:
             if zero_memory is not None:
                 zero_memory()

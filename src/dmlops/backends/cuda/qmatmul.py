@@ -562,11 +562,11 @@ def prepare_quantized_linear_matmul(arrays: tuple, kernel_tensors):
 
     run_again(*arrays)
     if type(arrays[B_POSITION]) is not PersistedB:
-        return replay(kept, arrays, run_again) or run_again
+        return replay(kept, arrays, run_again)
     # the packing as two more tensors, after the output; B itself is not read
     replayed = replay(kept, (*arrays[:B_POSITION], None, *arrays[B_POSITION + 1:], *_packing(arrays[B_POSITION])),
                       lambda *tensors: run_again(*tensors[:-2]))
-    return run_again if replayed is None else lambda *arrays: replayed(*arrays, *_packing(arrays[B_POSITION]))
+    return lambda *arrays: replayed(*arrays, *_packing(arrays[B_POSITION]))
 
 
 B_POSITION = 3  # B's place among the operator's arrays
