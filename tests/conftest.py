@@ -127,3 +127,19 @@ if os.environ.get("TRITON_INTERPRET") == "1" and importlib.util.find_spec("trito
 def torch_device():
     """Where CUDA-backend tests put their tensors: the GPU, or the CPU under the interpreter."""
     return "cuda" if ON_GPU else "cpu"
+
+
+@pytest.fixture
+def launcher_calls(monkeypatch) -> list:
+    """A list that gains an element at each call of the CUDA backend's quantized-matmul launcher (a replayed call
+    does not call it)."""
+    from dmlops.backends.cuda import qmatmul
+
+    launcher, calls = qmatmul.quantized_linear_matmul, []
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        launcher(*args, **kwargs)
+
+    monkeypatch.setattr(qmatmul, "quantized_linear_matmul", counted)
+    return calls

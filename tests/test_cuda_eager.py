@@ -104,19 +104,10 @@ def test_each_prepared_b_of_one_layout_is_its_own(torch_device, b_type):
 
 
 @pytest.mark.parametrize("prepared", [False, True])
-def test_one_tensor_for_two_parameters(torch_device, prepared, monkeypatch):
+def test_one_tensor_for_two_parameters(torch_device, prepared, launcher_calls):
     """One scale tensor for A and the output, one zero-point tensor for both: repeated calls replay the first call's
     launches (the launcher is not called again) while the later calls share them too, and run the launcher where
     they do not; every result exact."""
-    from dmlops.backends.cuda import qmatmul
-
-    launcher, launcher_calls = qmatmul.quantized_linear_matmul, []
-
-    def counted(*args, **kwargs):
-        launcher_calls.append(1)
-        launcher(*args, **kwargs)
-
-    monkeypatch.setattr(qmatmul, "quantized_linear_matmul", counted)
     rng = np.random.default_rng(5)
     for shared in (True, True, True, False, True):
         arrays, _ = qmm_case(rng, 3, 40, 24)

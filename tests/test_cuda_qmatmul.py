@@ -414,18 +414,11 @@ def test_split_k_is_one_launch_with_b_persisted(torch_device, monkeypatch):
 
 
 @pytest.mark.parametrize("m", [3, 33])  # the split-K kernel, the tile kernel
-def test_persisted_bs_of_one_layout_each_give_their_own_result(m, torch_device, monkeypatch):
+def test_persisted_bs_of_one_layout_each_give_their_own_result(m, torch_device, monkeypatch, launcher_calls):
     """Two persisted Bs of one layout alternating through one prepared run (``prepare_quantized_linear_matmul``):
     after the first call, every call replays its launches (the launcher is not called again), each on the packing
     of the B it is given."""
     monkeypatch.setattr(qmatmul, "FEW_ROWS", SPLIT_SMALL)
-    launcher, launcher_calls = qmatmul.quantized_linear_matmul, []
-
-    def counted(*args, **kwargs):
-        launcher_calls.append(1)
-        launcher(*args, **kwargs)
-
-    monkeypatch.setattr(qmatmul, "quantized_linear_matmul", counted)
     rng = np.random.default_rng(12)
     n, k = 24, 70
     bs = [random_data(rng, np.int8, (k, n)) for _ in range(2)]
