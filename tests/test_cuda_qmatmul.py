@@ -395,7 +395,7 @@ def test_split_k_is_one_launch_with_b_persisted(torch_device, monkeypatch):
             launches.append(self.name)
             return self.kernel[grid]
 
-    for name in ("_prepare_kernel", "_column_terms_kernel", "_split_k_kernel", "_qmatmul_kernel"):
+    for name in ("_prepare_kernel", "_split_k_kernel", "_qmatmul_kernel"):
         monkeypatch.setattr(qmatmul, name, Counted(name))
     monkeypatch.setattr(qmatmul, "FEW_ROWS", SPLIT_SMALL)
     rng = np.random.default_rng(9)

@@ -18,13 +18,15 @@ The kernel computes what ``dmlops.ops.quantized_matmul.reference`` means, in the
   gives what clamping after gives; then y + 1.5·2^52 rounds y half to even, and its low 32 bits are that integer.
   The compiler may fuse a multiply and an add into one FMA only where the multiply's result is added directly: that
   happens in the zero-point corrections alone, whose every value is an exact integer, never to a rounded product.
+  Each tile computes the terms of its rows and columns from the scales and zero points it reads, and marks a zero,
+  NaN or infinite scale among them on the device (``check_errors``): with B prepared and A read where it lies, a
+  call is one launch.
 - **Few rows** (M ≤ 16, LLM decoding): reading B is the work, and a tile per program leaves most SMs idle when N is
   small. ``_split_k_kernel`` splits K among programs as well (into up to ``split_k`` programs per SM), reads A where it
   lies (masked rows, padded to 16), folds −zb'·Σ_k A' into each program's int32 partial (|Σ A'(B' − zb')| ≤
   K·128·255 < 2^31), and adds the partials with int32 atomics into a kept workspace: integer addition is
   associative, so the sum, and the output, do not depend on the order. The tile's last program (a ticket counter
-  says which) requantizes with the same helpers, then clears the workspace and its ticket for the next call: one
-  launch per call when B is prepared.
+  says which) requantizes with the same helpers, then clears the workspace and its ticket for the next call.
 - **On Hopper** (sm_90, compiled) the large problems run the Gluon kernel of ``qmatmul_hopper``, whose main loop keeps
   an int8 wgmma in flight (``tl.dot`` cannot, for int32 accumulators); both call the tile, row-term and
   requantization helpers of ``qmatmul_tiles``, so both kernels give the same bits.
@@ -46,7 +48,8 @@ from ...ops.quantized_matmul import NAME, OUTPUT_RANGE
 from ...types import ValidationError
 from .common import INTERPRETED, cdiv, check_devices, data_type, next_power_of_2
 from .launch import current_raw_stream, kept_empty, kept_zeros, launch, replay
-from .qmatmul_tiles import KERNEL_ARGUMENTS_NOT_SPECIALIZED, _column_terms, _requantize_columns, _row_terms, _tile_place
+from .qmatmul_tiles import (KERNEL_ARGUMENTS_NOT_SPECIALIZED, _b_zero_points, _column_scales, _column_terms,
+                            _requantize_columns, _row_terms, _tile_place)
 
 # int32 sums of K_SLICE products of int8 values stay below 2^31 (65536 · 128 · 128 = 2^30).
 K_SLICE = 65536
@@ -144,54 +147,6 @@ def _prepare_kernel(x_ptr, packed_ptr, sums_ptr, flip, K, R, channels, rows_b, r
 
 
 @triton.jit
-def _column_multipliers(offs_n, mask_n, b_scale_ptr, b_scale_stride, a_scale_ptr, out_scale_ptr,
-                        ROW_SCALES: tl.constexpr):
-    """(sa·sb[n])/so of the columns offs_n (int64) when the A and output scales are per tensor, sb[n] otherwise
-    (the rows' scales join it in ``_requantize_columns``), in float64."""
-    b_scale = tl.load(b_scale_ptr + offs_n * b_scale_stride, mask=mask_n, other=1.0).to(tl.float64)
-    if not ROW_SCALES:
-        b_scale = (tl.load(a_scale_ptr).to(tl.float64) * b_scale) / tl.load(out_scale_ptr).to(tl.float64)
-    return b_scale
-
-
-@triton.jit
-def _b_zero_points(offs_n, mask_n, b_zero_ptr, b_zero_stride, b_zero_mask, b_shift):
-    """zb'[n] of the columns offs_n (int64), in int32: the zero point's int8 bits ``& b_zero_mask``, less B's shift."""
-    return (tl.load(b_zero_ptr + offs_n * b_zero_stride, mask=mask_n, other=0).to(tl.int32) & b_zero_mask) - b_shift
-
-
-@triton.jit
-def _bad_scales(scale_ptr, stride, offs, count):
-    """Whether any of the scales at offs (below count) is zero, NaN or infinite."""
-    scale = tl.load(scale_ptr + offs.to(tl.int64) * stride, mask=offs < count, other=1.0)
-    return tl.max(((scale == 0) | (scale != scale) | (tl.abs(scale) == float("inf"))).to(tl.int32), axis=0)
-
-
-# The column terms: what the tile kernels' epilogues need of each column, computed once per call rather than in every
-# tile. Each program takes BLOCK positions of max(M, N): it checks the A, B and output scales there, marking a zero,
-# NaN or infinite one in the device's error word (read by ``check_errors``, so that no call waits for the host), and
-# writes the multiplier and zb' of its columns.
-@triton.jit(do_not_specialize=["M", "N", "a_scale_stride", "out_scale_stride", "b_scale_stride", "b_zero_stride",
-                               "b_zero_mask", "b_shift"])
-def _column_terms_kernel(b_scale_ptr, b_scale_stride, b_zero_ptr, b_zero_stride, b_zero_mask, b_shift, a_scale_ptr,
-                         a_scale_stride, out_scale_ptr, out_scale_stride, terms_ptr, errors_ptr, M, N,
-                         ROW_SCALES: tl.constexpr, BLOCK: tl.constexpr):
-    """terms[0, n] = (sa·sb[n])/so when the A and output scales are per tensor (sb[n] otherwise), terms[1, n] =
-    zb'[n], both in float64; error bits 1: A's scales, 2: B's, 4: the output's."""
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    bad = (_bad_scales(a_scale_ptr, a_scale_stride, offs, M) + 2 * _bad_scales(b_scale_ptr, b_scale_stride, offs, N)
-           + 4 * _bad_scales(out_scale_ptr, out_scale_stride, offs, M))
-    if bad != 0:
-        tl.atomic_or(errors_ptr, bad)
-    mask = offs < N
-    b_scale = _column_multipliers(offs.to(tl.int64), mask, b_scale_ptr, b_scale_stride, a_scale_ptr, out_scale_ptr,
-                                  ROW_SCALES)
-    zb = _b_zero_points(offs.to(tl.int64), mask, b_zero_ptr, b_zero_stride, b_zero_mask, b_shift)
-    tl.store(terms_ptr + offs, b_scale, mask=mask)
-    tl.store(terms_ptr + N + offs, zb.to(tl.float64), mask=mask)
-
-
-@triton.jit
 def _dot_slice(a_desc, b_desc, a_row, b_row, k_start, k_end,
                A_FLIP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     """Σ_k A'[a_row:, k] B'[b_row:, k] over [k_start, k_end), exact in int32 (TMA fills columns past K with 0)."""
@@ -207,30 +162,37 @@ def _dot_slice(a_desc, b_desc, a_row, b_row, k_start, k_end,
 
 
 @triton.jit
-def _requantize_store(acc, n_start, rows, b_sums_ptr, column_args, ROW_SCALES: tl.constexpr, BLOCK_N: tl.constexpr,
-                      EPILOGUE_N: tl.constexpr):
+def _requantize_store(acc, n_start, rows, b_sums_ptr, staged_ptr, column_args, ROW_SCALES: tl.constexpr,
+                      BLOCK_N: tl.constexpr, EPILOGUE_N: tl.constexpr):
     """Requantize and store the columns [n_start, n_start + BLOCK_N) of a tile, EPILOGUE_N at a time (halving
-    until then), which bounds the float64 epilogue's registers."""
+    until then), which bounds the float64 epilogue's registers; their multipliers and zb' read from ``staged_ptr``."""
     if BLOCK_N > EPILOGUE_N:
         left, right = acc.reshape(acc.shape[0], 2, BLOCK_N // 2).permute(0, 2, 1).split()
-        _requantize_store(left, n_start, rows, b_sums_ptr, column_args, ROW_SCALES, BLOCK_N // 2, EPILOGUE_N)
-        _requantize_store(right, n_start + BLOCK_N // 2, rows, b_sums_ptr, column_args, ROW_SCALES, BLOCK_N // 2,
+        _requantize_store(left, n_start, rows, b_sums_ptr, staged_ptr, column_args, ROW_SCALES, BLOCK_N // 2,
                           EPILOGUE_N)
+        _requantize_store(right, n_start + BLOCK_N // 2, rows, b_sums_ptr, staged_ptr, column_args, ROW_SCALES,
+                          BLOCK_N // 2, EPILOGUE_N)
     else:
+        N, b_sums_stride = column_args[0], column_args[2]
         offs_n = (n_start + tl.arange(0, BLOCK_N)).to(tl.int64)
-        _requantize_columns(acc, offs_n, rows, _column_terms(offs_n, b_sums_ptr, column_args), column_args,
-                            ROW_SCALES)
+        mask_n = offs_n < N
+        columns = (tl.load(staged_ptr + offs_n, mask=mask_n, other=1.0),
+                   tl.load(staged_ptr + N + offs_n, mask=mask_n, other=0.0),
+                   tl.load(b_sums_ptr + offs_n * b_sums_stride, mask=mask_n, other=0.0))
+        _requantize_columns(acc, offs_n, rows, columns, column_args, ROW_SCALES)
 
 
 @triton.jit
-def _qmatmul_tile(tile, a_desc, b_desc, tiles, row_args, b_sums_ptr, b_sums_stride, column_args,
+def _qmatmul_tile(tile, a_desc, b_desc, tiles, row_args, b_sums_ptr, b_sums_stride, column_args, staged_ptr,
                   A_FLIP: tl.constexpr, ROW_SCALES: tl.constexpr, LONG_K: tl.constexpr, K_SLICE: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
                   EPILOGUE_N: tl.constexpr):
     """out[b, c] = requantize(Σ_k (A − za)(B − zb)) for one BLOCK_M × BLOCK_N tile."""
     b, c, tile_m, tile_n, a_row, b_first_row = _tile_place(tile, tiles, BLOCK_M, BLOCK_N, GROUP_M)
     b_row = b_first_row + tile_n * BLOCK_N
-    K = column_args[1]
+    N, K = column_args[0], column_args[1]
+    offs_n = (tile_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)
+    scales = _column_scales(offs_n, column_args)  # read here, used after the main loop
     if LONG_K:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float64)
         for k_start in range(0, K, K_SLICE):
@@ -238,9 +200,16 @@ def _qmatmul_tile(tile, a_desc, b_desc, tiles, row_args, b_sums_ptr, b_sums_stri
                               A_FLIP, BLOCK_M, BLOCK_N, BLOCK_K).to(tl.float64)
     else:
         acc = _dot_slice(a_desc, b_desc, a_row, b_row, 0, K, A_FLIP, BLOCK_M, BLOCK_N, BLOCK_K)
+    # The epilogue wants each column's terms in the accumulator's layout, where a thread holds many columns: they go
+    # through the staging rows, one column a thread here (every tile of a column writes the same bits there).
+    b_sums_ptr += b_first_row * b_sums_stride
+    multiplier, zb, _ = _column_terms(scales, offs_n, b_sums_ptr, column_args, ROW_SCALES)
+    tl.store(staged_ptr + offs_n, multiplier, mask=offs_n < N)
+    tl.store(staged_ptr + N + offs_n, zb, mask=offs_n < N)
+    tl.debug_barrier()  # the tile's threads read one another's stores
     rows = _row_terms(tl.arange(0, BLOCK_M), tile_m, a_row, b, c, row_args, ROW_SCALES, BLOCK_M)
-    _requantize_store(acc, tile_n * BLOCK_N, rows, b_sums_ptr + b_first_row * b_sums_stride, column_args, ROW_SCALES,
-                      BLOCK_N, EPILOGUE_N)
+    _requantize_store(acc, tile_n * BLOCK_N, rows, b_sums_ptr, staged_ptr, column_args, ROW_SCALES, BLOCK_N,
+                      EPILOGUE_N)
 
 
 # The tile kernel: out[b, c] = requantize(Σ_k (A − za)(B − zb)), one BLOCK_M × BLOCK_N tile at a time. A program
@@ -252,11 +221,11 @@ def _qmatmul_tile(tile, a_desc, b_desc, tiles, row_args, b_sums_ptr, b_sums_stri
 # take their next tiles without waiting for a block to be scheduled.
 @triton.jit(do_not_specialize=KERNEL_ARGUMENTS_NOT_SPECIALIZED)
 def _qmatmul_kernel(a_desc, b_desc, M, N, K, channels, num_tiles, a_rows_b, a_rows_c, b_rows_b, b_rows_c,
-                    a_sums_ptr, a_sums_stride, b_sums_ptr, b_sums_stride, terms_ptr,
-                    a_scale_ptr, a_scale_stride, out_scale_ptr, out_scale_stride, a_zero_ptr, a_zero_stride,
-                    a_zero_mask, a_shift, out_zero_ptr, out_zero_stride, out_zero_mask, low, high,
-                    out_ptr, stride_ob, stride_oc, stride_om, stride_on,
-                    A_FLIP: tl.constexpr, ROW_SCALES: tl.constexpr, LONG_K: tl.constexpr, K_SLICE: tl.constexpr,
+                    a_sums_ptr, a_sums_stride, b_sums_ptr, b_sums_stride, b_scale_ptr, b_scale_stride, b_zero_ptr,
+                    b_zero_stride, b_zero_mask, b_shift, a_scale_ptr, a_scale_stride, out_scale_ptr,
+                    out_scale_stride, a_zero_ptr, a_zero_stride, a_zero_mask, a_shift, out_zero_ptr, out_zero_stride,
+                    out_zero_mask, low, high, out_ptr, stride_ob, stride_oc, stride_om, stride_on, errors_ptr,
+                    staged_ptr, A_FLIP: tl.constexpr, ROW_SCALES: tl.constexpr, LONG_K: tl.constexpr, K_SLICE: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
                     EPILOGUE_N: tl.constexpr, PERSISTENT: tl.constexpr):
     """A is a 2-D descriptor of rows of K (int8 bits), B of K-major rows of N (int8); batch b, channel c start at row
@@ -268,30 +237,26 @@ def _qmatmul_kernel(a_desc, b_desc, M, N, K, channels, num_tiles, a_rows_b, a_ro
     tiles = (M, N, channels, a_rows_b, a_rows_c, b_rows_b, b_rows_c)
     row_args = (M, a_sums_ptr, a_sums_stride, a_scale_ptr, a_scale_stride, out_scale_ptr, out_scale_stride,
                 a_zero_ptr, a_zero_stride, a_zero_mask, a_shift, out_zero_ptr, out_zero_stride, out_zero_mask, low,
-                high, out_ptr, stride_ob, stride_oc, stride_om)
-    column_args = (N, K, b_sums_stride, terms_ptr, stride_on)
+                high, out_ptr, stride_ob, stride_oc, stride_om, errors_ptr)
+    column_args = (N, K, b_sums_stride, b_scale_ptr, b_scale_stride, b_zero_ptr, b_zero_stride, b_zero_mask, b_shift,
+                   a_scale_ptr, out_scale_ptr, errors_ptr, stride_on)
     if PERSISTENT:
         for tile in range(tl.program_id(0), num_tiles, tl.num_programs(0)):
-            _qmatmul_tile(tile, a_desc, b_desc, tiles, row_args, b_sums_ptr, b_sums_stride, column_args, A_FLIP,
-                          ROW_SCALES, LONG_K, K_SLICE, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, EPILOGUE_N)
+            _qmatmul_tile(tile, a_desc, b_desc, tiles, row_args, b_sums_ptr, b_sums_stride, column_args, staged_ptr,
+                          A_FLIP, ROW_SCALES, LONG_K, K_SLICE, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, EPILOGUE_N)
     else:  # one tile, with no loop around it: the loop costs registers that a second resident block needs
         _qmatmul_tile(tl.program_id(0), a_desc, b_desc, tiles, row_args, b_sums_ptr, b_sums_stride, column_args,
-                      A_FLIP, ROW_SCALES, LONG_K, K_SLICE, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, EPILOGUE_N)
+                      staged_ptr, A_FLIP, ROW_SCALES, LONG_K, K_SLICE, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, EPILOGUE_N)
 
 
 @triton.jit
-def _requantize_tile(acc, b, c, tile_m, tile_n, b_first_row, row_args, column_args, b_sums_ptr, b_scale_ptr,
-                     b_scale_stride, b_zero_ptr, b_zero_stride, b_zero_mask, b_shift, ROW_SCALES: tl.constexpr,
-                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def _requantize_tile(acc, b, c, tile_m, tile_n, b_first_row, b_sums_ptr, row_args, column_args,
+                     ROW_SCALES: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """Requantize and store a tile of ``_split_k_kernel``, acc = Σ A'(B' − zb') (the row sums of A' are folded in:
-    ``row_args`` reads zeros for them), with the column terms computed here rather than by a launch of their own."""
-    N, K, b_sums_stride, _, stride_on = column_args
-    a_scale_ptr, out_scale_ptr = row_args[3], row_args[5]
+    ``row_args`` reads zeros for them), with the tile kernel's helpers."""
     offs_n = (tile_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(tl.int64)
-    mask_n = offs_n < N
-    columns = (_column_multipliers(offs_n, mask_n, b_scale_ptr, b_scale_stride, a_scale_ptr, out_scale_ptr, ROW_SCALES),
-               _b_zero_points(offs_n, mask_n, b_zero_ptr, b_zero_stride, b_zero_mask, b_shift).to(tl.float64),
-               tl.load(b_sums_ptr + (b_first_row + offs_n) * b_sums_stride, mask=mask_n, other=0.0))
+    columns = _column_terms(_column_scales(offs_n, column_args), offs_n, b_sums_ptr + b_first_row * column_args[2],
+                            column_args, ROW_SCALES)
     rows = _row_terms(tl.arange(0, BLOCK_M), tile_m, tile_m * BLOCK_M, b, c, row_args, ROW_SCALES, BLOCK_M)
     _requantize_columns(acc, offs_n, rows, columns, column_args, ROW_SCALES)
 
@@ -323,21 +288,13 @@ def _split_k_kernel(a_ptr, stride_ab, stride_ac, stride_am, stride_ak, b_ptr, st
     B_ZERO: zb' may be non-zero, so each program subtracts zb'[n]·Σ_k A'[m, k] of its range from its partial.
     With SPLIT (splits > 1) the partials meet in partials[tile] {BLOCK_M, BLOCK_N} (int32, zero before the call)
     through atomic additions; the program that draws the last ticket of tickets[tile] reads the sum, sets both back
-    to zero and requantizes. Without, each program requantizes its own tile. The first program of each tile checks
-    the tile's scales, as ``_column_terms_kernel`` does.
+    to zero and requantizes. Without, each program requantizes its own tile.
     """
     split = tl.program_id(0) % splits
     tile = tl.program_id(0) // splits
     b, c, tile_m, tile_n, _, b_first_row = _tile_place(tile, (M, N, channels, 0, 0, b_rows_b, b_rows_c), BLOCK_M,
                                                        BLOCK_N, 1)
     offs_m = tile_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    if split == 0:
-        offs_n = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        bad = (_bad_scales(a_scale_ptr, a_scale_stride, offs_m, M)
-               + 2 * _bad_scales(b_scale_ptr, b_scale_stride, offs_n, N)
-               + 4 * _bad_scales(out_scale_ptr, out_scale_stride, offs_m, M))
-        if bad != 0:
-            tl.atomic_or(errors_ptr, bad)
     a_rows = a_ptr + b.to(tl.int64) * stride_ab + c.to(tl.int64) * stride_ac + offs_m.to(tl.int64)[:, None] * stride_am
     offs_bn = tile_n * BLOCK_N + tl.arange(0, BLOCK_N)
     mask_bn = offs_bn < N
@@ -363,8 +320,9 @@ def _split_k_kernel(a_ptr, stride_ab, stride_ac, stride_am, stride_ak, b_ptr, st
 
     row_args = (M, a_sums_ptr, a_sums_stride, a_scale_ptr, a_scale_stride, out_scale_ptr, out_scale_stride,
                 a_zero_ptr, a_zero_stride, a_zero_mask, a_shift, out_zero_ptr, out_zero_stride, out_zero_mask, low,
-                high, out_ptr, stride_ob, stride_oc, stride_om)
-    column_args = (N, K, b_sums_stride, None, stride_on)
+                high, out_ptr, stride_ob, stride_oc, stride_om, errors_ptr)
+    column_args = (N, K, b_sums_stride, b_scale_ptr, b_scale_stride, b_zero_ptr, b_zero_stride, b_zero_mask, b_shift,
+                   a_scale_ptr, out_scale_ptr, errors_ptr, stride_on)
     if SPLIT:
         partials = (partials_ptr + tile.to(tl.int64) * (BLOCK_M * BLOCK_N)
                     + tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :])
@@ -375,12 +333,11 @@ def _split_k_kernel(a_ptr, stride_ab, stride_ac, stride_am, stride_ak, b_ptr, st
             tl.debug_barrier()  # every thread has read before any clears
             tl.store(partials, tl.zeros_like(acc))
             tl.store(tickets_ptr + tile, 0)
-            _requantize_tile(acc, b, c, tile_m, tile_n, b_first_row, row_args, column_args, b_sums_ptr, b_scale_ptr,
-                             b_scale_stride, b_zero_ptr, b_zero_stride, b_zero_mask, b_shift, ROW_SCALES, BLOCK_M,
-                             BLOCK_N)
+            _requantize_tile(acc, b, c, tile_m, tile_n, b_first_row, b_sums_ptr, row_args, column_args, ROW_SCALES,
+                             BLOCK_M, BLOCK_N)
     else:
-        _requantize_tile(acc, b, c, tile_m, tile_n, b_first_row, row_args, column_args, b_sums_ptr, b_scale_ptr,
-                         b_scale_stride, b_zero_ptr, b_zero_stride, b_zero_mask, b_shift, ROW_SCALES, BLOCK_M, BLOCK_N)
+        _requantize_tile(acc, b, c, tile_m, tile_n, b_first_row, b_sums_ptr, row_args, column_args, ROW_SCALES,
+                         BLOCK_M, BLOCK_N)
 
 
 # -- errors found on the device ----------------------------------------------------------------------------------
@@ -634,16 +591,12 @@ class Requantization:
     errors: torch.Tensor
 
 
-def _column_terms_arguments(q: Requantization, terms, m: int, n: int) -> tuple:
-    return (*q.b_scale, *q.b_zero, q.b_shift, *q.a_scale, *q.out_scale, terms, q.errors, m, n)
-
-
 def _tile_arguments(q: Requantization, a_desc, b_desc, sizes: tuple, num_tiles: int, a_operand: Operand,
-                    b_operand: Operand, terms, device) -> tuple:
+                    b_operand: Operand, staged, device) -> tuple:
     """The arguments of the tile kernels (``_qmatmul_kernel`` and qmatmul_hopper's, which take the same list)."""
     return (a_desc, b_desc, *sizes, num_tiles, a_operand.rows_b, a_operand.rows_c, b_operand.rows_b, b_operand.rows_c,
-            *_vector(a_operand.sums, device), *_vector(b_operand.sums, device), terms, *q.a_scale, *q.out_scale,
-            *q.a_zero, q.a_shift, *q.out_zero, *q.bounds, *q.out)
+            *_vector(a_operand.sums, device), *_vector(b_operand.sums, device), *q.b_scale, *q.b_zero, q.b_shift,
+            *q.a_scale, *q.out_scale, *q.a_zero, q.a_shift, *q.out_zero, *q.bounds, *q.out, q.errors, staged)
 
 
 # Per device and stream: the zeroed int32 tickets and partial sums of _split_k_kernel (its calls on one stream run one
@@ -720,11 +673,7 @@ def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, 
 
     # The Gluon kernel reads A from shared memory straight into the tensor cores: a uint8 A is flipped in a copy.
     a_operand = _prepare(a, can_flip=not config.gluon, pack=False, sum_rows=b_zero, kept=kept, site="a", empty=empty)
-    terms = empty((2, n), dtype=torch.float64, device=device)
-    block = 256
-    launch(kept, "column terms", _column_terms_kernel, (cdiv(max(m, n), block),),
-           _column_terms_arguments(q, terms, m, n), dict(ROW_SCALES=row_scales, BLOCK=block))
-
+    staged = empty((2, n), dtype=torch.float64, device=device)  # the tile kernel's staging rows of column terms
     num_tiles = _grid_size(batches * channels * cdiv(m, config.block_m) * cdiv(n, config.block_n))
     programs = min(num_tiles, config.programs_per_sm * _sm_count(device)) if config.programs_per_sm else num_tiles
     if config.gluon:
@@ -734,14 +683,14 @@ def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, 
         descriptors = (qmatmul_hopper.operand_descriptor(a_operand.rows, config.block_m, config.block_k),
                        qmatmul_hopper.operand_descriptor(b_operand.rows, config.block_n, config.block_k))
         launch(kept, "gluon", kernel, (num_tiles,),
-               _tile_arguments(q, *descriptors, (m, n, k, channels), num_tiles, a_operand, b_operand, terms, device),
+               _tile_arguments(q, *descriptors, (m, n, k, channels), num_tiles, a_operand, b_operand, staged, device),
                dict(ROW_SCALES=row_scales, GROUP_M=config.group_m, EPILOGUE_N=config.epilogue_n,
                     INSTR_N=math.gcd(config.block_n, 128), STAGES=config.num_stages, num_warps=config.num_warps))
         return
     descriptors = (TensorDescriptor.from_tensor(a_operand.rows, [config.block_m, config.block_k]),
                    TensorDescriptor.from_tensor(b_operand.rows, [config.block_n, config.block_k]))
     launch(kept, "tiles", _qmatmul_kernel, (programs,),
-           _tile_arguments(q, *descriptors, (m, n, k, channels), num_tiles, a_operand, b_operand, terms, device),
+           _tile_arguments(q, *descriptors, (m, n, k, channels), num_tiles, a_operand, b_operand, staged, device),
            dict(A_FLIP=a_operand.flip, ROW_SCALES=row_scales, LONG_K=k > K_SLICE, K_SLICE=K_SLICE,
                 BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, GROUP_M=config.group_m,
                 EPILOGUE_N=config.epilogue_n, PERSISTENT=programs < num_tiles, num_warps=config.num_warps,

@@ -26,7 +26,8 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from .qmatmul_tiles import KERNEL_ARGUMENTS_NOT_SPECIALIZED, _column_terms, _requantize_columns, _row_terms, _tile_place
+from .qmatmul_tiles import (KERNEL_ARGUMENTS_NOT_SPECIALIZED, _column_scales, _column_terms, _requantize_columns,
+                            _row_terms, _tile_place)
 
 
 @gluon.constexpr_function
@@ -83,12 +84,14 @@ def _dot(a_desc, b_desc, a_row, b_row, K, layout: gl.constexpr, STAGES: gl.const
 
 
 @gluon.jit
-def _stage_column_terms(n_start, b_sums_ptr, column_args, BLOCK_N: gl.constexpr, num_warps: gl.constexpr):
-    """The column terms of the tile's columns [n_start, n_start + BLOCK_N), read from global memory before the
-    main loop into shared memory, so that the epilogue does not wait for a global load per block of columns
-    (each would follow the stores of the block before, which the compiler cannot reorder)."""
+def _stage_column_terms(n_start, b_sums_ptr, column_args, ROW_SCALES: gl.constexpr, BLOCK_N: gl.constexpr,
+                        num_warps: gl.constexpr):
+    """The column terms of the tile's columns [n_start, n_start + BLOCK_N), computed before the main loop into
+    shared memory, so that the epilogue does not wait for a global load per block of columns (each would follow the
+    stores of the block before, which the compiler cannot reorder)."""
     line: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
-    terms = _column_terms((n_start + gl.arange(0, BLOCK_N, line)).to(gl.int64), b_sums_ptr, column_args)
+    offs_n = (n_start + gl.arange(0, BLOCK_N, line)).to(gl.int64)
+    terms = _column_terms(_column_scales(offs_n, column_args), offs_n, b_sums_ptr, column_args, ROW_SCALES)
     flat: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[0])
     return (gl.allocate_shared_memory(gl.float64, [BLOCK_N], flat, terms[0]),
             gl.allocate_shared_memory(gl.float64, [BLOCK_N], flat, terms[1]),
@@ -118,29 +121,31 @@ def _requantize_store(acc, n_start, rows, staged, column_args, ROW_SCALES: gl.co
 
 # The kernel: one BLOCK_M × BLOCK_N tile of out[b, c] = requantize(Σ_k (A − za)(B − zb)) per program, what
 # qmatmul's kernel computes for a tile, with its arguments (taken by name from the same values) but for A, whose
-# rows must hold int8 bits, and K, at most K_SLICE. The program finds its tile (``_tile_place``), stages the column
-# terms of its columns and reads the per-row terms of its rows, which the main loop's time hides; then the main loop
-# (``_dot``) keeps a wgmma in flight while TMA fills the ring of slots, and the epilogue requantizes the int32
-# accumulator in float64 a block of EPILOGUE_N columns at a time, with the helpers both kernels share.
+# rows must hold int8 bits, and K, at most K_SLICE; its column terms are staged in shared memory, not at staged_ptr.
+# The program finds its tile (``_tile_place``), computes the column terms of its columns and reads the per-row terms
+# of its rows, which the main loop's time hides; then the main loop (``_dot``) keeps a wgmma in flight while TMA
+# fills the ring of slots, and the epilogue requantizes the int32 accumulator in float64 a block of EPILOGUE_N
+# columns at a time, with the helpers both kernels share.
 @gluon.jit(do_not_specialize=KERNEL_ARGUMENTS_NOT_SPECIALIZED)
 def _qmatmul_kernel(a_desc, b_desc, M, N, K, channels, num_tiles, a_rows_b, a_rows_c, b_rows_b, b_rows_c,
-                    a_sums_ptr, a_sums_stride, b_sums_ptr, b_sums_stride, terms_ptr,
-                    a_scale_ptr, a_scale_stride, out_scale_ptr, out_scale_stride, a_zero_ptr, a_zero_stride,
-                    a_zero_mask, a_shift, out_zero_ptr, out_zero_stride, out_zero_mask, low, high,
-                    out_ptr, stride_ob, stride_oc, stride_om, stride_on,
-                    ROW_SCALES: gl.constexpr, GROUP_M: gl.constexpr, EPILOGUE_N: gl.constexpr, INSTR_N: gl.constexpr,
+                    a_sums_ptr, a_sums_stride, b_sums_ptr, b_sums_stride, b_scale_ptr, b_scale_stride, b_zero_ptr,
+                    b_zero_stride, b_zero_mask, b_shift, a_scale_ptr, a_scale_stride, out_scale_ptr,
+                    out_scale_stride, a_zero_ptr, a_zero_stride, a_zero_mask, a_shift, out_zero_ptr, out_zero_stride,
+                    out_zero_mask, low, high, out_ptr, stride_ob, stride_oc, stride_om, stride_on, errors_ptr,
+                    staged_ptr, ROW_SCALES: gl.constexpr, GROUP_M: gl.constexpr, EPILOGUE_N: gl.constexpr, INSTR_N: gl.constexpr,
                     STAGES: gl.constexpr, num_warps: gl.constexpr):
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
     tiles = (M, N, channels, a_rows_b, a_rows_c, b_rows_b, b_rows_c)
     row_args = (M, a_sums_ptr, a_sums_stride, a_scale_ptr, a_scale_stride, out_scale_ptr, out_scale_stride,
                 a_zero_ptr, a_zero_stride, a_zero_mask, a_shift, out_zero_ptr, out_zero_stride, out_zero_mask, low,
-                high, out_ptr, stride_ob, stride_oc, stride_om)
-    column_args = (N, K, b_sums_stride, terms_ptr, stride_on)
+                high, out_ptr, stride_ob, stride_oc, stride_om, errors_ptr)
+    column_args = (N, K, b_sums_stride, b_scale_ptr, b_scale_stride, b_zero_ptr, b_zero_stride, b_zero_mask, b_shift,
+                   a_scale_ptr, out_scale_ptr, errors_ptr, stride_on)
     b, c, tile_m, tile_n, a_row, b_first_row = _tile_place(gl.program_id(0), tiles, BLOCK_M, BLOCK_N, GROUP_M)
     # The epilogue's terms are read before the main loop, whose time hides their latency.
-    staged = _stage_column_terms(tile_n * BLOCK_N, b_sums_ptr + b_first_row * b_sums_stride, column_args, BLOCK_N,
-                                 num_warps)
+    staged = _stage_column_terms(tile_n * BLOCK_N, b_sums_ptr + b_first_row * b_sums_stride, column_args, ROW_SCALES,
+                                 BLOCK_N, num_warps)
     leaf: gl.constexpr = accumulator_layout(num_warps, EPILOGUE_N)
     rows = _row_terms(gl.arange(0, BLOCK_M, gl.SliceLayout(1, leaf)), tile_m, a_row, b, c, row_args, ROW_SCALES,
                       BLOCK_M)
