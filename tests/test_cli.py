@@ -534,6 +534,14 @@ def test_ctrl_c_ends_a_timed_run_with_the_statistics_of_its_iterations():
             if select.select([controller], [], [], 1)[0]:
                 seen += os.read(controller, 4096)
         process.send_signal(signal.SIGINT)
+        # read the terminal until the process ends, as a terminal does: a full one would block its last writes
+        while process.poll() is None:
+            assert time.monotonic() < deadline + 120, seen
+            if select.select([controller], [], [], 0.1)[0]:
+                try:
+                    seen += os.read(controller, 4096)
+                except OSError:  # the terminal's other end is closed: the process is ending
+                    break
         out, _ = process.communicate(timeout=120)
     finally:
         process.kill()
