@@ -5,8 +5,8 @@ function's code (LLVM's O3) and makes it into machine code, then links it into e
 and made into machine code again, at every level of calls. Functions called from compiled code only (``callee``)
 are linked into their callers as numba lowered them instead: their code is optimised and made into machine code
 once, in the function called from Python that runs it. A first quantized matmul on a machine with numba's cache
-empty compiled for 8.1 CPU-seconds with every function an entry point and optimised on its own, 5.8-6.6 with the
-callees' wrappers left out, 4.x so (2026-12-06, a 2-vCPU Zen 4: benchmarks/RESULTS.md)."""
+empty compiled for 8.1 CPU-seconds with every function an entry point, 5.9-6.2 with the callees' wrappers left
+out, 4.4-5.0 with their code linked so (2026-12-06, a 2-vCPU Zen 4: benchmarks/RESULTS.md)."""
 
 from __future__ import annotations
 
