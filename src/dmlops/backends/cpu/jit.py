@@ -1,23 +1,58 @@
 """How the CPU backend's loops are compiled by numba (imported by its loops modules only: it imports numba).
 
-numba compiles each compiled function on its own the first time a caller needs it (optimised and made into
-machine code, then optimised again inside each caller), so what a function is called from decides how it is best
-declared. A first quantized matmul on a machine with numba's cache empty compiled for 8.1 CPU-seconds with every
-function an entry point, 6.7 so (2026-12-06, a 2-vCPU Zen 4)."""
+numba compiles each compiled function on its own the first time a caller needs it: by default it optimises the
+function's code (LLVM's O3) and makes it into machine code, then links it into each caller, where it is optimised
+and made into machine code again, at every level of calls. Functions called from compiled code only (``callee``)
+are linked into their callers as numba lowered them instead: their code is optimised and made into machine code
+once, in the function called from Python that runs it. A first quantized matmul on a machine with numba's cache
+empty compiled for 8.1 CPU-seconds with every function an entry point, 5.9-6.2 with the callees' wrappers left
+out, 4.4-5.0 with their code linked so (2026-12-06, a 2-vCPU Zen 4: benchmarks/RESULTS.md)."""
 
 from __future__ import annotations
 
+import llvmlite.binding as llvm
 import numba
+from numba.core import codegen, compiler
+
+
+class LinkedLibrary(codegen.JITCodeLibrary):
+    """The code of a function called from compiled code only: linked into its callers as it was lowered (with the
+    code it calls), never optimised as a whole or made into machine code on its own."""
+
+    def finalize(self):
+        for library in dict.fromkeys(self._linking_libraries):
+            self._reload_init.update(library._reload_init)
+            self._final_module.link_in(library._get_module_for_linking(), preserve=True)
+        self._finalize_dynamic_globals()
+        # numba stores the address of each compiled function's environment in the JIT's copy of the global that
+        # holds it, even for a function that no Python calls: the JIT gets those globals alone
+        environments = [variable.name for variable in self._final_module.global_variables
+                        if "NumbaEnv" in variable.name]
+        self._codegen._add_module(llvm.parse_assembly("".join(f'@"{name}" = common global i8* null\n'
+                                                              for name in environments)))
+        self._codegen._engine.finalize_object()
+        self._finalized = True
+
+
+class CalleeCompiler(compiler.Compiler):
+    """numba's compiler, the function's code kept in a LinkedLibrary."""
+
+    def compile_extra(self, func):
+        if self.state.library is None:
+            self.state.library = LinkedLibrary(self.state.targetctx.codegen(), func.__qualname__)
+        return super().compile_extra(func)
+
 
 # Called from Python (and maybe from compiled code too); numba's cache keeps it with its callees compiled in.
 compiled = numba.njit(nogil=True, cache=True)
 
-# Called from compiled code only: without the wrappers that a call from Python goes through (a tenth of a second
-# of compiling each).
-callee = numba.njit(nogil=True, cache=True, no_cpython_wrapper=True, no_cfunc_wrapper=True)
+# An overload's options for compiled code only: no wrappers for calls from Python (a tenth of a second of compiling
+# each), its code linked into its callers (``LinkedLibrary``). Not kept in numba's cache: its callers are, with it.
+CALLEE_OPTIONS = {"nogil": True, "no_cpython_wrapper": True, "no_cfunc_wrapper": True,
+                  "pipeline_class": CalleeCompiler}
 
-# An overload's options for compiled code only (as ``callee``).
-CALLEE_OPTIONS = {"nogil": True, "no_cpython_wrapper": True, "no_cfunc_wrapper": True}
+# Called from compiled code only (as CALLEE_OPTIONS says).
+callee = numba.njit(**CALLEE_OPTIONS)
 
 # A few lines called from compiled code: inlined into each caller as numba reads it, never compiled on their own.
 inlined = numba.njit(inline="always")
