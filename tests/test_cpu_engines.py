@@ -305,3 +305,42 @@ def test_results_do_not_depend_on_numba_being_installed(tmp_path):
         expected = np.empty_like(x)
         cpu_scan.cumulative(operation, x, expected, 1, reverse == "True", exclusive == "True", compiled=True)
         assert np.array_equal(bits(results[name]), bits(expected)), name
+
+
+CALLEES = """
+import numba
+import numpy as np
+from dmlops.backends.cpu import jit
+
+@jit.callee
+def twice(x):
+    return 2 * x
+
+@numba.njit
+def twice_each(values):
+    out = np.empty_like(values)
+    for i in range(values.shape[0]):
+        out[i] = twice(values[i])
+    return out
+
+print(jit.LINKED, "pipeline_class" in jit.CALLEE_OPTIONS, twice_each(np.arange(3)).tolist())
+"""
+
+
+@COMPILED
+@pytest.mark.parametrize("public", [False, True])
+def test_callees_compile_through_numba_public_options_where_asked(public, tmp_path):
+    """Callees are linked into their callers (``jit.LinkedLibrary``, numba's internals) only with the numba versions
+    it was written against; DMLOPS_PUBLIC_COMPILE=1, as another version would, compiles them through numba's public
+    options. Either way they run."""
+    import numba
+
+    from dmlops.backends.cpu import jit
+
+    script = tmp_path / "callees.py"  # (numba caches functions of files only)
+    script.write_text(CALLEES)
+    environment = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)} | ({"DMLOPS_PUBLIC_COMPILE": "1"} if public else {})
+    printed = subprocess.run([sys.executable, str(script)], env=environment, capture_output=True, text=True,
+                             check=True).stdout
+    linked = not public and numba.__version__.startswith(jit.KNOWN_NUMBA)
+    assert printed.split() == [str(linked), str(linked), "[0,", "2,", "4]"]

@@ -10,6 +10,8 @@ out, 4.4-5.0 with their code linked so (2026-12-06, a 2-vCPU Zen 4: benchmarks/R
 
 from __future__ import annotations
 
+import os
+
 import llvmlite.binding as llvm
 import numba
 from numba.core import codegen, compiler
@@ -46,13 +48,19 @@ class CalleeCompiler(compiler.Compiler):
 # Called from Python (and maybe from compiled code too); numba's cache keeps it with its callees compiled in.
 compiled = numba.njit(nogil=True, cache=True)
 
+# LinkedLibrary overrides numba's internals as the versions it was written against have them; with other versions,
+# or with DMLOPS_PUBLIC_COMPILE=1, callees compile through numba's public options (longer to compile, the same code).
+KNOWN_NUMBA = "0.68."
+LINKED = numba.__version__.startswith(KNOWN_NUMBA) and os.environ.get("DMLOPS_PUBLIC_COMPILE") != "1"
+
 # An overload's options for compiled code only: no wrappers for calls from Python (a tenth of a second of compiling
-# each), its code linked into its callers (``LinkedLibrary``). Not kept in numba's cache: its callers are, with it.
-CALLEE_OPTIONS = {"nogil": True, "no_cpython_wrapper": True, "no_cfunc_wrapper": True,
-                  "pipeline_class": CalleeCompiler}
+# each), its code linked into its callers (``LinkedLibrary``), where LINKED. Not kept in numba's cache then: its
+# callers are, with it.
+CALLEE_OPTIONS = {"nogil": True, "no_cpython_wrapper": True, "no_cfunc_wrapper": True} | (
+    {"pipeline_class": CalleeCompiler} if LINKED else {})
 
 # Called from compiled code only (as CALLEE_OPTIONS says).
-callee = numba.njit(**CALLEE_OPTIONS)
+callee = numba.njit(**CALLEE_OPTIONS, cache=not LINKED)
 
 # A few lines called from compiled code: inlined into each caller as numba reads it, never compiled on their own.
 inlined = numba.njit(inline="always")
