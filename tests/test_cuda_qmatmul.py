@@ -291,11 +291,13 @@ def test_rejections(torch_device):
         dmlops.quantized_linear_matmul(a.to(torch.int16), 0.1, None, b, 0.1, None, 1.0, None, backend="cuda")
 
 
-def test_bad_scales_are_reported_by_check_errors(torch_device):
+@pytest.mark.parametrize("m", [300, 3])  # the tile kernel; the split-K kernel, K split among its programs
+def test_bad_scales_are_reported_by_check_errors(m, torch_device, monkeypatch):
     """A zero, NaN or infinite scale is found on the device, without waiting for it, and reported by the next
     check_errors, naming each bad field once; a vector's bad value is found wherever it lies."""
+    monkeypatch.setattr(qmatmul, "FEW_ROWS", SPLIT_SMALL)
     rng = np.random.default_rng(7)
-    m, k, n = 300, 8, 260
+    k, n = 96, 260
     a = on_device(random_data(rng, np.int8, (m, k)), torch_device)
     b = on_device(random_data(rng, np.int8, (k, n)), torch_device)
     dmlops.check_errors()
