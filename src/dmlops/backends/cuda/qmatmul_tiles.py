@@ -95,7 +95,8 @@ def _column_terms(scales, offs_n, b_sums_ptr, column_args, ROW_SCALES: tl.conste
     ``_column_scales``: the multiplier (sa·sb[n])/so when the A and output scales are per tensor (sb[n] otherwise:
     the rows' scales join it there), zb' and B's column sums (of the batch and channel at ``b_sums_ptr``); marks the
     bad B scales among them (error bit 2)."""
-    N, b_sums_stride, errors_ptr = column_args[0], column_args[2], column_args[11]
+    (N, K, b_sums_stride, b_scale_ptr, b_scale_stride, b_zero_ptr, b_zero_stride, b_zero_mask, b_shift, a_scale_ptr,
+     out_scale_ptr, errors_ptr, stride_on) = column_args
     b_scale, zb, a_scale, out_scale = scales
     mask_n = offs_n < N
     _mark_bad_scales(b_scale, mask_n, 2, errors_ptr)
