@@ -523,7 +523,11 @@ def test_ctrl_c_ends_a_timed_run_with_the_statistics_of_its_iterations():
 
     controller, terminal = pty.openpty()
     fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # a new one has no columns
-    process = subprocess.Popen([sys.executable, "-m", "dmlops", "dispatch", "examples/dml_cumulative_product.json",
+    # Python keeps SIGINT ignored where it starts so (as the tests do when run as a shell's background job, whose
+    # children inherit that): Ctrl-C is restored as an interactive shell's command would have it.
+    interactive = ("import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+                   "runpy.run_module('dmlops', run_name='__main__', alter_sys=True)")
+    process = subprocess.Popen([sys.executable, "-c", interactive, "dispatch", "examples/dml_cumulative_product.json",
                                 "-i", str(10**18), "-v", "1"], cwd=ROOT, stdout=subprocess.PIPE, stderr=terminal,
                                text=True)
     os.close(terminal)
