@@ -225,9 +225,9 @@ def _qmatmul_kernel(a_desc, b_desc, M, N, K, channels, num_tiles, a_rows_b, a_ro
                     b_zero_stride, b_zero_mask, b_shift, a_scale_ptr, a_scale_stride, out_scale_ptr,
                     out_scale_stride, a_zero_ptr, a_zero_stride, a_zero_mask, a_shift, out_zero_ptr, out_zero_stride,
                     out_zero_mask, low, high, out_ptr, stride_ob, stride_oc, stride_om, stride_on, errors_ptr,
-                    staged_ptr, A_FLIP: tl.constexpr, ROW_SCALES: tl.constexpr, LONG_K: tl.constexpr, K_SLICE: tl.constexpr,
-                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                    EPILOGUE_N: tl.constexpr, PERSISTENT: tl.constexpr):
+                    staged_ptr, A_FLIP: tl.constexpr, ROW_SCALES: tl.constexpr, LONG_K: tl.constexpr,
+                    K_SLICE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                    GROUP_M: tl.constexpr, EPILOGUE_N: tl.constexpr, PERSISTENT: tl.constexpr):
     """A is a 2-D descriptor of rows of K (int8 bits), B of K-major rows of N (int8); batch b, channel c start at row
     b·rows_b + c·rows_c of each, and the row sums of A' and B' (float64) are indexed by the same rows. Zero points
     are int8 bits: ``& mask`` (0xFF for uint8, −1 for int8, 0 when absent) gives their value, from which the

@@ -132,8 +132,8 @@ def _qmatmul_kernel(a_desc, b_desc, M, N, K, channels, num_tiles, a_rows_b, a_ro
                     b_zero_stride, b_zero_mask, b_shift, a_scale_ptr, a_scale_stride, out_scale_ptr,
                     out_scale_stride, a_zero_ptr, a_zero_stride, a_zero_mask, a_shift, out_zero_ptr, out_zero_stride,
                     out_zero_mask, low, high, out_ptr, stride_ob, stride_oc, stride_om, stride_on, errors_ptr,
-                    staged_ptr, ROW_SCALES: gl.constexpr, GROUP_M: gl.constexpr, EPILOGUE_N: gl.constexpr, INSTR_N: gl.constexpr,
-                    STAGES: gl.constexpr, num_warps: gl.constexpr):
+                    staged_ptr, ROW_SCALES: gl.constexpr, GROUP_M: gl.constexpr, EPILOGUE_N: gl.constexpr,
+                    INSTR_N: gl.constexpr, STAGES: gl.constexpr, num_warps: gl.constexpr):
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
     tiles = (M, N, channels, a_rows_b, a_rows_c, b_rows_b, b_rows_c)
