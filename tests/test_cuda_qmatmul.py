@@ -383,35 +383,35 @@ def test_split_k_workspace_is_left_clean(torch_device, monkeypatch):
         assert all(not kept.any() for kept in workspace), "the workspace was left dirty"
 
 
-def test_split_k_is_one_launch_with_b_persisted(torch_device, monkeypatch):
-    """With B packed once (OWNED_BY_DML), a call launches the split-K kernel alone: A is read where it lies, and the
-    column terms are computed in the kernel."""
+@pytest.mark.parametrize("m, k, b_type, b_zero, kernel", [
+    (2, 90, np.uint8, True, "_split_k_kernel"),  # folds A's row sums into its partial sums: any zb'
+    (33, 96, np.int8, False, "_qmatmul_kernel"),  # zb' = 0: no row sums of A; rows of 96 bytes: A read in place
+])
+def test_one_launch_with_b_persisted(m, k, b_type, b_zero, kernel, torch_device, monkeypatch):
+    """With B packed once (OWNED_BY_DML), a call launches one kernel: A is read where it lies, and the column terms
+    are computed in the kernel."""
     launches = []
+    launch = qmatmul.launch
 
-    class Counted:
-        def __init__(self, name):
-            self.name, self.kernel = name, getattr(qmatmul, name)
-            self.fn = self.kernel.fn  # whose parameters name the kernel's arguments
+    def counted(kept, site, kernel, *arguments, **options):
+        launches.append(kernel.fn.__name__)
+        return launch(kept, site, kernel, *arguments, **options)
 
-        def __getitem__(self, grid):
-            launches.append(self.name)
-            return self.kernel[grid]
-
-    for name in ("_prepare_kernel", "_split_k_kernel", "_qmatmul_kernel"):
-        monkeypatch.setattr(qmatmul, name, Counted(name))
+    monkeypatch.setattr(qmatmul, "launch", counted)
     monkeypatch.setattr(qmatmul, "FEW_ROWS", SPLIT_SMALL)
     rng = np.random.default_rng(9)
-    m, n, k = 2, 24, 90
-    a, b = random_data(rng, np.uint8, (m, k)), random_data(rng, np.uint8, (k, n))
+    n = 24
+    a, b = random_data(rng, np.uint8, (m, k)), random_data(rng, b_type, (k, n))
     a_scale, b_scale, out_scale = random_scales(rng, k, m, n, m)
-    args = (a, a_scale, random_data(rng, np.uint8, m), b, b_scale, random_data(rng, np.uint8, n), out_scale, None)
+    args = (a, a_scale, random_data(rng, np.uint8, m), b, b_scale, random_data(rng, b_type, n) if b_zero else None,
+            out_scale, None)
     tensors = [None if x is None else torch.from_numpy(x).to(torch_device) for x in args]
     tensors[0] = tensors[0][None, None]  # as the operator passes them: {1, 1, M, K}
     tensors[3] = qmatmul.persist_b(tensors[3][None, None])  # packed here, read by the call from the handle
     out, _ = poisoned_out(rng, (1, 1, m, n), np.int8, torch_device)
     launches.clear()
     qmatmul.quantized_linear_matmul(*tensors, out)
-    assert launches == ["_split_k_kernel"]
+    assert launches == [kernel]
     np.testing.assert_array_equal(out.cpu().numpy()[0, 0], exact(args, np.int8))
 
 
