@@ -352,14 +352,16 @@ def zero(stream: int, tensor: torch.Tensor):
     return functools.partial(module.zero, stream, tensor.data_ptr(), tensor.numel() * tensor.element_size())
 
 
-def replay(kept: dict, sample: tuple, run_again):
+def replay(kept: dict, sample: tuple, run_again, plan_again):
     """``run(*tensors)``: the launches of one call, kept in ``kept`` (in launch order), run again with the tensors
     of another call (in the order of ``sample``) wherever the first call's tensors (``sample``; None for none) were
     passed, and every other argument as it was (the memory the first call kept for itself is reused, memory a launch
     adds into zeroed again: launches on one stream run one after another). Used on the stream and device of the first
-    call, outside graph captures, for tensors that share an address where the first call's did (the kept launches
-    do not say which of them an argument came from: one tensor given for two parameters, say); elsewhere
-    ``run_again(*tensors)`` runs the whole launcher. The kept launches let go of the first call's tensors."""
+    call, outside graph captures (elsewhere ``run_again(*tensors)`` runs the whole launcher), for tensors that share
+    an address where the first call's did: the kept launches do not say which of them an argument came from (one
+    tensor given for two parameters, say). The first call whose tensors do not share so runs
+    ``plan_again(*tensors)``, whose run (made from that call's own launches) takes this call's place for every later
+    call. The kept launches let go of the first call's tensors."""
     positions_at = {}  # address: the first position in sample that holds it
     shared = []  # (position, the first position at its address)
     for position, tensor in enumerate(sample):
@@ -392,14 +394,19 @@ def replay(kept: dict, sample: tuple, run_again):
             launches.append((functools.partial(_launch_on_tensors, launch_again, replaced, pointer_addresses,
                                                descriptor_addresses), zero_memory))
 
+    later = []  # the run that plan_again made, once a call's tensors did not share as the first call's
+
     def run(*tensors):
+        if later:
+            later[0](*tensors)
+            return
         stream = here()
         if stream is None:
             run_again(*tensors)
             return
         addresses = [None if tensor is None else tensor.data_ptr() for tensor in tensors]  # (once for every launch)
         if shared and any(addresses[position] != addresses[first] for position, first in shared):
-            run_again(*tensors)
+            later.append(plan_again(*tensors))
             return
         for launch_again, zero_memory in launches:
             if zero_memory is not None:

@@ -517,12 +517,20 @@ def prepare_quantized_linear_matmul(arrays: tuple, kernel_tensors):
     def run_again(*arrays):
         quantized_linear_matmul(*kernel_tensors(arrays), kept=kept)
 
+    def plan_again(*arrays):
+        return prepare_quantized_linear_matmul(arrays, kernel_tensors)
+
     run_again(*arrays)
     if type(arrays[B_POSITION]) is not PersistedB:
-        return replay(kept, arrays, run_again)
+        return replay(kept, arrays, run_again, plan_again)
+
+    def plan_again_with_packing(*tensors):
+        run = plan_again(*tensors[:-2])
+        return lambda *tensors: run(*tensors[:-2])
+
     # the packing as two more tensors, after the output; B itself is not read
     replayed = replay(kept, (*arrays[:B_POSITION], None, *arrays[B_POSITION + 1:], *_packing(arrays[B_POSITION])),
-                      lambda *tensors: run_again(*tensors[:-2]))
+                      lambda *tensors: run_again(*tensors[:-2]), plan_again_with_packing)
     return lambda *arrays: replayed(*arrays, *_packing(arrays[B_POSITION]))
 
 
