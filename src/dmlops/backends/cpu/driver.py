@@ -15,7 +15,7 @@ from .atomics import call_begins, call_ends, count_up, spin_pause, state_of, tak
 from .avx2 import multiply_rows, pack_columns, pack_rows
 from .jit import CALLEE_OPTIONS, callee, compiled, inlined
 from .kernels import KERNELS_BY_NAME
-from .requantization import requantize_rows
+from .requantization import requantize_sums
 from .vnni import multiply_direct, pack_columns_bytes, pack_rows_bytes
 
 # Terms summed in int32 at a time by ``few_sums``: 32 768 · 255² < 2^31 (integer_gemm.INT32_CHUNK)
@@ -215,8 +215,8 @@ def finish_rows(finish, sums, first, last):
 def finish_rows_compiled(finish, sums, first, last):
     def requantize(finish, sums, first, last):
         a_scale, b_scale, output_scale, zero_point, low, high, out = finish
-        requantize_rows(sums, np.zeros((0, 2)), np.zeros((2, 1)), a_scale, b_scale, output_scale, zero_point,
-                        low, high, out, first, min(last, out.shape[0]))
+        requantize_sums(sums, None, None, a_scale, b_scale, output_scale, zero_point, low, high, out, first,
+                        min(last, out.shape[0]))
     return requantize
 
 

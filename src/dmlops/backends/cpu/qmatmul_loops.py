@@ -11,7 +11,7 @@ from numba.core.imputils import impl_ret_borrowed
 from numba.extending import intrinsic
 
 from . import driver, integer_gemm, requantization  # noqa: F401  (integer_gemm, requantization: qmatmul's)
-from .atomics import call_begins, call_ends
+from .atomics import call_begins, call_ends, ring  # noqa: F401  (ring: qmatmul's warm-up)
 from .jit import callee, compiled, inlined
 
 
