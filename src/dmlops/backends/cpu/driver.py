@@ -150,15 +150,11 @@ def pack_b_compiled(kernel, layout, b, b_sign, b_zero, groups, terms, first, las
         return lambda kernel, layout, b, b_sign, b_zero, groups, terms, first, last: amx.pack_b(
             b, b_sign, b_zero, groups.view(np.uint8), terms, first, last)
     if literal(layout).startswith("words"):
-        def pack_words(kernel, layout, b, b_sign, b_zero, groups, terms, first, last):
-            pack_columns(b, b_sign, b_zero, groups.view(np.int32).reshape(groups.shape[:3]), first, last)
-        return pack_words
+        return lambda kernel, layout, b, b_sign, b_zero, groups, terms, first, last: pack_columns(
+            b, b_sign, b_zero, groups, first, last)
     vector = KERNELS_BY_NAME[kernel.literal_value].vector_bits // 8
-
-    def pack_bytes(kernel, layout, b, b_sign, b_zero, groups, terms, first, last):
-        pack_columns_bytes(kernel, vector, b, flip_of_b(b_sign), b_zero, groups.view(np.int32).reshape(
-            groups.shape[:3]), terms, first, last)
-    return pack_bytes
+    return lambda kernel, layout, b, b_sign, b_zero, groups, terms, first, last: pack_columns_bytes(
+        kernel, vector, b, flip_of_b(b_sign), b_zero, groups, terms, first, last)
 
 
 def column_terms(layout, buffers):
