@@ -44,13 +44,15 @@ def few_sums(a, a_sign, a_zero, b, b_sign, b_zero, total):
 
 
 @callee
-def correct_rows(sums, row_sums, alpha, beta, column_terms, first, last):
-    """sums[i, j] += β[j]·Σ_k A'[i] − α[i]·column_terms[j] for rows [first, last), in wrapping int32."""
+def correct_rows(sums, row_sums, a_zero, a_shift, b_zero, b_shift, column_terms, first, last):
+    """sums[i, j] += β[j]·Σ_k A'[i] − α[i]·column_terms[j] for rows [first, last), in wrapping int32: α = a_zero
+    + a_shift (per row of A), β = b_shift − b_zero (per column of B); the byte kernels' shifts are their operands'
+    moves into range (``vnni``)."""
     for i in range(first, last):
-        row_sum, shift = row_sums[i], alpha[i]
+        row_sum, alpha = row_sums[i], a_zero[i] + a_shift
         row = sums[i]
-        for j in range(beta.shape[0]):
-            row[j] = np.int32(row[j] + beta[j] * row_sum - shift * column_terms[j])
+        for j in range(b_zero.shape[0]):
+            row[j] = np.int32(row[j] + (b_shift - b_zero[j]) * row_sum - alpha * column_terms[j])
 
 
 @inlined
@@ -100,7 +102,7 @@ def pack_b(kernel, layout, b, b_sign, b_zero, groups, terms, first, last):
     raise NotImplementedError("pack_b is called from compiled code only")
 
 
-def correct(layout, sums, row_sums, alpha, beta, terms, first, last):
+def correct(layout, sums, row_sums, a_sign, a_zero, b_sign, b_zero, terms, first, last):
     """(Compiled code only.) The sums of rows [first, last) corrected for the byte kernels' moves into range."""
     raise NotImplementedError("correct is called from compiled code only")
 
@@ -114,13 +116,6 @@ def literal(value):
 def flip_of_b(b_sign):
     """The byte kernels' move of B into range (integer_product): its bits xor 128 where its type is UINT8."""
     return np.uint8(128 - np.int32(b_sign))
-
-
-@inlined
-def shifts(a_sign, a_zero, b_sign, b_zero):
-    """(α, β) of the byte kernels, int32 vectors: α = ca + za (per row of A), β = cb − zb (per column of B), ca
-    and cb their moves into range."""
-    return a_zero + np.int32(a_sign), np.int32(flip_of_b(b_sign)) - b_zero
 
 
 @inlined
@@ -172,13 +167,16 @@ def column_terms_compiled(layout, buffers):
 
 
 @overload(correct, jit_options=CALLEE_OPTIONS)
-def correct_compiled(layout, sums, row_sums, alpha, beta, terms, first, last):
+def correct_compiled(layout, sums, row_sums, a_sign, a_zero, b_sign, b_zero, terms, first, last):
     if literal(layout) is None:
         return None
     if literal(layout).startswith("words"):  # 16-bit products of operands shifted by their zero points
-        return lambda layout, sums, row_sums, alpha, beta, terms, first, last: None
-    return lambda layout, sums, row_sums, alpha, beta, terms, first, last: correct_rows(sums, row_sums, alpha,
-                                                                                        beta, terms, first, last)
+        return lambda layout, sums, row_sums, a_sign, a_zero, b_sign, b_zero, terms, first, last: None
+
+    def correct_bytes(layout, sums, row_sums, a_sign, a_zero, b_sign, b_zero, terms, first, last):
+        correct_rows(sums, row_sums, a_zero, np.int32(a_sign), b_zero, np.int32(flip_of_b(b_sign)), terms, first,
+                     last)
+    return correct_bytes
 
 
 # (piece_output and finish_rows are overloads, their arguments typed not as literals: one compiled variant serves
@@ -283,7 +281,6 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
                 wait):
         m, blocks = a.shape[0], buffers[1].shape[0]
         padded_rows, length = padded_sizes(a, rows, group)
-        alpha, beta = shifts(a_sign, a_zero, b_sign, b_zero)  # (the byte kernels')
         # a piece's packed rows of A, row sums and (where it finishes them) sums in memory of this thread's own:
         # in the call's scratch, the rows a core wrote were taken by the other in the next call, and moved
         # between the cores' caches (512³ on 2 Zen 5 cores: 1.15 times one core's speed so, 1.4 with these)
@@ -301,7 +298,8 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
                 pack_a(layout, a[first:], a_sign, a_zero[first:], own_a, own_row_sums, 0, last - first)
                 multiply_rows(kernel, own_a, buffers[1], sums, 0, last - first, 0, blocks, length, False, rows,
                               k_block, group, panel_blocks)
-                correct(layout, sums, own_row_sums, alpha[first:], beta, buffers[4], 0, min(last, m) - first)
+                correct(layout, sums, own_row_sums, a_sign, a_zero[first:], b_sign, b_zero, buffers[4], 0,
+                        min(last, m) - first)
                 finish_rows(finish_piece, sums, 0, min(last, m) - first)
             stage, piece = piece_ended(state, counts, stage, wait)
 
@@ -309,7 +307,6 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
                    wait):
         m, blocks = a.shape[0], buffers[1].shape[0]
         padded_rows = padded_sizes(a, rows, group)[0]
-        alpha, beta = shifts(a_sign, a_zero, b_sign, b_zero)
         stage, piece = next_piece(state, counts)
         while stage >= 0:
             if stage == 0:
@@ -320,7 +317,7 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
                                group, panel_blocks)
             else:
                 first, last = piece_bounds(m, counts[2], 1, piece)
-                correct(layout, buffers[2], buffers[3], alpha, beta, buffers[4], first, last)
+                correct(layout, buffers[2], buffers[3], a_sign, a_zero, b_sign, b_zero, buffers[4], first, last)
                 finish_rows(finish, buffers[2], first, last)
             stage, piece = piece_ended(state, counts, stage, wait)
 
@@ -329,7 +326,6 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
         (m, k), n = a.shape, b.shape[1]
         a_packed, sums, row_sums, column_terms = buffers[0], buffers[2], buffers[3], buffers[4]
         b_flip = flip_of_b(b_sign)
-        alpha, beta = shifts(a_sign, a_zero, b_sign, b_zero)
         stage, piece = next_piece(state, counts)
         while stage >= 0:
             if stage == 0:
@@ -338,10 +334,10 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
                 first, last = piece_bounds(n // 64, counts[1], 1, piece)
                 multiply_direct(kernel, a_packed, b, b_flip, sums, column_terms, m, first, last, k // 4)
                 for j in range(64 * first, 64 * last):
-                    column_terms[j] += beta[j] * np.int32(k)
+                    column_terms[j] += (np.int32(b_flip) - b_zero[j]) * np.int32(k)  # (K·β)
             else:
                 first, last = piece_bounds(m, counts[2], 1, piece)
-                correct_rows(sums, row_sums, alpha, beta, column_terms, first, last)
+                correct(layout, sums, row_sums, a_sign, a_zero, b_sign, b_zero, column_terms, first, last)
                 finish_rows(finish, sums, first, last)
             stage, piece = piece_ended(state, counts, stage, wait)
 
@@ -364,7 +360,7 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
                 sums, finish_piece = piece_output(finish, buffers[2], own_sums, first)
                 amx.pack_a(a[first:], a_sign, own_a, own_row_sums, 0, last - first)
                 amx.multiply(own_a, a_sign, packed_b, b_sign, sums, 0, last - first, 0, blocks, length, False)
-                correct_rows(sums, own_row_sums, a_zero[first:], -b_zero, terms, 0, min(last, m) - first)
+                correct_rows(sums, own_row_sums, a_zero[first:], 0, b_zero, 0, terms, 0, min(last, m) - first)
                 finish_rows(finish_piece, sums, 0, min(last, m) - first)
             stage, piece = piece_ended(state, counts, stage, wait)
         amx.release_tiles()
@@ -385,7 +381,7 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
                                    terms, first, last, padded_rows, length)
             else:
                 first, last = piece_bounds(m, counts[2], 1, piece)
-                correct_rows(sums, row_sums, a_zero, -b_zero, terms, first, last)
+                correct_rows(sums, row_sums, a_zero, 0, b_zero, 0, terms, first, last)
                 finish_rows(finish, sums, first, last)
             stage, piece = piece_ended(state, counts, stage, wait)
         amx.release_tiles()
