@@ -179,29 +179,12 @@ def correct_compiled(layout, sums, row_sums, a_sign, a_zero, b_sign, b_zero, ter
     return correct_bytes
 
 
-# (piece_output and finish_rows are overloads, their arguments typed not as literals: one compiled variant serves
-# the pieces that pass a row of 0 and those that pass a variable)
-def piece_output(finish, sums, own_sums, first):
-    """(Compiled code only.) (where a piece of rows from ``first`` on puts its sums, finish's arrays from that row
-    on): ``own_sums`` (the thread's own) where ``finish`` requantizes them (its out has rows; that of
-    ``integer_gemm.NO_FINISH`` has none: a run-time choice, one compiled variant for both), else the call's sums
-    from that row on (they are its output)."""
-    raise NotImplementedError("piece_output is called from compiled code only")
-
-
-@overload(piece_output, jit_options=CALLEE_OPTIONS)
-def piece_output_compiled(finish, sums, own_sums, first):
-    def rows_from(finish, sums, own_sums, first):
-        a_scale, b_scale, output_scale, zero_point, low, high, out = finish
-        rows = (a_scale[first:], b_scale, output_scale[first:], zero_point[first:], low, high, out[first:])
-        return (own_sums if out.shape[0] > 0 else sums[first:]), rows
-    return rows_from
-
-
+# (finish_rows is an overload, its arguments typed not as literals: one compiled variant serves the pieces that pass
+# a row of 0 and those that pass a variable)
 def finish_rows(finish, sums, first, last):
-    """(Compiled code only.) Rows [first, last) of the sums requantized into finish's output (requantize_rows'
-    arguments: a_scale, b_scale, output_scale, zero_point, low, high, out), those of them it has (none where it is
-    ``integer_gemm.NO_FINISH``)."""
+    """(Compiled code only.) Rows [first, last) of finish's output (requantize_rows' arguments: a_scale, b_scale,
+    output_scale, zero_point, low, high, out), those of them it has (none where it is ``integer_gemm.NO_FINISH``),
+    requantized from the sums, whose row 0 is row ``first``."""
     raise NotImplementedError("finish_rows is called from compiled code only")
 
 
@@ -264,8 +247,8 @@ def product_pieces(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, 
 
     a and b as their bits (uint8), each with its sign (128 where its type is INT8, else 0) and its zero points
     as an int32 vector: one compiled variant serves every type. ``buffers`` the tuple of ``scratch_layouts``;
-    ``finish`` requantize_rows' arguments, or ``integer_gemm.NO_FINISH`` (the sums left in buffers[2]:
-    ``piece_output``); ``state`` int64 {1 + stages} of zeros, the same array for every thread of one call."""
+    ``finish`` requantize_rows' arguments, or ``integer_gemm.NO_FINISH`` (the sums left in buffers[2]);
+    ``state`` int64 {1 + stages} of zeros, the same array for every thread of one call."""
     raise NotImplementedError("product_pieces is called from compiled code only")
 
 
@@ -294,13 +277,14 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
                 pack_b(kernel, layout, b, b_sign, b_zero, buffers[1], column_terms(layout, buffers), first, last)
             else:
                 first, last = piece_bounds(padded_rows, counts[1], rows, piece)
-                sums, finish_piece = piece_output(finish, buffers[2], own_sums, first)
+                # (its own sums where it requantizes them, else the call's: NO_FINISH's out has no rows)
+                sums = own_sums if finish[6].shape[0] > 0 else buffers[2][first:]
                 pack_a(layout, a[first:], a_sign, a_zero[first:], own_a, own_row_sums, 0, last - first)
                 multiply_rows(kernel, own_a, buffers[1], sums, 0, last - first, 0, blocks, length, False, rows,
                               k_block, group, panel_blocks)
                 correct(layout, sums, own_row_sums, a_sign, a_zero[first:], b_sign, b_zero, buffers[4], 0,
                         min(last, m) - first)
-                finish_rows(finish_piece, sums, 0, min(last, m) - first)
+                finish_rows(finish, sums, first, min(last, m))
             stage, piece = piece_ended(state, counts, stage, wait)
 
     def by_columns(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, b_packed, finish,
@@ -318,7 +302,7 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
             else:
                 first, last = piece_bounds(m, counts[2], 1, piece)
                 correct(layout, buffers[2], buffers[3], a_sign, a_zero, b_sign, b_zero, buffers[4], first, last)
-                finish_rows(finish, buffers[2], first, last)
+                finish_rows(finish, buffers[2][first:], first, last)
             stage, piece = piece_ended(state, counts, stage, wait)
 
     def direct(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, b_packed, finish,
@@ -338,7 +322,7 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
             else:
                 first, last = piece_bounds(m, counts[2], 1, piece)
                 correct(layout, sums, row_sums, a_sign, a_zero, b_sign, b_zero, column_terms, first, last)
-                finish_rows(finish, sums, first, last)
+                finish_rows(finish, sums[first:], first, last)
             stage, piece = piece_ended(state, counts, stage, wait)
 
     def tiles_by_rows(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, b_packed,
@@ -357,11 +341,12 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
                 amx.pack_b(b, b_sign, b_zero, packed_b, terms, first, last)
             else:
                 first, last = piece_bounds(padded_rows, counts[1], rows, piece)
-                sums, finish_piece = piece_output(finish, buffers[2], own_sums, first)
+                # (its own sums where it requantizes them, else the call's: NO_FINISH's out has no rows)
+                sums = own_sums if finish[6].shape[0] > 0 else buffers[2][first:]
                 amx.pack_a(a[first:], a_sign, own_a, own_row_sums, 0, last - first)
                 amx.multiply(own_a, a_sign, packed_b, b_sign, sums, 0, last - first, 0, blocks, length, False)
                 correct_rows(sums, own_row_sums, a_zero[first:], 0, b_zero, 0, terms, 0, min(last, m) - first)
-                finish_rows(finish_piece, sums, 0, min(last, m) - first)
+                finish_rows(finish, sums, first, min(last, m))
             stage, piece = piece_ended(state, counts, stage, wait)
         amx.release_tiles()
 
@@ -382,7 +367,7 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
             else:
                 first, last = piece_bounds(m, counts[2], 1, piece)
                 correct_rows(sums, row_sums, a_zero, 0, b_zero, 0, terms, first, last)
-                finish_rows(finish, sums, first, last)
+                finish_rows(finish, sums[first:], first, last)
             stage, piece = piece_ended(state, counts, stage, wait)
         amx.release_tiles()
 

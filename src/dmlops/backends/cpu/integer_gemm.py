@@ -52,7 +52,7 @@ FEW_OUTPUTS = 64
 COLUMN_CUT_BYTES = 256 << 20
 # ``product_pieces``' finish where a product requantizes nothing (its sums left in the call's sums): requantize_rows'
 # arguments of the types that a product that requantizes passes (the vectors read-only, typed as of any layout), out
-# of no rows (``driver.piece_output``), so that one compiled variant serves both
+# of no rows (``driver.finish_rows`` requantizes none of them), so that one compiled variant serves both
 NO_FINISH = (*(read_only(np.zeros(0, dtype)) for dtype in (np.float32, np.float32, np.float32, np.float64)), 0.0, 0.0,
              np.zeros((0, 0), np.uint8))
 
