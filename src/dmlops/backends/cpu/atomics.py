@@ -11,6 +11,7 @@ import numba
 from llvmlite import ir
 from numba.extending import intrinsic
 
+from .jit import callee
 from .pieces import CALLED, INSIDE, RINGS, SLEEPERS, THREADS, WANTED, compiled_waits
 
 
@@ -165,7 +166,7 @@ def wait_for_ring(doorbell, heard, cycles):
     count_down(doorbell, INSIDE)
 
 
-@numba.njit(nogil=True, cache=True)
+@callee
 def call_begins(doorbell, caller):
     """At the start of a compiled call that the pool shares (``pieces.run_on_cores``), the GIL released: the
     calling thread rings the doorbell (none: nothing) for the pool threads it wants, a pool thread counts itself in
@@ -176,7 +177,7 @@ def call_begins(doorbell, caller):
         count_up(doorbell, INSIDE)
 
 
-@numba.njit(nogil=True, cache=True)
+@callee
 def call_ends(doorbell, caller):
     """At its end: a pool thread counts itself out of compiled code; the calling thread waits, spinning for up to
     HANDBACK_CYCLES, while a pool thread is in Python (the GIL held or wanted). Blocked on the GIL instead, the

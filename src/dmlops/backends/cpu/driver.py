@@ -15,7 +15,7 @@ from .atomics import call_begins, call_ends, count_up, spin_pause, state_of, tak
 from .avx2 import multiply_rows, pack_columns, pack_rows
 from .jit import CALLEE_OPTIONS, callee, compiled, inlined
 from .kernels import KERNELS_BY_NAME
-from .requantization import requantize_rows
+from .requantization import requantize_sums
 from .vnni import multiply_direct, pack_columns_bytes, pack_rows_bytes
 
 # Terms summed in int32 at a time by ``few_sums``: 32 768 · 255² < 2^31 (integer_gemm.INT32_CHUNK)
@@ -44,13 +44,15 @@ def few_sums(a, a_sign, a_zero, b, b_sign, b_zero, total):
 
 
 @callee
-def correct_rows(sums, row_sums, alpha, beta, column_terms, first, last):
-    """sums[i, j] += β[j]·Σ_k A'[i] − α[i]·column_terms[j] for rows [first, last), in wrapping int32."""
+def correct_rows(sums, row_sums, a_zero, a_shift, b_zero, b_shift, column_terms, first, last):
+    """sums[i, j] += β[j]·Σ_k A'[i] − α[i]·column_terms[j] for rows [first, last), in wrapping int32: α = a_zero
+    + a_shift (per row of A), β = b_shift − b_zero (per column of B); the byte kernels' shifts are their operands'
+    moves into range (``vnni``)."""
     for i in range(first, last):
-        row_sum, shift = row_sums[i], alpha[i]
+        row_sum, alpha = row_sums[i], a_zero[i] + a_shift
         row = sums[i]
-        for j in range(beta.shape[0]):
-            row[j] = np.int32(row[j] + beta[j] * row_sum - shift * column_terms[j])
+        for j in range(b_zero.shape[0]):
+            row[j] = np.int32(row[j] + (b_shift - b_zero[j]) * row_sum - alpha * column_terms[j])
 
 
 @inlined
@@ -100,7 +102,7 @@ def pack_b(kernel, layout, b, b_sign, b_zero, groups, terms, first, last):
     raise NotImplementedError("pack_b is called from compiled code only")
 
 
-def correct(layout, sums, row_sums, alpha, beta, terms, first, last):
+def correct(layout, sums, row_sums, a_sign, a_zero, b_sign, b_zero, terms, first, last):
     """(Compiled code only.) The sums of rows [first, last) corrected for the byte kernels' moves into range."""
     raise NotImplementedError("correct is called from compiled code only")
 
@@ -114,13 +116,6 @@ def literal(value):
 def flip_of_b(b_sign):
     """The byte kernels' move of B into range (integer_product): its bits xor 128 where its type is UINT8."""
     return np.uint8(128 - np.int32(b_sign))
-
-
-@inlined
-def shifts(a_sign, a_zero, b_sign, b_zero):
-    """(α, β) of the byte kernels, int32 vectors: α = ca + za (per row of A), β = cb − zb (per column of B), ca
-    and cb their moves into range."""
-    return a_zero + np.int32(a_sign), np.int32(flip_of_b(b_sign)) - b_zero
 
 
 @inlined
@@ -150,15 +145,11 @@ def pack_b_compiled(kernel, layout, b, b_sign, b_zero, groups, terms, first, las
         return lambda kernel, layout, b, b_sign, b_zero, groups, terms, first, last: amx.pack_b(
             b, b_sign, b_zero, groups.view(np.uint8), terms, first, last)
     if literal(layout).startswith("words"):
-        def pack_words(kernel, layout, b, b_sign, b_zero, groups, terms, first, last):
-            pack_columns(b, b_sign, b_zero, groups.view(np.int32).reshape(groups.shape[:3]), first, last)
-        return pack_words
+        return lambda kernel, layout, b, b_sign, b_zero, groups, terms, first, last: pack_columns(
+            b, b_sign, b_zero, groups, first, last)
     vector = KERNELS_BY_NAME[kernel.literal_value].vector_bits // 8
-
-    def pack_bytes(kernel, layout, b, b_sign, b_zero, groups, terms, first, last):
-        pack_columns_bytes(kernel, vector, b, flip_of_b(b_sign), b_zero, groups.view(np.int32).reshape(
-            groups.shape[:3]), terms, first, last)
-    return pack_bytes
+    return lambda kernel, layout, b, b_sign, b_zero, groups, terms, first, last: pack_columns_bytes(
+        kernel, vector, b, flip_of_b(b_sign), b_zero, groups, terms, first, last)
 
 
 def column_terms(layout, buffers):
@@ -176,38 +167,24 @@ def column_terms_compiled(layout, buffers):
 
 
 @overload(correct, jit_options=CALLEE_OPTIONS)
-def correct_compiled(layout, sums, row_sums, alpha, beta, terms, first, last):
+def correct_compiled(layout, sums, row_sums, a_sign, a_zero, b_sign, b_zero, terms, first, last):
     if literal(layout) is None:
         return None
     if literal(layout).startswith("words"):  # 16-bit products of operands shifted by their zero points
-        return lambda layout, sums, row_sums, alpha, beta, terms, first, last: None
-    return lambda layout, sums, row_sums, alpha, beta, terms, first, last: correct_rows(sums, row_sums, alpha,
-                                                                                        beta, terms, first, last)
+        return lambda layout, sums, row_sums, a_sign, a_zero, b_sign, b_zero, terms, first, last: None
+
+    def correct_bytes(layout, sums, row_sums, a_sign, a_zero, b_sign, b_zero, terms, first, last):
+        correct_rows(sums, row_sums, a_zero, np.int32(a_sign), b_zero, np.int32(flip_of_b(b_sign)), terms, first,
+                     last)
+    return correct_bytes
 
 
-# (piece_output and finish_rows are overloads, their arguments typed not as literals: one compiled variant serves
-# the pieces that pass a row of 0 and those that pass a variable)
-def piece_output(finish, sums, own_sums, first):
-    """(Compiled code only.) (where a piece of rows from ``first`` on puts its sums, finish's arrays from that row
-    on): ``own_sums`` (the thread's own) where ``finish`` requantizes them (its out has rows; that of
-    ``integer_gemm.NO_FINISH`` has none: a run-time choice, one compiled variant for both), else the call's sums
-    from that row on (they are its output)."""
-    raise NotImplementedError("piece_output is called from compiled code only")
-
-
-@overload(piece_output, jit_options=CALLEE_OPTIONS)
-def piece_output_compiled(finish, sums, own_sums, first):
-    def rows_from(finish, sums, own_sums, first):
-        a_scale, b_scale, output_scale, zero_point, low, high, out = finish
-        rows = (a_scale[first:], b_scale, output_scale[first:], zero_point[first:], low, high, out[first:])
-        return (own_sums if out.shape[0] > 0 else sums[first:]), rows
-    return rows_from
-
-
+# (finish_rows is an overload, its arguments typed not as literals: one compiled variant serves the pieces that pass
+# a row of 0 and those that pass a variable)
 def finish_rows(finish, sums, first, last):
-    """(Compiled code only.) Rows [first, last) of the sums requantized into finish's output (requantize_rows'
-    arguments: a_scale, b_scale, output_scale, zero_point, low, high, out), those of them it has (none where it is
-    ``integer_gemm.NO_FINISH``)."""
+    """(Compiled code only.) Rows [first, last) of finish's output (requantize_rows' arguments: a_scale, b_scale,
+    output_scale, zero_point, low, high, out), those of them it has (none where it is ``integer_gemm.NO_FINISH``),
+    requantized from the sums, whose row 0 is row ``first``."""
     raise NotImplementedError("finish_rows is called from compiled code only")
 
 
@@ -215,8 +192,8 @@ def finish_rows(finish, sums, first, last):
 def finish_rows_compiled(finish, sums, first, last):
     def requantize(finish, sums, first, last):
         a_scale, b_scale, output_scale, zero_point, low, high, out = finish
-        requantize_rows(sums, np.zeros((0, 2)), np.zeros((2, 1)), a_scale, b_scale, output_scale, zero_point,
-                        low, high, out, first, min(last, out.shape[0]))
+        requantize_sums(sums, None, None, a_scale, b_scale, output_scale, zero_point, low, high, out, first,
+                        min(last, out.shape[0]))
     return requantize
 
 
@@ -270,8 +247,8 @@ def product_pieces(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, 
 
     a and b as their bits (uint8), each with its sign (128 where its type is INT8, else 0) and its zero points
     as an int32 vector: one compiled variant serves every type. ``buffers`` the tuple of ``scratch_layouts``;
-    ``finish`` requantize_rows' arguments, or ``integer_gemm.NO_FINISH`` (the sums left in buffers[2]:
-    ``piece_output``); ``state`` int64 {1 + stages} of zeros, the same array for every thread of one call."""
+    ``finish`` requantize_rows' arguments, or ``integer_gemm.NO_FINISH`` (the sums left in buffers[2]);
+    ``state`` int64 {1 + stages} of zeros, the same array for every thread of one call."""
     raise NotImplementedError("product_pieces is called from compiled code only")
 
 
@@ -287,7 +264,6 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
                 wait):
         m, blocks = a.shape[0], buffers[1].shape[0]
         padded_rows, length = padded_sizes(a, rows, group)
-        alpha, beta = shifts(a_sign, a_zero, b_sign, b_zero)  # (the byte kernels')
         # a piece's packed rows of A, row sums and (where it finishes them) sums in memory of this thread's own:
         # in the call's scratch, the rows a core wrote were taken by the other in the next call, and moved
         # between the cores' caches (512³ on 2 Zen 5 cores: 1.15 times one core's speed so, 1.4 with these)
@@ -301,19 +277,20 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
                 pack_b(kernel, layout, b, b_sign, b_zero, buffers[1], column_terms(layout, buffers), first, last)
             else:
                 first, last = piece_bounds(padded_rows, counts[1], rows, piece)
-                sums, finish_piece = piece_output(finish, buffers[2], own_sums, first)
+                # (its own sums where it requantizes them, else the call's: NO_FINISH's out has no rows)
+                sums = own_sums if finish[6].shape[0] > 0 else buffers[2][first:]
                 pack_a(layout, a[first:], a_sign, a_zero[first:], own_a, own_row_sums, 0, last - first)
                 multiply_rows(kernel, own_a, buffers[1], sums, 0, last - first, 0, blocks, length, False, rows,
                               k_block, group, panel_blocks)
-                correct(layout, sums, own_row_sums, alpha[first:], beta, buffers[4], 0, min(last, m) - first)
-                finish_rows(finish_piece, sums, 0, min(last, m) - first)
+                correct(layout, sums, own_row_sums, a_sign, a_zero[first:], b_sign, b_zero, buffers[4], 0,
+                        min(last, m) - first)
+                finish_rows(finish, sums, first, min(last, m))
             stage, piece = piece_ended(state, counts, stage, wait)
 
     def by_columns(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, b_packed, finish,
                    wait):
         m, blocks = a.shape[0], buffers[1].shape[0]
         padded_rows = padded_sizes(a, rows, group)[0]
-        alpha, beta = shifts(a_sign, a_zero, b_sign, b_zero)
         stage, piece = next_piece(state, counts)
         while stage >= 0:
             if stage == 0:
@@ -324,8 +301,8 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
                                group, panel_blocks)
             else:
                 first, last = piece_bounds(m, counts[2], 1, piece)
-                correct(layout, buffers[2], buffers[3], alpha, beta, buffers[4], first, last)
-                finish_rows(finish, buffers[2], first, last)
+                correct(layout, buffers[2], buffers[3], a_sign, a_zero, b_sign, b_zero, buffers[4], first, last)
+                finish_rows(finish, buffers[2][first:], first, last)
             stage, piece = piece_ended(state, counts, stage, wait)
 
     def direct(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, b_packed, finish,
@@ -333,7 +310,6 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
         (m, k), n = a.shape, b.shape[1]
         a_packed, sums, row_sums, column_terms = buffers[0], buffers[2], buffers[3], buffers[4]
         b_flip = flip_of_b(b_sign)
-        alpha, beta = shifts(a_sign, a_zero, b_sign, b_zero)
         stage, piece = next_piece(state, counts)
         while stage >= 0:
             if stage == 0:
@@ -342,11 +318,11 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
                 first, last = piece_bounds(n // 64, counts[1], 1, piece)
                 multiply_direct(kernel, a_packed, b, b_flip, sums, column_terms, m, first, last, k // 4)
                 for j in range(64 * first, 64 * last):
-                    column_terms[j] += beta[j] * np.int32(k)
+                    column_terms[j] += (np.int32(b_flip) - b_zero[j]) * np.int32(k)  # (K·β)
             else:
                 first, last = piece_bounds(m, counts[2], 1, piece)
-                correct_rows(sums, row_sums, alpha, beta, column_terms, first, last)
-                finish_rows(finish, sums, first, last)
+                correct(layout, sums, row_sums, a_sign, a_zero, b_sign, b_zero, column_terms, first, last)
+                finish_rows(finish, sums[first:], first, last)
             stage, piece = piece_ended(state, counts, stage, wait)
 
     def tiles_by_rows(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, b_packed,
@@ -365,11 +341,12 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
                 amx.pack_b(b, b_sign, b_zero, packed_b, terms, first, last)
             else:
                 first, last = piece_bounds(padded_rows, counts[1], rows, piece)
-                sums, finish_piece = piece_output(finish, buffers[2], own_sums, first)
+                # (its own sums where it requantizes them, else the call's: NO_FINISH's out has no rows)
+                sums = own_sums if finish[6].shape[0] > 0 else buffers[2][first:]
                 amx.pack_a(a[first:], a_sign, own_a, own_row_sums, 0, last - first)
                 amx.multiply(own_a, a_sign, packed_b, b_sign, sums, 0, last - first, 0, blocks, length, False)
-                correct_rows(sums, own_row_sums, a_zero[first:], -b_zero, terms, 0, min(last, m) - first)
-                finish_rows(finish_piece, sums, 0, min(last, m) - first)
+                correct_rows(sums, own_row_sums, a_zero[first:], 0, b_zero, 0, terms, 0, min(last, m) - first)
+                finish_rows(finish, sums, first, min(last, m))
             stage, piece = piece_ended(state, counts, stage, wait)
         amx.release_tiles()
 
@@ -389,8 +366,8 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
                                    terms, first, last, padded_rows, length)
             else:
                 first, last = piece_bounds(m, counts[2], 1, piece)
-                correct_rows(sums, row_sums, a_zero, -b_zero, terms, first, last)
-                finish_rows(finish, sums, first, last)
+                correct_rows(sums, row_sums, a_zero, 0, b_zero, 0, terms, first, last)
+                finish_rows(finish, sums[first:], first, last)
             stage, piece = piece_ended(state, counts, stage, wait)
         amx.release_tiles()
 

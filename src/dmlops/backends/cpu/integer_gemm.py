@@ -52,7 +52,7 @@ FEW_OUTPUTS = 64
 COLUMN_CUT_BYTES = 256 << 20
 # ``product_pieces``' finish where a product requantizes nothing (its sums left in the call's sums): requantize_rows'
 # arguments of the types that a product that requantizes passes (the vectors read-only, typed as of any layout), out
-# of no rows (``driver.piece_output``), so that one compiled variant serves both
+# of no rows (``driver.finish_rows`` requantizes none of them), so that one compiled variant serves both
 NO_FINISH = (*(read_only(np.zeros(0, dtype)) for dtype in (np.float32, np.float32, np.float32, np.float64)), 0.0, 0.0,
              np.zeros((0, 0), np.uint8))
 
@@ -64,7 +64,8 @@ def padded(size: int, multiple: int) -> int:
 def scratch_layouts(kernel: Kernel, m: int, k: int, n: int, own_sums: bool = False, b_packed: bool = False):
     """(shape, dtype) of the scratch arrays of a call: A packed, B packed in blocks, the int32 sums, and the byte
     kernels' row sums of A' and column terms (Σ_k B' + K·β; every kernel has them, so that each takes the same
-    arrays), padded for the kernel. Rows of A hold K padded
+    arrays), padded for the kernel. B's blocks of the vector kernels hold int32 groups, as their packing writes them
+    ({blocks, K / group, columns}; AMX's, its bytes). Rows of A hold K padded
     to the kernel's multiple and one vector more, unread: rows a power of two of bytes apart would fall in the same
     L1 sets, and the rows the kernel reads at once would evict each other (AMX's 2048³ product ran at a third of its
     speed with its sums' rows 8 KiB apart). With ``own_sums`` (``own_sums``: every piece keeps its own), the call's
@@ -77,8 +78,10 @@ def scratch_layouts(kernel: Kernel, m: int, k: int, n: int, own_sums: bool = Fal
     # (AMX's tiles of sums are loaded and stored 16 rows at a time: those rows too a vector more apart)
     sums_row = columns + (vector // 4 if kernel.tiles else 0)
     packed_columns = 0 if b_packed else columns
-    return [((rows, length + vector), a_type), ((packed_columns // kernel.columns, length // kernel.group,
-                                                 kernel.columns, kernel.group), b_type),
+    blocks, steps = packed_columns // kernel.columns, length // kernel.group
+    packed_b = ((blocks, steps, kernel.columns, kernel.group), b_type) if kernel.tiles else \
+        ((blocks, steps, kernel.columns), np.int32)
+    return [((rows, length + vector), a_type), packed_b,
             ((0 if own_sums else rows, sums_row), np.int32), ((rows,), np.int32), ((packed_columns,), np.int32)]
 
 

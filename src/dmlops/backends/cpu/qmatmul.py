@@ -351,14 +351,10 @@ def products_kernel(loops, products: str | None, m: int):
 
 
 def warm_up(loops) -> None:
-    """Load the requantization of int32 sums into an output's bits, so that numba's compiler is initialised before
-    a call needs it: the variant that a compiled product's pieces call (the output as uint8 bits, it and the vectors
-    typed as of any layout, the vectors as read-only: a first product then compiles it no more, a second of a first
-    call's 11)."""
-    vector = np.ones(1, np.float32)
-    entry_point(loops.integer_gemm.requantize_rows, np.zeros((1, 1), np.int32), np.zeros((1, 2)), np.zeros((2, 1)),
-                vector, vector, vector, np.zeros(1), 0.0, 0.0, np.zeros((1, 1), np.uint8), 0, 1,
-                any_layout=(3, 4, 5, 6, 9), read_only=(3, 4, 5, 6))
+    """Load the doorbell's ring (``atomics.ring``, as Python and a compiled product's start call it), so that
+    numba's compiler is initialised before a call needs it. (Where numba's cache is empty it compiles in a tenth of
+    a second, which a first product would spend on it anyway.)"""
+    entry_point(loops.ring, NO_RING, 0)
 
 
 # The compiled code, loaded by the first call that could run it (DMLOPS_NUMBA: in the background by default).

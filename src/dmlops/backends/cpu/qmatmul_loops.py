@@ -11,7 +11,7 @@ from numba.core.imputils import impl_ret_borrowed
 from numba.extending import intrinsic
 
 from . import driver, integer_gemm, requantization  # noqa: F401  (integer_gemm, requantization: qmatmul's)
-from .atomics import call_begins, call_ends
+from .atomics import call_begins, call_ends, ring  # noqa: F401  (ring: qmatmul's warm-up)
 from .jit import callee, compiled, inlined
 
 
@@ -59,14 +59,19 @@ def one_call_parameters(a_scale, a_zero_point, b_sign, b_scale, b_zero_point, ou
     """(whether every scale is non-zero and finite, A's and B's zero points as int32 vectors, the requantization's
     arguments as ``driver.finish_rows`` takes them) of product_in_one_call's parameters."""
     m, n = out.shape
-    a_scale, output_scale = filled(m, a_scale, np.float32), filled(m, output_scale, np.float32)
+    # A's and the output's, one a row (one loop for the four: np.full or a loop each compiles more code)
+    a_scales, output_scales = np.empty(m, np.float32), np.empty(m, np.float32)
+    a_zero, zero_point = np.empty(m, np.int32), np.empty(m, np.float64)
+    for i in range(m):
+        a_scales[i], output_scales[i], a_zero[i], zero_point[i] = (a_scale, output_scale, a_zero_point,
+                                                                    output_zero_point)
     b_scale = columns(b_scale, n)
     valid = True
-    for vector in (a_scale[:1], b_scale, output_scale[:1]):
+    for vector in (a_scales[:1], b_scale, output_scales[:1]):
         for value in vector:
             valid = valid and value != 0 and np.isfinite(value)
-    finish = (a_scale, b_scale, output_scale, filled(m, output_zero_point, np.float64), low, high, out)
-    return valid, filled(m, a_zero_point, np.int32), zero_points(b_zero_point, b_sign, n), typed_as_passed(finish)
+    finish = (a_scales, b_scale, output_scales, zero_point, low, high, out)
+    return valid, a_zero, zero_points(b_zero_point, b_sign, n), typed_as_passed(finish)
 
 
 @intrinsic

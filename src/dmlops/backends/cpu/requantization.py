@@ -11,22 +11,30 @@ from .jit import callee, compiled
 @compiled
 def requantize_rows(product, row_terms, column_terms, a_scale, b_scale, output_scale, zero_point, low, high,
                     out, first, last):
-    """out[first:last] = requantize() of product + row_terms @ column_terms ({M, 2} @ {2, N}; no rows: no terms)
-    there, element by element, in its order of operations: the multiplier (sa·sb)/so in float64, recomputed only
-    where the row's scales change; rint rounds half to even."""
+    """requantize_sums of the product's rows [first, last), called from Python."""
+    requantize_sums(product[first:], row_terms, column_terms, a_scale, b_scale, output_scale, zero_point, low, high,
+                    out, first, last)
+
+
+@callee
+def requantize_sums(product, row_terms, column_terms, a_scale, b_scale, output_scale, zero_point, low, high,
+                    out, first, last):
+    """out[first:last] = requantize() of product (its row 0 is out's row ``first``) + row_terms @ column_terms
+    ({M, 2} @ {2, N}; no rows, or None: no terms) there, element by element, in its order of operations: the multiplier (sa·sb)/so in float64,
+    recomputed only where the row's scales change; rint rounds half to even. With row_terms None (a product's
+    pieces: they have no terms) the loop that adds terms is not compiled."""
     columns = out.shape[1]
-    multiplier = np.empty(columns)
-    sums = np.empty(columns)
+    multiplier, sums = np.empty(columns, np.float64), np.empty(columns, np.float64)
     for m in range(first, last):
         if m == first or a_scale[m] != a_scale[m - 1] or output_scale[m] != output_scale[m - 1]:
             sa, so = np.float64(a_scale[m]), np.float64(output_scale[m])
             for j in range(columns):
                 multiplier[j] = (sa * np.float64(b_scale[j])) / so
-        if row_terms.shape[0] == 0:  # the sums as they are (a third faster than adding terms of 0)
-            requantize_row(product[m], multiplier, zero_point[m], low, high, out[m])
+        if row_terms is None or row_terms.shape[0] == 0:  # the sums as they are (a third faster than adding 0)
+            requantize_row(product[m - first], multiplier, zero_point[m], low, high, out[m])
             continue
         row_sum, row_shift = row_terms[m, 0], row_terms[m, 1]
-        source = product[m]
+        source = product[m - first]
         for j in range(columns):
             sums[j] = np.float64(source[j]) + (row_sum * column_terms[0, j] + row_shift * column_terms[1, j])
         requantize_row(sums, multiplier, zero_point[m], low, high, out[m])
