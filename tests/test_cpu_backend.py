@@ -1295,6 +1295,32 @@ def test_kernel_product_of_wide_b(kernel, m, k, n, b_layout, pieces):
                                       exact_product(a, zero_a, b, zero_b))
 
 
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_calling_thread_waits_for_pieces_it_did_not_take(kernel, monkeypatch):
+    """A product's calling thread returns once every piece has ended, also where the pool's threads took every
+    ticket, its first included, before it ran (a busy machine): here the tickets are all taken and the last stage's
+    pieces not yet ended when the call starts, and it returns only once they are."""
+    calls = []
+
+    def tickets_taken(pool_entry, arguments, threads, numba_entry=None):
+        state, counts = arguments[2], arguments[3]
+        state[0] = counts.sum()  # every ticket taken, by threads that have not ended their pieces
+        entry = pool_entry(arguments)
+        call = threading.Thread(target=entry, args=(*arguments, cpu_pieces.NO_RING, True))
+        call.start()
+        call.join(0.3)
+        calls.append(call.is_alive())  # waiting
+        state[1 + len(counts) - 1] = counts[-1]  # the last stage's pieces end
+        call.join(60)
+        calls.append(call.is_alive())
+
+    monkeypatch.setattr(cpu_integer_gemm, "run_on_cores", tickets_taken)
+    rng = np.random.default_rng(8)
+    a, b = random_values(rng, (5, 64), np.uint8), random_values(rng, (64, 70), np.int8)
+    kernel_product(kernel, a, None, b, None, 1)
+    assert calls == [True, False]
+
+
 DIRECT_KERNELS = [kernel for kernel in KERNELS if kernel.values[0].direct]
 
 

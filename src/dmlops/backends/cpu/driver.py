@@ -78,15 +78,22 @@ def next_piece(state, counts):
 
 
 @inlined
-def piece_ended(state, counts, stage, wait):
-    """Count a piece of ``stage`` ended, and take the next: (stage, piece) as ``next_piece``. Where none is left
-    and ``wait``, first wait until every piece of the last stage has ended (their outputs then seen here)."""
-    count_up(state, 1 + stage)
+def take_piece(state, counts, wait):
+    """(stage, piece) as ``next_piece``. Where none is left and ``wait``, first wait until every piece of the last
+    stage has ended (their outputs then seen here): the pool's threads may have taken every ticket, the first
+    included, while this thread was not running."""
     stage, piece = next_piece(state, counts)
     last = counts.shape[0] - 1
     while stage < 0 and wait and state_of(state, 1 + last) < counts[last]:
         spin_pause()
     return stage, piece
+
+
+@inlined
+def piece_ended(state, counts, stage, wait):
+    """Count a piece of ``stage`` ended, and take the next (``take_piece``)."""
+    count_up(state, 1 + stage)
+    return take_piece(state, counts, wait)
 
 
 def pack_a(layout, a, a_sign, a_zero, packed, row_sums, first, last):
@@ -270,7 +277,7 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
         most = rows * ((padded_rows // rows + counts[1] - 1) // counts[1])  # the rows of the largest piece
         own_a = np.empty((most, buffers[0].shape[1]), buffers[0].dtype)
         own_sums, own_row_sums = np.empty((most, buffers[2].shape[1]), np.int32), np.empty(most, np.int32)
-        stage, piece = next_piece(state, counts)
+        stage, piece = take_piece(state, counts, wait)
         while stage >= 0:
             if stage == 0:
                 first, last = piece_bounds(blocks, counts[0], 1, piece)
@@ -291,7 +298,7 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
                    wait):
         m, blocks = a.shape[0], buffers[1].shape[0]
         padded_rows = padded_sizes(a, rows, group)[0]
-        stage, piece = next_piece(state, counts)
+        stage, piece = take_piece(state, counts, wait)
         while stage >= 0:
             if stage == 0:
                 pack_a(layout, a, a_sign, a_zero, buffers[0], buffers[3], 0, padded_rows)
@@ -310,7 +317,7 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
         (m, k), n = a.shape, b.shape[1]
         a_packed, sums, row_sums, column_terms = buffers[0], buffers[2], buffers[3], buffers[4]
         b_flip = flip_of_b(b_sign)
-        stage, piece = next_piece(state, counts)
+        stage, piece = take_piece(state, counts, wait)
         while stage >= 0:
             if stage == 0:
                 pack_rows_bytes(a, a_sign, a_packed, row_sums, 0, m)
@@ -334,7 +341,7 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
         own_sums, own_row_sums = np.empty((most, buffers[2].shape[1]), np.int32), np.empty(most, np.int32)
         packed_b, terms = buffers[1].view(np.uint8), buffers[4]
         amx.start_tiles()
-        stage, piece = next_piece(state, counts)
+        stage, piece = take_piece(state, counts, wait)
         while stage >= 0:
             if stage == 0:
                 first, last = piece_bounds(blocks, counts[0], 1, piece)
@@ -356,7 +363,7 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
         padded_rows, length = padded_sizes(a, rows, amx.DEPTH)
         packed_a, sums, row_sums, terms = buffers[0].view(np.uint8), buffers[2], buffers[3], buffers[4]
         amx.start_tiles()
-        stage, piece = next_piece(state, counts)
+        stage, piece = take_piece(state, counts, wait)
         while stage >= 0:
             if stage == 0:
                 amx.pack_a(a, a_sign, packed_a, row_sums, 0, padded_rows)
