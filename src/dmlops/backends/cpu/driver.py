@@ -13,7 +13,7 @@ from numba.extending import overload
 from . import amx
 from .atomics import call_begins, call_ends, count_up, spin_pause, state_of, take_ticket
 from .avx2 import multiply_rows, pack_columns, pack_rows
-from .jit import CALLEE_OPTIONS, callee, compiled, inlined
+from .jit import CALLEE_OPTIONS, callee, compiled, inlined, new_array
 from .kernels import KERNELS_BY_NAME
 from .requantization import requantize_sums
 from .vnni import multiply_direct, pack_columns_bytes, pack_rows_bytes
@@ -215,7 +215,7 @@ def multiply_strip(kernel, layout, a, b, b_sign, b_zero, buffers, b_packed, firs
     padded_rows, length = padded_sizes(a, rows, group)
     start, stop = first * columns, min(n, last * columns)
     own_panel = np.empty_like(buffers[1][first:last, :0 if b_packed else min(k_block, length) // group])
-    terms, run_terms = column_terms(layout, buffers), np.empty((last - first) * columns, np.int32)
+    terms, run_terms = column_terms(layout, buffers), new_array((last - first) * columns, np.int32)
     for begin in range(0, length, k_block):
         end = min(begin + k_block, length)
         if b_packed:
@@ -275,8 +275,8 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
         # in the call's scratch, the rows a core wrote were taken by the other in the next call, and moved
         # between the cores' caches (512³ on 2 Zen 5 cores: 1.15 times one core's speed so, 1.4 with these)
         most = rows * ((padded_rows // rows + counts[1] - 1) // counts[1])  # the rows of the largest piece
-        own_a = np.empty((most, buffers[0].shape[1]), buffers[0].dtype)
-        own_sums, own_row_sums = np.empty((most, buffers[2].shape[1]), np.int32), np.empty(most, np.int32)
+        own_a = new_array((most, buffers[0].shape[1]), buffers[0].dtype)
+        own_sums, own_row_sums = new_array((most, buffers[2].shape[1]), np.int32), new_array(most, np.int32)
         stage, piece = take_piece(state, counts, wait)
         while stage >= 0:
             if stage == 0:
@@ -337,8 +337,8 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
         m, blocks = a.shape[0], buffers[1].shape[0]
         padded_rows, length = padded_sizes(a, rows, amx.DEPTH)
         most = rows * ((padded_rows // rows + counts[1] - 1) // counts[1])  # (as by_rows)
-        own_a = np.empty((most, buffers[0].shape[1]), np.uint8)
-        own_sums, own_row_sums = np.empty((most, buffers[2].shape[1]), np.int32), np.empty(most, np.int32)
+        own_a = new_array((most, buffers[0].shape[1]), np.uint8)
+        own_sums, own_row_sums = new_array((most, buffers[2].shape[1]), np.int32), new_array(most, np.int32)
         packed_b, terms = buffers[1].view(np.uint8), buffers[4]
         amx.start_tiles()
         stage, piece = take_piece(state, counts, wait)

@@ -14,7 +14,10 @@ import os
 
 import llvmlite.binding as llvm
 import numba
-from numba.core import codegen, compiler
+from numba.core import codegen, compiler, types
+from numba.core.typing.npydecl import parse_dtype, parse_shape
+from numba.extending import intrinsic
+from numba.np import arrayobj
 
 
 class LinkedLibrary(codegen.JITCodeLibrary):
@@ -64,3 +67,16 @@ callee = numba.njit(**CALLEE_OPTIONS, cache=not LINKED)
 
 # A few lines called from compiled code: inlined into each caller as numba reads it, never compiled on their own.
 inlined = numba.njit(inline="always")
+
+
+@intrinsic
+def new_array(typing_context, shape, dtype):
+    """np.empty(shape, dtype) (a C-contiguous array), its allocation lowered into the caller: numba compiles
+    np.empty as a function of its own for each type of its arguments, 0.04 CPU-s each at a first product."""
+    kind = types.Array(parse_dtype(dtype), parse_shape(shape), "C")
+
+    def codegen(context, builder, signature, arguments):
+        kind, sizes = arrayobj._parse_empty_args(context, builder, signature, arguments)
+        return arrayobj._empty_nd_impl(context, builder, kind, sizes)._getvalue()
+
+    return kind(shape, dtype), codegen

@@ -12,7 +12,7 @@ from numba.extending import intrinsic
 
 from . import driver, integer_gemm, requantization  # noqa: F401  (integer_gemm, requantization: qmatmul's)
 from .atomics import call_begins, call_ends, ring  # noqa: F401  (ring: qmatmul's warm-up)
-from .jit import callee, compiled, inlined
+from .jit import callee, compiled, inlined, new_array
 
 
 @compiled
@@ -60,8 +60,8 @@ def one_call_parameters(a_scale, a_zero_point, b_sign, b_scale, b_zero_point, ou
     arguments as ``driver.finish_rows`` takes them) of product_in_one_call's parameters."""
     m, n = out.shape
     # A's and the output's, one a row (one loop for the four: np.full or a loop each compiles more code)
-    a_scales, output_scales = np.empty(m, np.float32), np.empty(m, np.float32)
-    a_zero, zero_point = np.empty(m, np.int32), np.empty(m, np.float64)
+    a_scales, output_scales = new_array(m, np.float32), new_array(m, np.float32)
+    a_zero, zero_point = new_array(m, np.int32), new_array(m, np.float64)
     for i in range(m):
         a_scales[i], output_scales[i], a_zero[i], zero_point[i] = (a_scale, output_scale, a_zero_point,
                                                                     output_zero_point)
@@ -101,7 +101,7 @@ def columns(values, n):
 def filled(length, value, dtype):
     """A new vector of ``length`` values of dtype, each ``value`` (np.full compiles a function of its own for each
     type of its arguments, a tenth of a second each at a first call)."""
-    values = np.empty(length, dtype)
+    values = new_array(length, dtype)
     values[:] = value
     return values
 
@@ -110,7 +110,7 @@ def filled(length, value, dtype):
 def zero_points(bits, sign, length):
     """A zero point given as its bits (uint8), one value or one each, with its type's sign (128 for INT8: a value is
     (its bits xor 128) − 128), as a new int32 vector of ``length``."""
-    values = np.empty(length, np.int32)
+    values = new_array(length, np.int32)
     last = bits.shape[0] - 1
     for i in range(length):
         values[i] = np.int32(bits[min(i, last)] ^ sign) - np.int32(sign)

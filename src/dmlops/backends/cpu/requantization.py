@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .jit import callee, compiled
+from .jit import callee, compiled, new_array
 
 
 @compiled
@@ -24,7 +24,7 @@ def requantize_sums(product, row_terms, column_terms, a_scale, b_scale, output_s
     recomputed only where the row's scales change; rint rounds half to even. With row_terms None (a product's
     pieces: they have no terms) the loop that adds terms is not compiled."""
     columns = out.shape[1]
-    multiplier, sums = np.empty(columns, np.float64), np.empty(columns, np.float64)
+    multiplier, sums = new_array(columns, np.float64), new_array(columns, np.float64)
     for m in range(first, last):
         if m == first or a_scale[m] != a_scale[m - 1] or output_scale[m] != output_scale[m - 1]:
             sa, so = np.float64(a_scale[m]), np.float64(output_scale[m])
