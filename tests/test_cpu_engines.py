@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from dmlops.backends.cpu import qmatmul as cpu_qmatmul, scan as cpu_scan
 
 from checks import assert_cumulative_matches
+import reference
 from strategies import random_scales, random_values
 from conftest import examples
 
@@ -324,6 +325,13 @@ def twice_each(values):
     return out
 
 print(jit.LINKED, "pipeline_class" in jit.CALLEE_OPTIONS, twice_each(np.arange(3)).tolist())
+
+import dmlops  # a product through the compiled engine, compiled as jit says
+rng = np.random.default_rng(0)
+a, b = rng.integers(0, 256, (8, 64), dtype=np.uint8), rng.integers(-128, 128, (64, 16), dtype=np.int8)
+out = dmlops.quantized_linear_matmul(a, np.float32(0.02), np.uint8(128), b, np.float32(0.01), None, np.float32(0.5),
+                                     np.uint8(100))
+print(out.tobytes().hex())
 """
 
 
@@ -332,15 +340,20 @@ print(jit.LINKED, "pipeline_class" in jit.CALLEE_OPTIONS, twice_each(np.arange(3
 def test_callees_compile_through_numba_public_options_where_asked(public, tmp_path):
     """Callees are linked into their callers (``jit.LinkedLibrary``, numba's internals) only with the numba versions
     it was written against; DMLOPS_PUBLIC_COMPILE=1, as another version would, compiles them through numba's public
-    options. Either way they run."""
+    options. Either way they run, and a product through them gives the reference's bits."""
     import numba
 
     from dmlops.backends.cpu import jit
 
     script = tmp_path / "callees.py"  # (numba caches functions of files only)
     script.write_text(CALLEES)
-    environment = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)} | ({"DMLOPS_PUBLIC_COMPILE": "1"} if public else {})
+    environment = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path), "DMLOPS_NUMBA": "wait"} | (
+        {"DMLOPS_PUBLIC_COMPILE": "1"} if public else {})
     printed = subprocess.run([sys.executable, str(script)], env=environment, capture_output=True, text=True,
                              check=True).stdout
     linked = not public and numba.__version__.startswith(jit.KNOWN_NUMBA)
-    assert printed.split() == [str(linked), str(linked), "[0,", "2,", "4]"]
+    rng = np.random.default_rng(0)
+    a, b = rng.integers(0, 256, (8, 64), dtype=np.uint8), rng.integers(-128, 128, (64, 16), dtype=np.int8)
+    expected = reference.quantized_matmul(a, np.float32(0.02), np.uint8(128), b, np.float32(0.01), None,
+                                          np.float32(0.5), np.uint8(100), np.uint8)
+    assert printed.split() == [str(linked), str(linked), "[0,", "2,", "4]", expected.tobytes().hex()]

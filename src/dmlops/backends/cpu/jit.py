@@ -14,10 +14,8 @@ import os
 
 import llvmlite.binding as llvm
 import numba
-from numba.core import codegen, compiler, types
-from numba.core.typing.npydecl import parse_dtype, parse_shape
-from numba.extending import intrinsic
-from numba.np import arrayobj
+import numpy as np
+from numba.core import codegen, compiler
 
 
 class LinkedLibrary(codegen.JITCodeLibrary):
@@ -69,14 +67,26 @@ callee = numba.njit(**CALLEE_OPTIONS, cache=not LINKED)
 inlined = numba.njit(inline="always")
 
 
-@intrinsic
-def new_array(typing_context, shape, dtype):
-    """np.empty(shape, dtype) (a C-contiguous array), its allocation lowered into the caller: numba compiles
-    np.empty as a function of its own for each type of its arguments, 0.04 CPU-s each at a first product."""
-    kind = types.Array(parse_dtype(dtype), parse_shape(shape), "C")
+def private_new_array():
+    """new_array through numba's internals (imported here: other numba versions may not have them)."""
+    from numba.core import types
+    from numba.core.typing.npydecl import parse_dtype, parse_shape
+    from numba.extending import intrinsic
+    from numba.np import arrayobj
 
-    def codegen(context, builder, signature, arguments):
-        kind, sizes = arrayobj._parse_empty_args(context, builder, signature, arguments)
-        return arrayobj._empty_nd_impl(context, builder, kind, sizes)._getvalue()
+    @intrinsic
+    def new_array(typing_context, shape, dtype):
+        """np.empty(shape, dtype) (a C-contiguous array), its allocation lowered into the caller: numba compiles
+        np.empty as a function of its own for each type of its arguments, 0.04 CPU-s each at a first product."""
+        kind = types.Array(parse_dtype(dtype), parse_shape(shape), "C")
 
-    return kind(shape, dtype), codegen
+        def codegen(context, builder, signature, arguments):
+            kind, sizes = arrayobj._parse_empty_args(context, builder, signature, arguments)
+            return arrayobj._empty_nd_impl(context, builder, kind, sizes)._getvalue()
+
+        return kind(shape, dtype), codegen
+    return new_array
+
+
+# np.empty for compiled code: through numba's internals (its array allocation's lowering) where LINKED, else itself.
+new_array = private_new_array() if LINKED else np.empty
