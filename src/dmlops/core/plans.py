@@ -111,6 +111,7 @@ def is_torch_tensor(value) -> bool:
 
 def key(operation, options, arguments):
     """The key of a call's plan, or None where it can have none."""
+    # ``layout`` written out in the comprehension: one Python call fewer an argument, on every call's path
     functions = _LAYOUT_FUNCTIONS
     layouts = tuple([(functions.get(type(value)) or _learned(type(value)))(value) for value in arguments])
     return None if UNPLANNED in layouts else (operation, options, layouts)
