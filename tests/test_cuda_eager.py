@@ -161,12 +161,16 @@ def test_prepared_b_rejects_its_parameters_twice(torch_device):
 @gpu_only
 def test_no_call_waits_for_the_gpu():
     """Every CUDA entry point under torch.cuda.set_sync_debug_mode("error"): the array API (new and kept plans,
-    numbers, tensors, prepared B, out given, in place) and the operator API."""
+    numbers, tensors, prepared B with few rows and many, out given, in place, one tensor for two parameters and then
+    two) and the operator API."""
     rng = np.random.default_rng(3)
     x = torch.randn(64, 1000, device="cuda")
     arrays, _ = qmm_case(rng, 16, 256, 64)
     a, a_scale, a_zero, b, b_scale, b_zero, out_scale, out_zero = as_tensors(arrays, "cuda")
     prepared = dmlops.prepare_b(b, b_scale, b_zero)
+    rows = as_tensors(qmm_case(rng, 40, 256, 64)[0], "cuda")[0]  # the tile kernel's (the split-K kernel's: a)
+    scale, zero = torch.tensor(0.02, device="cuda"), torch.tensor(3, dtype=torch.uint8, device="cuda")
+    other_scale, other_zero = torch.tensor(2.0, device="cuda"), torch.tensor(7, dtype=torch.uint8, device="cuda")
     operator = dmlops.Device("cuda").compile_operator(dmlops.CumulativeSummationOperatorDesc(
         dmlops.TensorDesc(dmlops.DataType.FLOAT32, [64, 1000]), dmlops.TensorDesc(dmlops.DataType.FLOAT32, [64, 1000]),
         axis=1))
@@ -181,6 +185,8 @@ def test_no_call_waits_for_the_gpu():
             dmlops.quantized_linear_matmul(a, a_scale, a_zero, b, b_scale, b_zero, out_scale, out_zero)
             dmlops.quantized_linear_matmul(a, 0.02, 3, b, 0.5, None, 2.0, 7, output_dtype=torch.uint8)
             dmlops.quantized_linear_matmul(a, a_scale, a_zero, prepared, None, None, out_scale, out_zero)
+            dmlops.quantized_linear_matmul(rows, scale, zero, prepared, None, None, scale, zero)
+            dmlops.quantized_linear_matmul(rows, scale, zero, prepared, None, None, other_scale, other_zero)
             operator.execute([x.reshape(-1).view(torch.uint8)], [out])
     finally:
         torch.cuda.set_sync_debug_mode("default")
