@@ -166,7 +166,9 @@ def warm(task) -> None:
 
 def tuning_name(tuning) -> str:
     if isinstance(tuning, scan.Walk):
-        return f"walk {tuning.columns}/{tuning.rows}/{tuning.stages}"
+        threads = f"/{tuning.elements_per_thread}" if tuning.elements_per_thread != scan.Walk.elements_per_thread else ""
+        kernel = "" if tuning.rows_in_threads else " (Triton layout)"
+        return f"walk {tuning.columns}/{tuning.rows}/{tuning.stages}{threads}{kernel}"
     shifted = " shifted" if tuning.shift_stores else ""
     chunks = f" chunks {tuning.chunks}" if tuning.chunks > 1 else ""
     columns = f" columns {tuning.columns}" if tuning.columns != scan.Tuning.columns else ""

@@ -229,7 +229,8 @@ def cases(draw):
             st.builds(scan.Tuning, tile_bytes=st.sampled_from([64, 256, 4096]),
                       tiles_in_flight=st.sampled_from([1, 4, 16]), shift_stores=st.booleans(),
                       chunks=st.sampled_from([1, 4]), columns=st.sampled_from([1, 4, 128])),
-            st.builds(scan.Walk, columns=st.sampled_from([1, 4, 32]), rows=st.sampled_from([2, 8, 64])))),
+            st.builds(scan.Walk, columns=st.sampled_from([1, 4, 32]), rows=st.sampled_from([2, 8, 64]),
+                      stages=st.sampled_from([2, 4]), rows_in_threads=st.booleans()))),
         seed=draw(st.integers(0, 2**32 - 1)))
 
 
@@ -255,8 +256,9 @@ def test_lines_coalesce():
 
 
 def test_default_tuning():
-    def tuning(problem, accumulator_bytes=4, exclusive=False, reverse=False):
-        return scan.default_tuning(problem, accumulator_bytes, exclusive, reverse, scan.H100_PROCESSORS)
+    def tuning(problem, accumulator_bytes=4, exclusive=False, reverse=False, element_bytes=4):
+        return scan.default_tuning(problem, accumulator_bytes, element_bytes, exclusive, reverse,
+                                   scan.H100_PROCESSORS)
 
     # Down columns, small tensors take the rows' reach in blocks of 32 columns (or the rows' tuning, with 32 columns
     # or fewer); from just over 16 MiB of accumulators, the columns' tuning.
@@ -274,6 +276,14 @@ def test_default_tuning():
 
     assert tuning(columns(1, 65536, 4096), exclusive=True, reverse=True) == scan.WALK
     assert tuning(columns(1, 32768, 8192)) == scan.WALK
+    # FLOAT16 walks where its strips fill a wave, short columns too, with rows held in threads.
+    assert tuning(columns(1, 32768, 8192), element_bytes=2) == scan.WALK_HALVES
+    assert tuning(columns(1, 65536, 6144), element_bytes=2) == scan.WALK_HALVES
+    assert tuning(columns(32, 512, 16384), element_bytes=2) == scan.WALK_HALVES
+    assert tuning(columns(1, 1 << 24, 2), element_bytes=2) == scan.DOWN_COLUMNS
+    assert tuning(columns(1, 65536, 4098), element_bytes=2) == scan.DOWN_COLUMNS
+    assert tuning(small, element_bytes=2) == scan.SMALL_COLUMNS
+    assert scan.WALK_HALVES.rows_in_threads and not scan.WALK.rows_in_threads
     assert tuning(columns(16, 8192, 256)) == scan.WALK
     assert tuning(columns(1, 65536, 6144)) == scan.DOWN_COLUMNS
     assert tuning(columns(1, 65536, 4100)) == scan.WALK
@@ -390,9 +400,11 @@ def test_large(shape, axis, operation, dtype, reverse, exclusive):
 @pytest.mark.parametrize("operation, dtype", [(SUM, np.float32), (PRODUCT, np.float32), (SUM, np.float16),
                                               (SUM, np.int32), (PRODUCT, np.uint64)])
 @pytest.mark.parametrize("reverse, exclusive", [(False, False), (True, True), (False, True)])
-def test_large_walk(shape, operation, dtype, reverse, exclusive):
-    # The default walk over many blocks, on shapes that take tiles by default; the last strip is partial.
-    run_case(np.random.default_rng(), operation, dtype, shape, 0, reverse, exclusive, tuning=scan.WALK)
+@pytest.mark.parametrize("walk", [scan.WALK, scan.WALK_HALVES, scan.Walk(rows_in_threads=True)])
+def test_large_walk(shape, operation, dtype, reverse, exclusive, walk):
+    # The default walks over many blocks, on shapes that take tiles by default; the last strip is partial. Then the
+    # walk's Gluon kernel with 4-byte elements' blocks.
+    run_case(np.random.default_rng(), operation, dtype, shape, 0, reverse, exclusive, tuning=walk)
 
 
 @gpu_only

@@ -32,14 +32,17 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 
 import torch
 import triton
 import triton.language as tl
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
 
 from ...ops.cumulative import CumulativeOperation, accumulation_type
 from ...types import DataType
-from .common import TRITON_TYPES, cdiv, check_devices, data_type, next_power_of_2
+from .common import INTERPRETED, TRITON_TYPES, cdiv, check_devices, data_type, next_power_of_2
 from .launch import KeptLaunch, capturing, kept_stream, kept_zeros
 
 MAX_WINDOW_WORDS = 2048  # slot words a program reads in one look-back, both levels together
@@ -443,14 +446,65 @@ def _scan_columns_kernel(x, y, words, control,
 
 
 @triton.jit
+def _walk_valid(walked, length, column_valid, BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr,
+                EVEN_COLUMNS: tl.constexpr):
+    if EVEN_COLUMNS:
+        return tl.broadcast_to(walked < length, [BLOCK_A, BLOCK_B])
+    return (walked < length) & column_valid
+
+
+@triton.jit
+def _walk_load(x_rows, row, column_valid, block, length, x_step, IDENTITY: tl.constexpr, REVERSE: tl.constexpr,
+               EXCLUSIVE: tl.constexpr, BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr, EVEN_COLUMNS: tl.constexpr,
+               ALIGNMENT: tl.constexpr):
+    """The values a walk's block ``block`` scans (exclusive: each position's predecessor in walk order, the block's
+    first row the identity) and, exclusive, the block's last element, which comes in through the carry (else a
+    placeholder). A block reads only its own positions, so that in place those loads never see an earlier block's
+    stores."""
+    walked = tl.cast(block, tl.int64) * BLOCK_A + row  # positions in walk order
+    position = (length - 1 - walked) if REVERSE else walked
+    present = _walk_valid(walked, length, column_valid, BLOCK_A, BLOCK_B, EVEN_COLUMNS)
+    final = column_valid
+    if EXCLUSIVE:
+        position = (position + 1) if REVERSE else (position - 1)
+        present = present & (row != 0)
+        last = tl.minimum(tl.cast(block, tl.int64) * BLOCK_A + BLOCK_A, length) - 1
+        final = tl.load(x_rows + ((length - 1 - last) if REVERSE else last) * x_step, mask=column_valid,
+                        other=IDENTITY)
+    offsets = position * x_step
+    if ALIGNMENT > 1 and BLOCK_A > 1:  # offsets of whole rows: loads along them may be vectors
+        offsets = tl.multiple_of(offsets, [ALIGNMENT, ALIGNMENT])
+    return tl.load(x_rows + offsets, mask=present, other=IDENTITY), final
+
+
+@triton.jit
+def _walk_store(values, final, carry, y, y_rows, row, column_valid, block, length, y_step, OPERATION: tl.constexpr,
+                ZERO: tl.constexpr, ACCUMULATOR: tl.constexpr, REVERSE: tl.constexpr, EXCLUSIVE: tl.constexpr,
+                BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr, EVEN_COLUMNS: tl.constexpr, ALIGNMENT: tl.constexpr):
+    """Scans block ``block`` of a walk from its ``_walk_load``, stores it and returns the running value."""
+    walked = tl.cast(block, tl.int64) * BLOCK_A + row
+    position = (length - 1 - walked) if REVERSE else walked
+    valid = _walk_valid(walked, length, column_valid, BLOCK_A, BLOCK_B, EVEN_COLUMNS)
+    offsets = position * y_step
+    if ALIGNMENT > 1 and BLOCK_A > 1:
+        offsets = tl.multiple_of(offsets, [ALIGNMENT, ALIGNMENT])
+    result = _combine(carry, _scan(values.to(ACCUMULATOR), 0, OPERATION, False), OPERATION)
+    tl.store(y_rows + offsets, result.to(y.dtype.element_ty), mask=valid)
+    # Rows past the line's end scanned the identity: the block's last row holds the running value.
+    carry = tl.sum(tl.where(row == BLOCK_A - 1, result, ZERO), 0, keep_dims=True)
+    if EXCLUSIVE:
+        carry = _combine(carry, final.to(ACCUMULATOR), OPERATION)
+    return carry
+
+
+@triton.jit
 def _walk_kernel(x, y, length, inner, x_outer, x_step, x_inner, y_outer, y_step, y_inner, inner_blocks,
                  OPERATION: tl.constexpr, IDENTITY: tl.constexpr, LINE_START: tl.constexpr, ZERO: tl.constexpr,
                  ACCUMULATOR: tl.constexpr, REVERSE: tl.constexpr, EXCLUSIVE: tl.constexpr, BLOCK_A: tl.constexpr,
                  BLOCK_B: tl.constexpr, EVEN_COLUMNS: tl.constexpr, ALIGNMENT: tl.constexpr, STAGES: tl.constexpr):
     # One program walks a strip of BLOCK_B inner indices down the whole axis, BLOCK_A positions a block, in walk
     # order (from the last position when decreasing), the running value in registers: no look-back, and the loop
-    # loads blocks ahead of the one it scans. A block reads only its own positions, so that in place those loads
-    # never see an earlier block's stores.
+    # loads blocks ahead of the one it scans.
     pid = tl.program_id(0)
     o = (pid // inner_blocks).to(tl.int64)
     column = (pid % inner_blocks).to(tl.int64) * BLOCK_B + tl.arange(0, BLOCK_B)[None, :]
@@ -460,34 +514,52 @@ def _walk_kernel(x, y, length, inner, x_outer, x_step, x_inner, y_outer, y_step,
     column_valid = column < inner
     carry = tl.full([1, BLOCK_B], LINE_START if EXCLUSIVE else IDENTITY, ACCUMULATOR)
     for block in tl.range(0, tl.cdiv(length, BLOCK_A), num_stages=STAGES):
-        walked = tl.cast(block, tl.int64) * BLOCK_A + row  # positions in walk order
-        position = (length - 1 - walked) if REVERSE else walked
-        if EVEN_COLUMNS:
-            valid = tl.broadcast_to(walked < length, [BLOCK_A, BLOCK_B])
-        else:
-            valid = (walked < length) & column_valid
-        if EXCLUSIVE:  # scan each element's predecessor in walk order within the block; the block's last element
-            # comes in through the carry
-            source = (position + 1) if REVERSE else (position - 1)
-            present = valid & (row != 0)
-            last = tl.minimum(tl.cast(block, tl.int64) * BLOCK_A + BLOCK_A, length) - 1
-            final = tl.load(x_rows + ((length - 1 - last) if REVERSE else last) * x_step, mask=column_valid,
-                            other=IDENTITY)
-        else:
-            source = position
-            present = valid
-        x_offsets = source * x_step
-        y_offsets = position * y_step
-        if ALIGNMENT > 1 and BLOCK_A > 1:  # offsets of whole rows: loads and stores along them may be vectors
-            x_offsets = tl.multiple_of(x_offsets, [ALIGNMENT, ALIGNMENT])
-            y_offsets = tl.multiple_of(y_offsets, [ALIGNMENT, ALIGNMENT])
-        values = tl.load(x_rows + x_offsets, mask=present, other=IDENTITY)
-        result = _combine(carry, _scan(values.to(ACCUMULATOR), 0, OPERATION, False), OPERATION)
-        tl.store(y_rows + y_offsets, result.to(y.dtype.element_ty), mask=valid)
-        # Rows past the line's end scanned the identity: the block's last row holds the running value.
-        carry = tl.sum(tl.where(row == BLOCK_A - 1, result, ZERO), 0, keep_dims=True)
-        if EXCLUSIVE:
-            carry = _combine(carry, final.to(ACCUMULATOR), OPERATION)
+        values, final = _walk_load(x_rows, row, column_valid, block, length, x_step, IDENTITY, REVERSE, EXCLUSIVE,
+                                   BLOCK_A, BLOCK_B, EVEN_COLUMNS, ALIGNMENT)
+        carry = _walk_store(values, final, carry, y, y_rows, row, column_valid, block, length, y_step, OPERATION,
+                            ZERO, ACCUMULATOR, REVERSE, EXCLUSIVE, BLOCK_A, BLOCK_B, EVEN_COLUMNS, ALIGNMENT)
+
+
+@gluon.constexpr_function
+def walk_layout(block_a, block_b, element_bytes, num_warps):
+    """Where a walk's block lies in the threads of ``_walk_kernel_rows_in_threads``: each thread holds 16-byte
+    vectors of columns on several consecutive rows, so that most of the scan down the rows adds within a thread."""
+    vector = min(16 // element_bytes, block_b)
+    lanes_b = min(32, block_b // vector)
+    lanes_a = 32 // lanes_b
+    rows = max(1, block_a // (lanes_a * num_warps))
+    return gl.BlockedLayout([rows, vector], [lanes_a, lanes_b], [num_warps, 1], [1, 0])
+
+
+# _walk_kernel with its block's layout chosen (walk_layout), in Gluon: Triton 3.6 gives a block scanned down its rows
+# one row a thread, and scans across lanes and warps for most of its additions (~40 instructions an element; this
+# layout ~10). The loop loads the next block into registers before it scans the one loaded before, whatever
+# STAGES says (two blocks ahead ran slower: benchmarks/RESULTS.md).
+@gluon.jit
+def _walk_kernel_rows_in_threads(x, y, length, inner, x_outer, x_step, x_inner, y_outer, y_step, y_inner,
+                                 inner_blocks, OPERATION: gl.constexpr, IDENTITY: gl.constexpr,
+                                 LINE_START: gl.constexpr, ZERO: gl.constexpr, ACCUMULATOR: gl.constexpr,
+                                 REVERSE: gl.constexpr, EXCLUSIVE: gl.constexpr, BLOCK_A: gl.constexpr,
+                                 BLOCK_B: gl.constexpr, EVEN_COLUMNS: gl.constexpr, ALIGNMENT: gl.constexpr,
+                                 STAGES: gl.constexpr, num_warps: gl.constexpr):
+    layout: gl.constexpr = walk_layout(BLOCK_A, BLOCK_B, x.dtype.element_ty.primitive_bitwidth // 8, num_warps)
+    pid = gl.program_id(0)
+    o = (pid // inner_blocks).to(gl.int64)
+    column = ((pid % inner_blocks).to(gl.int64) * BLOCK_B + gl.arange(0, BLOCK_B, gl.SliceLayout(0, layout)))[None, :]
+    x_rows = x + o * x_outer + column * x_inner
+    y_rows = y + o * y_outer + column * y_inner
+    row = gl.arange(0, BLOCK_A, gl.SliceLayout(1, layout))[:, None]
+    column_valid = column < inner
+    carry = gl.full([1, BLOCK_B], LINE_START if EXCLUSIVE else IDENTITY, ACCUMULATOR, layout)
+    values, final = _walk_load(x_rows, row, column_valid, 0, length, x_step, IDENTITY, REVERSE, EXCLUSIVE, BLOCK_A,
+                               BLOCK_B, EVEN_COLUMNS, ALIGNMENT)
+    for block in range(gl.cdiv(length, BLOCK_A)):
+        # Past the line's end the loads are masked off (but an exclusive scan's ``final``, its last element).
+        ahead = _walk_load(x_rows, row, column_valid, block + 1, length, x_step, IDENTITY, REVERSE, EXCLUSIVE,
+                           BLOCK_A, BLOCK_B, EVEN_COLUMNS, ALIGNMENT)
+        carry = _walk_store(values, final, carry, y, y_rows, row, column_valid, block, length, y_step, OPERATION,
+                            ZERO, ACCUMULATOR, REVERSE, EXCLUSIVE, BLOCK_A, BLOCK_B, EVEN_COLUMNS, ALIGNMENT)
+        values, final = ahead
 
 
 # -- launcher --------------------------------------------------------------------------------------------------
@@ -521,6 +593,7 @@ class Walk:
     rows: int = 256  # positions along the axis a block
     stages: int = 4  # the loop's pipeline: loads run this many blocks less one ahead
     elements_per_thread: int = 32
+    rows_in_threads: bool = False  # _walk_kernel_rows_in_threads where it runs (compiled, sm_90)
 
 
 # The defaults, from the tuning sweeps of benchmarks/scan.py on an H100 (the numbers: benchmarks/RESULTS.md, "Moved
@@ -528,7 +601,9 @@ class Walk:
 # few long lines reach further back, with tiles and registers sized for four programs a multiprocessor; columns of a
 # small tensor (SMALL_BYTES and less) are too few tiles for that and take the rows' reach in 16 KiB blocks; long
 # columns walk (WALK) where their strips fill the waves of one program a multiprocessor to WAVE_FILL and are long
-# enough (MIN_WALK_LENGTH) to fill the walk's loop.
+# enough (MIN_WALK_LENGTH) to fill the walk's loop. 2-byte elements walk wherever their strips fill a wave, short
+# columns too, in blocks of the same bytes with rows held in threads and one block loaded ahead (WALK_HALVES):
+# Triton's layout scans them at the element rate of its 4-byte ones, the tiles' look-back too.
 ALONG_ROWS = Tuning(tiles_in_flight=1024)
 SMALL_COLUMNS = Tuning(tile_bytes=16384, tiles_in_flight=1024, columns=32)
 FEW_LONG_LINES = Tuning(tile_bytes=32768, tiles_in_flight=8192, elements_per_thread=64, chunks=4, registers=128)
@@ -538,6 +613,7 @@ DOWN_COLUMNS = Tuning(tile_bytes=16384)
 SMALL_BYTES = 16 << 20
 FEW_LINES = 16
 WALK = Walk()
+WALK_HALVES = Walk(rows=512, stages=2, elements_per_thread=64, rows_in_threads=True)
 WAVE_FILL = 0.9
 MIN_WALK_LENGTH = 8192
 H100_PROCESSORS = 132  # what tilings are chosen for where there is no device (Triton's interpreter)
@@ -605,7 +681,7 @@ class Plan:
     num_warps: int
 
 
-def default_tuning(problem: Lines, accumulator_bytes: int, exclusive: bool, reverse: bool,
+def default_tuning(problem: Lines, accumulator_bytes: int, element_bytes: int, exclusive: bool, reverse: bool,
                    processors: int) -> Tuning | Walk:
     if problem.inner == 1:
         few_long_lines = (problem.outer <= FEW_LINES and problem.length * accumulator_bytes > ALONG_ROWS.tile_bytes
@@ -623,7 +699,10 @@ def default_tuning(problem: Lines, accumulator_bytes: int, exclusive: bool, reve
     fill = strips / (cdiv(strips, processors) * processors)
     # (Rows whose offsets are not multiples of 4 elements load one element at a time: not measured, and the walk's
     # loop then compiles to spills.)
-    walk = fill >= WAVE_FILL and problem.length >= MIN_WALK_LENGTH and alignment(problem, False) >= 4
+    aligned = alignment(problem, False) >= 4
+    if element_bytes == 2 and aligned and strips >= WAVE_FILL * processors:
+        return WALK_HALVES
+    walk = fill >= WAVE_FILL and problem.length >= MIN_WALK_LENGTH and aligned
     return WALK if walk else DOWN_COLUMNS
 
 
@@ -668,6 +747,12 @@ def walk_plan(problem: Lines, element_bytes: int, walk: Walk) -> Plan:
     inner_blocks = cdiv(problem.inner, block_b)
     return Plan(False, (block_a, block_b), block_b, problem.inner % block_b == 0, 1, problem.outer * inner_blocks,
                 inner_blocks, 0, alignment(problem, False), warps(block_a * block_b, walk.elements_per_thread))
+
+
+@functools.cache
+def _gluon_runs(device) -> bool:
+    """Whether Gluon kernels run here: compiled (not interpreted), on sm_90, where they were measured."""
+    return not INTERPRETED and torch.cuda.get_device_capability(device) == (9, 0)
 
 
 def alignment(problem: Lines, along_rows: bool) -> int:
@@ -740,7 +825,7 @@ def prepare_cumulative(operation: CumulativeOperation, x, out, axis: int, revers
     if tuning is None:
         processors = (torch.cuda.get_device_properties(x.device).multi_processor_count if x.device.type == "cuda"
                       else H100_PROCESSORS)
-        tuning = default_tuning(problem, accumulator_bytes, exclusive, reverse, processors)
+        tuning = default_tuning(problem, accumulator_bytes, x.element_size(), exclusive, reverse, processors)
     floating = accumulator.is_floating()
     on_gpu = x.device.type == "cuda"
     # IDENTITY combines with every x to give x; LINE_START begins an exclusive line (exactly 0 or 1, never -0.0);
@@ -750,7 +835,8 @@ def prepare_cumulative(operation: CumulativeOperation, x, out, axis: int, revers
                      REVERSE=bool(reverse), EXCLUSIVE=bool(exclusive))
     if isinstance(tuning, Walk):
         layout = walk_plan(problem, x.element_size(), tuning)
-        kernel, grid = _walk_kernel, (layout.chains,)
+        kernel = _walk_kernel_rows_in_threads if tuning.rows_in_threads and _gluon_runs(x.device) else _walk_kernel
+        grid = (layout.chains,)
         args = (x, out, problem.length, problem.inner, *problem.x_strides, *problem.y_strides, layout.inner_blocks)
         constants |= dict(BLOCK_A=layout.block[0], BLOCK_B=layout.block[1], EVEN_COLUMNS=layout.even_columns,
                           ALIGNMENT=layout.alignment, STAGES=tuning.stages, num_warps=layout.num_warps)
