@@ -392,3 +392,27 @@ def test_public_launches_give_the_same_bits(monkeypatch):
         result = dmlops.cumulative_sum(torch.from_numpy(x_values).cuda(), 1, exclusive=True)
         assert_cumulative_matches(result.cpu().numpy(), "sum", x_values, 1, False, True)
     dmlops.core.plans.forget()
+
+
+def test_every_kernel_hashes():
+    """Triton hashes a kernel with everything it calls before compiling it, and refuses plain Python functions
+    among them. Gluon kernels never run under the interpreter (nor does the hash there): hash every kernel in a
+    process that compiles."""
+    import os
+    import subprocess
+    import sys
+
+    script = """if True:
+        import importlib
+        from triton.runtime.jit import JITCallable
+        hashed = 0
+        for name in ["scan", "qmatmul", "qmatmul_hopper", "qmatmul_tiles", "recurrence"]:
+            for value in vars(importlib.import_module("dmlops.backends.cuda." + name)).values():
+                if isinstance(value, JITCallable):
+                    hashed += bool(value.cache_key)
+        print(hashed)
+    """
+    environment = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-c", script], env=environment, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert int(done.stdout) > 50
