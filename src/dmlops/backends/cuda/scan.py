@@ -1,4 +1,4 @@
-"""Cumulative summation and product as single-pass Triton scans.
+"""Cumulative summation and product as single-pass Triton (and Gluon) scans.
 
 Whatever its rank, a scan is a set of independent lines along the scan axis. The dimensions other than the axis
 coalesce, where the strides of both tensors allow, into at most two: an outer index and an inner index (other
@@ -9,7 +9,9 @@ kernel says how): a decreasing scan takes its tiles from the last.
 
 Down columns, where long lines side by side make about as many strips of inner indices as the GPU has
 multiprocessors, a program walks a strip down the whole axis instead, block by block, the running value in
-registers (_walk_kernel): no look-back at all, and a loop whose loads run a few blocks ahead.
+registers (_walk_kernel): no look-back at all, and a loop whose loads run a few blocks ahead. On sm_90 a walk may
+hold its block in a layout of its own (_walk_kernel_rows_in_threads, in Gluon): each thread a few rows of its
+columns, so that the scan down them adds within threads rather than across lanes and warps.
 
 A line longer than one tile is cut into tiles chained by a look-back. Every tile has a slot of scratch memory where
 it publishes the total of its elements, and tiles come in groups of WINDOW. A tile's carry combines slots in a tree
@@ -602,8 +604,9 @@ class Walk:
 # small tensor (SMALL_BYTES and less) are too few tiles for that and take the rows' reach in 16 KiB blocks; long
 # columns walk (WALK) where their strips fill the waves of one program a multiprocessor to WAVE_FILL and are long
 # enough (MIN_WALK_LENGTH) to fill the walk's loop. 2-byte elements walk wherever their strips fill a wave, short
-# columns too, in blocks of the same bytes with rows held in threads and one block loaded ahead (WALK_HALVES):
-# Triton's layout scans them at the element rate of its 4-byte ones, the tiles' look-back too.
+# columns too, in blocks of as many bytes with rows held in threads and one block loaded ahead (WALK_HALVES): in
+# Triton's layout (the tiles' as the walk's) they scan no faster per element than 4-byte ones, half the bytes a
+# second.
 ALONG_ROWS = Tuning(tiles_in_flight=1024)
 SMALL_COLUMNS = Tuning(tile_bytes=16384, tiles_in_flight=1024, columns=32)
 FEW_LONG_LINES = Tuning(tile_bytes=32768, tiles_in_flight=8192, elements_per_thread=64, chunks=4, registers=128)
