@@ -448,14 +448,6 @@ def _scan_columns_kernel(x, y, words, control,
 
 
 @triton.jit
-def _walk_valid(walked, length, column_valid, BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr,
-                EVEN_COLUMNS: tl.constexpr):
-    if EVEN_COLUMNS:
-        return tl.broadcast_to(walked < length, [BLOCK_A, BLOCK_B])
-    return (walked < length) & column_valid
-
-
-@triton.jit
 def _walk_load(x_rows, row, column_valid, block, length, x_step, IDENTITY: tl.constexpr, REVERSE: tl.constexpr,
                EXCLUSIVE: tl.constexpr, BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr, EVEN_COLUMNS: tl.constexpr,
                ALIGNMENT: tl.constexpr):
@@ -465,7 +457,7 @@ def _walk_load(x_rows, row, column_valid, block, length, x_step, IDENTITY: tl.co
     stores."""
     walked = tl.cast(block, tl.int64) * BLOCK_A + row  # positions in walk order
     position = (length - 1 - walked) if REVERSE else walked
-    present = _walk_valid(walked, length, column_valid, BLOCK_A, BLOCK_B, EVEN_COLUMNS)
+    present = _block_mask(walked < length, column_valid, EVEN_COLUMNS, BLOCK_A, BLOCK_B)
     final = column_valid
     if EXCLUSIVE:
         position = (position + 1) if REVERSE else (position - 1)
@@ -486,7 +478,7 @@ def _walk_store(values, final, carry, y, y_rows, row, column_valid, block, lengt
     """Scans block ``block`` of a walk from its ``_walk_load``, stores it and returns the running value."""
     walked = tl.cast(block, tl.int64) * BLOCK_A + row
     position = (length - 1 - walked) if REVERSE else walked
-    valid = _walk_valid(walked, length, column_valid, BLOCK_A, BLOCK_B, EVEN_COLUMNS)
+    valid = _block_mask(walked < length, column_valid, EVEN_COLUMNS, BLOCK_A, BLOCK_B)
     offsets = position * y_step
     if ALIGNMENT > 1 and BLOCK_A > 1:
         offsets = tl.multiple_of(offsets, [ALIGNMENT, ALIGNMENT])
