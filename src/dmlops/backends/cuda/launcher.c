@@ -47,6 +47,14 @@ typedef struct {
   uint32_t pad;
 } Tma;
 
+/* Raises the CUDA error as a RuntimeError naming the call that met it; returns NULL for the caller to return. */
+static PyObject *cuda_error(const char *call, CUresult result) {
+  const char *message = NULL;
+  cuGetErrorString(result, &message);
+  PyErr_Format(PyExc_RuntimeError, "dmlops %s: CUDA error %d (%s)", call, (int)result, message ? message : "?");
+  return NULL;
+}
+
 /* launch(config, stream, *addresses): the kernel launched on the stream, with the addresses in the replaced slots. */
 static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   if (nargs < 2 || !PyBytes_Check(args[0])) {
@@ -120,12 +128,8 @@ static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     result = cuLaunchKernel((CUfunction)head.function, head.grid[0], head.grid[1], head.grid[2], head.threads, 1, 1,
                           head.shared_memory, (CUstream)stream, params, NULL);
   Py_END_ALLOW_THREADS;
-  if (result != CUDA_SUCCESS) {
-    const char *message = NULL;
-    cuGetErrorString(result, &message);
-    PyErr_Format(PyExc_RuntimeError, "dmlops launch: CUDA error %d (%s)", (int)result, message ? message : "?");
-    return NULL;
-  }
+  if (result != CUDA_SUCCESS)
+    return cuda_error("launch", result);
   Py_RETURN_NONE;
 }
 
@@ -144,12 +148,8 @@ static PyObject *zero(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   Py_BEGIN_ALLOW_THREADS;
   result = cuMemsetD8Async((CUdeviceptr)address, 0, (size_t)bytes, (CUstream)stream);
   Py_END_ALLOW_THREADS;
-  if (result != CUDA_SUCCESS) {
-    const char *message = NULL;
-    cuGetErrorString(result, &message);
-    PyErr_Format(PyExc_RuntimeError, "dmlops zero: CUDA error %d (%s)", (int)result, message ? message : "?");
-    return NULL;
-  }
+  if (result != CUDA_SUCCESS)
+    return cuda_error("zero", result);
   Py_RETURN_NONE;
 }
 
