@@ -23,7 +23,8 @@ hardware's limit for the kernel picked for the processor (named in the header): 
 cores. dmlops runs as installed, and on one core (u8s8). B prepared once (``dmlops.prepare_b``, packed at its first
 product), as a layer's weights are, is compared with ONNX Runtime's QLinearMatMul of B as an initializer (packed
 once, when the session is made). DMLOPS_CPU_KERNEL=avx512-vnni (or another kernel's name)
-runs the rows with that kernel. ONNX Runtime and torch are optional: without them, their columns are empty. The
+runs the rows with that kernel. ONNX Runtime's sessions and torch run as many threads as the process may use (under
+`taskset`, the cores it gives). ONNX Runtime and torch are optional: without them, their columns are empty. The
 header gives the processor's model, the flags that decide the kernels and whether Linux granted AMX's tile state.
 
 Small calls, repeated as in a model's loop: a 64-element float32 scan and a 16 × 256 × 64 quantized matmul (B uint8
@@ -132,7 +133,14 @@ def onnx_session(node, inputs, output, initializers=()):
                               initializer=list(initializers))
     # IR version 8 (ONNX 1.10): any ONNX Runtime reads it, whatever onnx writes by default
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)], ir_version=8)
-    return onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    options = onnxruntime.SessionOptions()
+    # as many threads as this process may run on (its default is every core of the machine, whatever `taskset` gave)
+    options.intra_op_num_threads = usable_cores()
+    return onnxruntime.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+def usable_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
 # -- scans ---------------------------------------------------------------------------------------------------------
@@ -521,13 +529,14 @@ def main():
         scan_rows(repeats, copy, arguments.shape)
     if arguments.rows not in ("all", "matmul"):
         return
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cores = usable_cores()
     if kernel is None:
         peak = float("nan")
     else:
         peak = (tile_peak() if kernel.tiles else instruction_peak(kernel)) * cores
     print(f"\nPeak of the {kernel.name if kernel else 'float32'} kernel's instruction: {peak:.0f} GOPS "
-          f"({cores} cores)" + (f"; torch {torch.__version__}, {torch.get_num_threads()} threads" if torch else ""))
+          f"({cores} cores); ONNX Runtime {cores} threads"
+          + (f"; torch {torch.__version__}, {torch.get_num_threads()} threads" if torch else ""))
     print(f"\nGOPS (2·M·N·K a second), median of {repeats} rounds; fractions of the peak; in a row: {LOOP_CALLS} "
           "calls back to back, dmlops / peer\n")
     print("| quantized matmul M × K × N | u8s8 dmlops | u8s8 dmlops 1 core | ONNX Runtime u8s8 | dmlops / ORT | "
