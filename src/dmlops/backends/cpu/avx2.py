@@ -19,8 +19,9 @@ instruction), so the kernel's loop is written as LLVM IR (``block_products``), c
 
 Cache blocking: ``rows`` rows × ``k_block`` of A stay in L1 while the kernel walks a panel of column blocks of B
 (PANEL_BYTES), which stays in L2 while the kernel walks the rows; a block of B is k_block × its columns
-(BLOCK_BYTES: on Zen 4, the 512-bit kernel ran at 246 GOPS a core on 64 KiB blocks, 455 on 32 KiB ones; on Zen 5,
-at 1049, 0.96 of the 1089 that one core issuing nothing but `vpdpbusd` reaches).
+(BLOCK_BYTES: on Zen 5 the 512-bit kernel ran at 1049 GOPS a core on 32 KiB blocks, 0.96 of the 1089 that one core
+issuing nothing but `vpdpbusd` reaches; on Zen 4, 0.89–0.98 of its peak, and 64 KiB blocks, at half speed with an
+earlier loop, 3–8 % faster alone and level in whole products but for 2048³: benchmarks/RESULTS.md).
 """
 
 from __future__ import annotations
