@@ -535,7 +535,7 @@ def main():
     else:
         peak = (tile_peak() if kernel.tiles else instruction_peak(kernel)) * cores
     print(f"\nPeak of the {kernel.name if kernel else 'float32'} kernel's instruction: {peak:.0f} GOPS "
-          f"({cores} cores); ONNX Runtime {cores} threads"
+          f"({cores} cores)" + (f"; ONNX Runtime {cores} threads" if onnxruntime else "")
           + (f"; torch {torch.__version__}, {torch.get_num_threads()} threads" if torch else ""))
     print(f"\nGOPS (2·M·N·K a second), median of {repeats} rounds; fractions of the peak; in a row: {LOOP_CALLS} "
           "calls back to back, dmlops / peer\n")
