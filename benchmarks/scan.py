@@ -166,7 +166,8 @@ def warm(task) -> None:
 
 def tuning_name(tuning) -> str:
     if isinstance(tuning, scan.Walk):
-        threads = f"/{tuning.elements_per_thread}" if tuning.elements_per_thread != scan.Walk.elements_per_thread else ""
+        per_thread = tuning.elements_per_thread
+        threads = f"/{per_thread}" if per_thread != scan.Walk.elements_per_thread else ""
         kernel = "" if tuning.rows_in_threads else " (Triton layout)"
         return f"walk {tuning.columns}/{tuning.rows}/{tuning.stages}{threads}{kernel}"
     shifted = " shifted" if tuning.shift_stores else ""

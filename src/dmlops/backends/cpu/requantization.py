@@ -20,9 +20,9 @@ def requantize_rows(product, row_terms, column_terms, a_scale, b_scale, output_s
 def requantize_sums(product, row_terms, column_terms, a_scale, b_scale, output_scale, zero_point, low, high,
                     out, first, last):
     """out[first:last] = requantize() of product (its row 0 is out's row ``first``) + row_terms @ column_terms
-    ({M, 2} @ {2, N}; no rows, or None: no terms) there, element by element, in its order of operations: the multiplier (sa·sb)/so in float64,
-    recomputed only where the row's scales change; rint rounds half to even. With row_terms None (a product's
-    pieces: they have no terms) the loop that adds terms is not compiled."""
+    ({M, 2} @ {2, N}; no rows, or None: no terms) there, element by element, in its order of operations: the
+    multiplier (sa·sb)/so in float64, recomputed only where the row's scales change; rint rounds half to even. With
+    row_terms None (a product's pieces: they have no terms) the loop that adds terms is not compiled."""
     columns = out.shape[1]
     multiplier, sums = new_array(columns, np.float64), new_array(columns, np.float64)
     for m in range(first, last):
