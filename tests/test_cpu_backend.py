@@ -990,7 +990,8 @@ def test_one_call_products_of_every_kernel(index, kernel, half):
 
 
 @ONE_CALL
-@pytest.mark.parametrize("m, k, n", [(40, 70, 33), (7, 301, 200), (3, 64, 128)])  # by rows, by columns, direct
+# by rows, by rows with B packed in pieces (of whole runs of the kernel's packing, but the last), by columns, direct
+@pytest.mark.parametrize("m, k, n", [(40, 70, 33), (200, 300, 150), (7, 301, 200), (3, 64, 128)])
 def test_one_call_products_in_pieces_on_the_pool(m, k, n):
     """A one-call product cut into pieces that the pool's threads take beside the calling one, each thread in one
     compiled call: the reference's bits, out's other elements untouched; a bad scale rejected before any thread

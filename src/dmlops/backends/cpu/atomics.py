@@ -60,11 +60,15 @@ def spin_pause(typing_context):
     """The processor's hint that this is a spin loop (x86: pause, which also keeps the loop from flooding the
     memory system with loads); nothing elsewhere."""
     def codegen(context, builder, signature, arguments):
-        if platform.machine().lower() in ("x86_64", "amd64"):
-            pause = builder.module.declare_intrinsic("llvm.x86.sse2.pause", fnty=ir.FunctionType(ir.VoidType(), []))
-            builder.call(pause, [])
+        pause(builder)
         return context.get_dummy_value()
     return numba.types.none(), codegen
+
+
+def pause(builder):
+    if platform.machine().lower() in ("x86_64", "amd64"):
+        builder.call(builder.module.declare_intrinsic("llvm.x86.sse2.pause", fnty=ir.FunctionType(ir.VoidType(), [])),
+                     [])
 
 
 @intrinsic
@@ -88,10 +92,23 @@ def count_down(typing_context, states, at):
     return numba.int64(states, at), codegen
 
 
-# Linux's futex system call on x86-64 and on 64-bit Arm (None elsewhere: the pool's threads then sleep in Python).
-SYSTEM_FUTEX = {"x86_64": 202, "amd64": 202, "aarch64": 98}.get(platform.machine().lower()) \
+# Linux's futex and sched_yield system calls on x86-64 and on 64-bit Arm (None elsewhere: the pool's threads then
+# sleep in Python, and spin waits only pause).
+LINUX_CALLS = {"x86_64": (202, 24), "amd64": (202, 24), "aarch64": (98, 124)}.get(platform.machine().lower()) \
     if sys.platform.startswith("linux") else None
+SYSTEM_FUTEX, SYSTEM_YIELD = LINUX_CALLS or (None, None)
 FUTEX_WAIT, FUTEX_WAKE = 128, 129  # (their private forms: the waiters are threads of this process)
+# Pauses of a spin wait (``spin_wait``) after which each step gives the core away: about 0.1 to 0.5 ms
+YIELD_AFTER = 1 << 12
+
+
+def system_call(builder, number: int, arguments: list):
+    """syscall(number, *arguments, 0, ...): six arguments, int64."""
+    int64 = ir.IntType(64)
+    syscall = builder.module.globals.get("syscall") or ir.Function(
+        builder.module, ir.FunctionType(int64, [int64], var_arg=True), "syscall")
+    null = ir.Constant(int64, 0)
+    return builder.call(syscall, [ir.Constant(int64, number), *arguments, *[null] * (6 - len(arguments))])
 
 
 @intrinsic
@@ -104,14 +121,26 @@ def futex(typing_context, words, operation, value):
         if SYSTEM_FUTEX is None:
             return ir.Constant(int64, -1)
         data = context.make_array(signature.args[0])(context, builder, arguments[0]).data
-        syscall = builder.module.globals.get("syscall") or ir.Function(
-            builder.module, ir.FunctionType(int64, [int64], var_arg=True), "syscall")
-        null = ir.Constant(int64, 0)
-        return builder.call(syscall, [ir.Constant(int64, SYSTEM_FUTEX), builder.ptrtoint(data, int64),
-                                      context.cast(builder, arguments[1], signature.args[1], numba.int64),
-                                      context.cast(builder, arguments[2], signature.args[2], numba.int64),
-                                      null, null, null])
+        return system_call(builder, SYSTEM_FUTEX, [builder.ptrtoint(data, int64),
+                                                   context.cast(builder, arguments[1], signature.args[1], numba.int64),
+                                                   context.cast(builder, arguments[2], signature.args[2], numba.int64)])
     return numba.int64(words, operation, value), codegen
+
+
+@intrinsic
+def spin_wait(typing_context, steps):
+    """Step ``steps`` of a wait for another thread: a pause (``spin_pause``), and from step YIELD_AFTER on, the
+    core given to any other thread that is ready to run (sched_yield, where the system has it): where threads
+    outnumber the cores (another library's pool spinning beside a product's), the thread waited for may be one that
+    waits for a core, and a wait of pauses alone would hold that core for the system's whole time slice."""
+    def codegen(context, builder, signature, arguments):
+        pause(builder)
+        if SYSTEM_YIELD is not None:
+            with builder.if_then(builder.icmp_signed(">=", arguments[0], ir.Constant(arguments[0].type,
+                                                                                      YIELD_AFTER))):
+                system_call(builder, SYSTEM_YIELD, [])
+        return context.get_dummy_value()
+    return numba.types.none(steps), codegen
 
 
 @intrinsic

@@ -11,7 +11,7 @@ from numba.core import types
 from numba.extending import overload
 
 from . import amx
-from .atomics import call_begins, call_ends, count_up, spin_pause, state_of, take_ticket
+from .atomics import call_begins, call_ends, count_up, spin_wait, state_of, take_ticket
 from .avx2 import multiply_rows, pack_columns, pack_rows
 from .jit import CALLEE_OPTIONS, callee, compiled, inlined, new_array
 from .kernels import KERNELS_BY_NAME
@@ -70,8 +70,10 @@ def next_piece(state, counts):
     ticket = take_ticket(state)
     for stage in range(counts.shape[0]):
         if ticket < counts[stage]:
+            steps = 0
             while stage > 0 and state_of(state, stage) < counts[stage - 1]:
-                spin_pause()
+                spin_wait(steps)
+                steps += 1
             return stage, ticket
         ticket -= counts[stage]
     return -1, 0
@@ -84,8 +86,10 @@ def take_piece(state, counts, wait):
     included, while this thread was not running."""
     stage, piece = next_piece(state, counts)
     last = counts.shape[0] - 1
+    steps = 0
     while stage < 0 and wait and state_of(state, 1 + last) < counts[last]:
-        spin_pause()
+        spin_wait(steps)
+        steps += 1
     return stage, piece
 
 
@@ -265,7 +269,8 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
     if literal(kernel) is None or literal(layout) is None:
         return None
     spec = KERNELS_BY_NAME[kernel.literal_value]
-    rows, group, k_block, panel_blocks = spec.rows, spec.group, spec.k_block, spec.panel_blocks
+    rows, group, k_block, panel_blocks, pack_blocks = (spec.rows, spec.group, spec.k_block, spec.panel_blocks,
+                                                    spec.pack_blocks)
 
     def by_rows(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, b_packed, finish,
                 wait):
@@ -280,7 +285,7 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
         stage, piece = take_piece(state, counts, wait)
         while stage >= 0:
             if stage == 0:
-                first, last = piece_bounds(blocks, counts[0], 1, piece)
+                first, last = piece_bounds(blocks, counts[0], pack_blocks, piece)
                 pack_b(kernel, layout, b, b_sign, b_zero, buffers[1], column_terms(layout, buffers), first, last)
             else:
                 first, last = piece_bounds(padded_rows, counts[1], rows, piece)
@@ -344,7 +349,7 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
         stage, piece = take_piece(state, counts, wait)
         while stage >= 0:
             if stage == 0:
-                first, last = piece_bounds(blocks, counts[0], 1, piece)
+                first, last = piece_bounds(blocks, counts[0], pack_blocks, piece)
                 amx.pack_b(b, b_sign, b_zero, packed_b, terms, first, last)
             else:
                 first, last = piece_bounds(padded_rows, counts[1], rows, piece)

@@ -34,6 +34,9 @@ except ImportError:  # NumPy alone is enough; the float32 path is used instead
 REQUANTIZATION_INPUTS = (0, 1, 2, 3, 4, 5, 6)
 INT32_CHUNK = 32 * 1024  # 32 768 · 255² < 2^31: the int32 sums of a call are exact
 PARALLEL_PACKING = 1 << 20  # B of this many elements or more is packed on every core, however few rows A has
+# B's packing is cut into pieces of at least this many elements (a few µs each), up to a piece a core, each of whole
+# runs of the kernel's packing (``Kernel.pack_blocks``): every piece of rows waits for the whole of B
+PACKING_PIECE = 1 << 14
 # A of at most this many rows is multiplied with B as it lies (``vnni.direct_products``), where the kernel can:
 # packing B would be most of the call (a 16 × 256 × 64 product through the array API: 12 µs so, 15.6 packing B).
 # Each 4 rows of A read and interleave B again, which costs more than packing it where B comes from memory, B of
@@ -177,7 +180,7 @@ def own_sums(layout: str, k: int, finished: bool) -> bool:
 
 def stage_counts(kernel: Kernel, layout: str, m: int, k: int, n: int, pieces: int, b_packed: bool = False):
     """The pieces of each of ``product_pieces``' stages (int64), for a product cut into about ``pieces`` pieces
-    (one: every stage in one piece). A B of PARALLEL_PACKING elements or more is packed in a piece a core; strips
+    (one: every stage in one piece). B is packed in pieces of PACKING_PIECE elements or more, a core at most; strips
     of B's columns are two a core at most (a piece's strip of B is read a part of each row at a time, and narrower
     strips were read slower: 128 × 4096 × 4096 on 2 Zen 4 cores, 6.9 ms in 4 pieces, 7.6 in 8, 9.2 in 64). A B
     packed already (``b_packed``) has no stage of packing in the rows cut."""
@@ -189,7 +192,8 @@ def stage_counts(kernel: Kernel, layout: str, m: int, k: int, n: int, pieces: in
     blocks = padded(n, kernel.columns) // kernel.columns
     if layout.endswith("columns"):
         return np.array([1, count(blocks, min(pieces, 2 * CORES)), count(m, pieces)], np.int64)
-    b_pieces = 0 if b_packed else count(blocks, CORES) if pieces > 1 and k * n >= PARALLEL_PACKING else 1
+    b_pieces = 0 if b_packed else count(blocks, min(CORES, k * n // PACKING_PIECE), kernel.pack_blocks) \
+        if pieces > 1 else 1
     rows = padded(m, kernel.rows)
     piece_bytes = rows * (4 * padded(n, kernel.columns) + padded(min(k, INT32_CHUNK), kernel.k_multiple))
     return np.array([b_pieces, count(rows, max(pieces, -(-piece_bytes // PIECE_BYTES)), kernel.rows)], np.int64)

@@ -29,6 +29,7 @@ class Kernel:
     direct: bool = False  # has ``direct_products``: B read as it lies, for A of at most DIRECT_ROWS rows
     tiles: bool = False  # AMX's tiles (``amx``)
     depth: int = 0  # what K is padded to in the packed operands (0: the group; a tile of A holds 64 bytes of K)
+    pack_blocks: int = 1  # column blocks that B's packing takes at a time in vectors (AMX's: 64 columns)
 
     @property
     def group(self) -> int:
@@ -61,7 +62,7 @@ class Kernel:
 # Fastest first.
 KERNELS = (
     Kernel("amx", ({"amx-tile", "amx-int8", "avx512bw", "avx512vnni"},), "tdpb", 512, True, rows=32, vectors=1,
-           tiles=True, depth=64),
+           tiles=True, depth=64, pack_blocks=4),
     Kernel("avx512-vnni", ({"avx512vnni"},), "llvm.x86.avx512.vpdpbusd.512", 512, True, vectors=4, direct=True),
     Kernel("avx-vnni", ({"avxvnni"}, {"avx512vnni", "avx512vl"}), "llvm.x86.avx512.vpdpbusd.256", 256, True),
     Kernel("avx512bw", ({"avx512bw"},), "llvm.x86.avx512.pmaddw.d.512", 512, False, vectors=4),
