@@ -1,5 +1,5 @@
-"""The operator's requantization of exact int32 sums, compiled (numba): element by element in the reference's order of
-operations, so that its bits are the reference's."""
+"""The operator's requantization of exact int32 sums, compiled (numba): element by element, the multiplier and the
+product in the reference's order of operations, so that its bits are the reference's."""
 
 from __future__ import annotations
 
