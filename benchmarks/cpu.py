@@ -265,9 +265,10 @@ def tile_peak() -> float:
 
 def on_every_core(run, count: int) -> float:
     """GOPS of run(count) (a compiled function that returns the multiply-adds it made) on every core this process may
-    use at once, a thread a core (a prange): cores may share a unit (the two threads of a core with hyperthreads
-    share its tile unit: on the 16 vCPUs of a Sapphire Rapids virtual machine, 16 threads made 5.7 times one
-    thread's tile products)."""
+    use at once, a thread a core (a prange), rather than one core's times the cores: cores may share a unit (the
+    two threads of a core with hyperthreads share its tile unit), and on a virtual machine with neighbours they may
+    not all run at full speed (16 threads on the 16 vCPUs of a Sapphire Rapids machine made 5.7, 10 and 16 times one
+    thread's tile products in three processes of one hour)."""
     cores = usable_cores()
 
     @numba.njit(parallel=True)
