@@ -20,12 +20,13 @@ int8 B (requantized into int8) with torch._int_mm (int32 sums, not requantized);
 hardware's limit for the kernel picked for the processor (named in the header): AMX's tile instruction
 (``tile_peak``: every core issuing nothing but tdpbssd on four tiles of sums, all at once: the threads of a core
 share its unit), else the vector kernel's (``instruction_peak``: every core issuing nothing but its multiply-add
-instruction, 12 independent chains). dmlops runs as installed, and on one core (u8s8). B prepared once (``dmlops.prepare_b``, packed at its first
-product), as a layer's weights are, is compared with ONNX Runtime's QLinearMatMul of B as an initializer (packed
-once, when the session is made). DMLOPS_CPU_KERNEL=avx512-vnni (or another kernel's name)
-runs the rows with that kernel. ONNX Runtime's sessions and torch run as many threads as the process may use (under
-`taskset`, the cores it gives). ONNX Runtime and torch are optional: without them, their columns are empty. The
-header gives the processor's model, the flags that decide the kernels and whether Linux granted AMX's tile state.
+instruction, 12 independent chains). dmlops runs as installed, and on one core (u8s8). B prepared once
+(``dmlops.prepare_b``, packed at its first product), as a layer's weights are, is compared with ONNX Runtime's
+QLinearMatMul of B as an initializer (packed once, when the session is made). DMLOPS_CPU_KERNEL=avx512-vnni (or
+another kernel's name) runs the rows with that kernel. ONNX Runtime's sessions and torch run as many threads as the
+process may use (under `taskset`, the cores it gives). ONNX Runtime and torch are optional: without them, their
+columns are empty. The header gives the processor's model, the flags that decide the kernels and whether Linux
+granted AMX's tile state.
 
 Small calls, repeated as in a model's loop: a 64-element float32 scan and a 16 × 256 × 64 quantized matmul (B uint8
 with a zero point, per-tensor NumPy-scalar scales) through the array API, against np.cumsum and ONNX Runtime's
