@@ -2,15 +2,15 @@
 
     python benchmarks/cpu.py [--repeats 7]
 
-Every contender of a row is timed once per round, round after round, and the table gives the median of its rounds:
-on a machine shared with other jobs, a burst of load then falls on all of them alike, and one lucky or unlucky
-call does not decide a row. Each timed call starts after the thread pools of the call before have gone quiet, and a
-short call (under 0.1 s) right after an untimed one of its own, with its pool awake. Scans count 2·n·itemsize bytes
-(read once, written once) and are compared with the floor, this machine's copy bandwidth (``np.copyto`` of 256
-MiB). NumPy has no reverse or exclusive scan: it flips, scans, flips back and subtracts the input (exclusive sums). dmlops runs as installed (its compiled engine where
-numba is installed, large scans on all cores: a long line's chunks taken by a thread a core), on one core (the same
-chunks, one after another), with ordinary stores only (no streaming stores past the cache for large outputs along an
-outer axis), and with its NumPy-only engine.
+Every contender of a row is timed once per round, round after round, and the table gives the median of its rounds: on a
+machine shared with other jobs, a burst of load then falls on all of them alike, and one lucky or unlucky call does not
+decide a row. Each timed call starts after the thread pools of the call before have gone quiet, and a short call (under
+0.1 s) right after an untimed one of its own, with its pool awake. Scans count 2·n·itemsize bytes (read once, written
+once) and are compared with the floor, this machine's copy bandwidth (``np.copyto`` of 256 MiB). NumPy has no reverse or
+exclusive scan: it flips, scans, flips back and subtracts the input (exclusive sums). dmlops runs as installed (its
+compiled engine where numba is installed, large scans on all cores: a long line's chunks taken by a thread a core), on
+one core (the same chunks, one after another), with ordinary stores only (no streaming stores past the cache for large
+outputs along an outer axis), and with its NumPy-only engine.
 
 The quantized matmul is timed in two protocols: as above, and in loops of LOOP_CALLS calls back to back, as a
 model's loop makes them (each call finding the threads of the call before as they left them). It counts 2·M·N·K
