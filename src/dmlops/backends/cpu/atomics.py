@@ -129,18 +129,18 @@ def futex(typing_context, words, operation, value):
 
 @intrinsic
 def spin_wait(typing_context, steps):
-    """Step ``steps`` of a wait for another thread: a pause (``spin_pause``), and from step YIELD_AFTER on, the
-    core given to any other thread that is ready to run (sched_yield, where the system has it): where threads
-    outnumber the cores (another library's pool spinning beside a product's), the thread waited for may be one that
-    waits for a core, and a wait of pauses alone would hold that core for the system's whole time slice."""
+    """Step ``steps`` of a wait for another thread; returns steps + 1. A pause (``spin_pause``), and from step
+    YIELD_AFTER on, the core given to any other thread that is ready to run (sched_yield, where the system has it):
+    where threads outnumber the cores (another library's pool spinning beside a product's), the thread waited for
+    may be one that waits for a core, and a wait of pauses alone would hold that core for the system's whole time
+    slice."""
     def codegen(context, builder, signature, arguments):
         pause(builder)
         if SYSTEM_YIELD is not None:
-            with builder.if_then(builder.icmp_signed(">=", arguments[0], ir.Constant(arguments[0].type,
-                                                                                      YIELD_AFTER))):
+            with builder.if_then(builder.icmp_signed(">=", arguments[0], ir.Constant(ir.IntType(64), YIELD_AFTER))):
                 system_call(builder, SYSTEM_YIELD, [])
-        return context.get_dummy_value()
-    return numba.types.none(steps), codegen
+        return builder.add(arguments[0], ir.Constant(ir.IntType(64), 1))
+    return numba.int64(numba.int64), codegen
 
 
 @intrinsic

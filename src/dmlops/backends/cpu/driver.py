@@ -72,8 +72,7 @@ def next_piece(state, counts):
         if ticket < counts[stage]:
             steps = 0
             while stage > 0 and state_of(state, stage) < counts[stage - 1]:
-                spin_wait(steps)
-                steps += 1
+                steps = spin_wait(steps)
             return stage, ticket
         ticket -= counts[stage]
     return -1, 0
@@ -88,8 +87,7 @@ def take_piece(state, counts, wait):
     last = counts.shape[0] - 1
     steps = 0
     while stage < 0 and wait and state_of(state, 1 + last) < counts[last]:
-        spin_wait(steps)
-        steps += 1
+        steps = spin_wait(steps)
     return stage, piece
 
 
