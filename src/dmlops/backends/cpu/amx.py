@@ -32,7 +32,7 @@ from llvmlite import ir
 from numba.core import types
 from numba.extending import intrinsic
 
-from .byte_moves import ByteMoves
+from .byte_moves import ByteMoves, prefetch
 from .jit import callee, compiled
 from .processor import amx_granted
 
@@ -151,8 +151,6 @@ def tile_block(typing_context, a_sign, b_sign, blocks, a, b, sums, row, block, s
                 for r in range(2):
                     for c in range(count):
                         tile_intrinsic(builder, "tilezero", [sums_tile(r, c)])
-        prefetch = builder.module.declare_intrinsic("llvm.prefetch.p0", fnty=ir.FunctionType(
-            ir.VoidType(), [BYTES, ir.IntType(32), ir.IntType(32), ir.IntType(32)]))
 
         def products(instruction):
             """The loop over K's steps, by ``instruction``."""
@@ -168,9 +166,7 @@ def tile_block(typing_context, a_sign, b_sign, blocks, a, b, sums, row, block, s
             for c in range(count):  # the next call's B (the next blocks, the same k) into L1 while this one computes
                 ahead = builder.add(builder.add(b_blocks[c], b_offset), builder.mul(b_block_stride, constant(count)))
                 for line in range(0, 16 * DEPTH, 64):
-                    builder.call(prefetch, [pointer(builder.add(ahead, constant(line))),
-                                            ir.Constant(ir.IntType(32), 0), ir.Constant(ir.IntType(32), 3),
-                                            ir.Constant(ir.IntType(32), 1)])
+                    prefetch(builder, builder.add(ahead, constant(line)))
             for r in range(2):
                 tile_intrinsic(builder, "tileloadd64", [tile(4 + r), pointer(builder.add(a_rows[r], a_offset)),
                                                         a_stride])
@@ -278,6 +274,9 @@ def pack_four_rows(typing_context, count, b, flip, groups, terms, group, column)
         totals = [builder.load(at, align=4) for at in terms_at]
         for g in range(groups_count):
             first_row = builder.mul(builder.add(group, constant(g)), constant(4))
+            for t in range(4):  # the same rows of the next band of groups
+                prefetch(builder, address(b_array, builder.add(builder.mul(
+                    builder.add(first_row, constant(4 * PACK_GROUPS + t)), stride(b_array, 0)), column)))
             rows = [moves.shuffle(builder.load(pointer(address(b_array, builder.add(builder.mul(
                 builder.add(first_row, constant(t)), stride(b_array, 0)), column)), moves.bytes), align=1),
                 ir.Constant(moves.bytes, None), order) for t in range(4)]

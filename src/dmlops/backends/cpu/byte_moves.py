@@ -1,9 +1,20 @@
 """LLVM IR that moves bytes within vectors for the byte kernels (llvmlite's IR builder; no numba): B's rows
-interleaved into groups of 4 consecutive k a 32-bit lane, as `vpdpbusd` and AMX's tiles take B, and back."""
+interleaved into groups of 4 consecutive k a 32-bit lane, as `vpdpbusd` and AMX's tiles take B, and back; and the
+prefetch that the compiled loops ask for memory with."""
 
 from __future__ import annotations
 
 from llvmlite import ir
+
+
+def prefetch(builder, at):
+    """Fetches the cache line at the int64 address ``at`` into L1 for reading: a hint that never faults, wherever
+    it points, for the strides of rows that the processor's own prefetchers miss."""
+    int32 = ir.IntType(32)
+    function = builder.module.declare_intrinsic(
+        "llvm.prefetch.p0", fnty=ir.FunctionType(ir.VoidType(), [ir.PointerType(ir.IntType(8))] + [int32] * 3))
+    builder.call(function, [builder.inttoptr(at, ir.PointerType(ir.IntType(8))), ir.Constant(int32, 0),
+                            ir.Constant(int32, 3), ir.Constant(int32, 1)])
 
 
 class ByteMoves:

@@ -14,6 +14,7 @@ from numba.extending import intrinsic, register_jitable
 from numba.np.arrayobj import load_item, store_item
 
 from .atomics import memory_fence, publish, spin_pause, state_of, take_ticket
+from .byte_moves import prefetch
 from .jit import callee, compiled, inlined
 from .processor import HALF_LANES, STREAM_STORES, VECTOR_BYTES, WALK_BYTES, target_features
 
@@ -346,9 +347,6 @@ def scan_vectors(typing_context, product, element, source, target, at, count, ta
         running = cgutils.alloca_once_value(builder, splat(builder, arguments[6], lanes))
         ahead = arguments[10]
         data = context.make_array(signature.args[2])(context, builder, arguments[2]).data
-        byte = ir.IntType(8).as_pointer()
-        prefetch = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(ir.VoidType(), [byte, int32, int32, int32]), "llvm.prefetch.p0")
         if with_chains:
             chain_rows = context.make_array(signature.args[11])(context, builder, arguments[11]).data
             grouped = builder.and_(arguments[5], int64(-4))  # the vectors of whole groups of four
@@ -362,7 +360,7 @@ def scan_vectors(typing_context, product, element, source, target, at, count, ta
                 with builder.if_then(builder.icmp_signed(">", ahead, int64(0)), likely=True):
                     later = builder.gep(data, [builder.select(reverse, builder.sub(at, ahead),
                                                               builder.add(at, ahead))])
-                    builder.call(prefetch, [builder.bitcast(later, byte), int32(0), int32(3), int32(1)])
+                    prefetch(builder, builder.ptrtoint(later, int64))
                 load, store = vector_access(context, builder, tally, half, lanes, at)
                 value = load(signature.args[2], arguments[2])
                 if with_chains:
