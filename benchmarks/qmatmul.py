@@ -175,9 +175,10 @@ def fmt(value) -> str:
 
 
 def table(shapes, bandwidth):
-    print(f"| M×K×N | floor TOPS | dmlops, B persisted | % of int8 peak | dmlops, B row-major | torch._int_mm B row-major "
-          f"+ requant | torch._int_mm B col-major + requant | dequant → fp32 matmul → quant | bf16 matmul | "
-          f"dmlops / best torch pipeline | dmlops eager, µs per call | exact |")
+    print("| M×K×N | floor TOPS | dmlops, B persisted | % of int8 peak | dmlops, B row-major | "
+          "torch._int_mm B row-major + requant | torch._int_mm B col-major + requant | "
+          "dequant → fp32 matmul → quant | bf16 matmul | dmlops / best torch pipeline | dmlops eager, µs per call | "
+          "exact |")
     print("|" + "---|" * 12)
     generator = torch.Generator(device="cuda").manual_seed(0)
     for m, k, n in shapes:

@@ -276,7 +276,8 @@ def test_quantized_matmul_out_views_and_batches():
     (["a_scale_tensor", "finite and non-zero"], lambda: qmm(sa=0.0)),
     (["output_scale_tensor", "finite and non-zero"], lambda: qmm(so=np.float32(np.inf))),
     (["b_scale_tensor", "finite and non-zero"], lambda: qmm(sb=np.full(7, np.nan))),
-    (["output_tensor", "output_dtype", "int4"], lambda: qmm(output_dtype="int4")),  # (ml_dtypes, which onnx imports, names it)
+    # (ml_dtypes, which onnx imports, names it)
+    (["output_tensor", "output_dtype", "int4"], lambda: qmm(output_dtype="int4")),
     (["output_tensor", "FLOAT32", "not supported"], lambda: qmm(output_dtype=np.float32)),
     (["output_tensor", "out is INT8", "UINT8"], lambda: qmm(output_dtype=np.uint8, out=np.zeros((5, 7), np.int8))),
     (["output_tensor", "sizes", "[5, 7]"], lambda: qmm(out=np.zeros((7, 5), np.uint8))),

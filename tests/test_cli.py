@@ -340,7 +340,8 @@ def test_cuda_backend_timing_has_a_gpu_part_only_on_a_gpu(capsys):
     assert lines[1] == "Dispatch 'cumulative_product': 2 iterations"
     kinds = [line.split(":")[0] for line in lines[2:]]
     if ON_GPU:
-        assert {"CPU Timings (Cold) ", "CPU Timings (Hot)  ", "GPU Timings (Cold) ", "GPU Timings (Hot)  "} <= set(kinds)
+        timings = {"CPU Timings (Cold) ", "CPU Timings (Hot)  ", "GPU Timings (Cold) ", "GPU Timings (Hot)  "}
+        assert timings <= set(kinds)
         iterations = [line for line in lines if line.startswith("iteration ")]
         assert len(iterations) == 2
         assert all(re.fullmatch(rf"iteration \d: {MS} \(CPU\), \d+\.\d+ ms \(GPU\)", line) for line in iterations)

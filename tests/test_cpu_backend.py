@@ -6,7 +6,8 @@ place or not, strided, broadcast and padded. Block and segment boundaries of the
 shrinking its blocks; the compiled engine's rows written with streaming stores run on small tensors by request.
 The quantized matmul is checked through every way of making its exact sums that can run here (float32 BLAS, and each
 kernel of the integer GEMM whose instructions the processor has) across their K chunks, with zero points present
-and absent, every signedness, strided and broadcast operands; the choice of kernel, by forcing each one. Outputs are poisoned first, and memory beside them must stay as it was.
+and absent, every signedness, strided and broadcast operands; the choice of kernel, by forcing each one. Outputs
+are poisoned first, and memory beside them must stay as it was.
 """
 
 from __future__ import annotations
@@ -28,7 +29,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dmlops.backends import cpu
-from dmlops.backends.cpu import integer_gemm as cpu_integer_gemm, kernels as cpu_kernels, pieces as cpu_pieces, processor as cpu_processor, qmatmul as cpu_qmatmul, scan as cpu_scan
+from dmlops.backends.cpu import integer_gemm as cpu_integer_gemm
+from dmlops.backends.cpu import kernels as cpu_kernels
+from dmlops.backends.cpu import pieces as cpu_pieces
+from dmlops.backends.cpu import processor as cpu_processor
+from dmlops.backends.cpu import qmatmul as cpu_qmatmul
+from dmlops.backends.cpu import scan as cpu_scan
 from dmlops import DataType
 from dmlops.ops import cumulative as cumulative_op
 from dmlops.ops import quantized_matmul as quantized_matmul_op
@@ -980,7 +986,8 @@ def test_one_call_products_give_the_operators_bits(types, form):
 
 
 @ONE_CALL
-@pytest.mark.parametrize("index, kernel", list(enumerate(cpu_integer_gemm.RUNNABLE)), ids=lambda x: getattr(x, "name", ""))
+@pytest.mark.parametrize("index, kernel", list(enumerate(cpu_integer_gemm.RUNNABLE)),
+                         ids=lambda x: getattr(x, "name", ""))
 @pytest.mark.parametrize("half", [0, 1])
 def test_one_call_products_of_every_kernel(index, kernel, half):
     """Every runnable kernel on B packed (sizes of no block), parameters of mixed forms; the type combinations
@@ -1557,8 +1564,8 @@ AMX = pytest.mark.skipif("amx" not in [kernel.name for kernel in cpu_integer_gem
 @pytest.mark.parametrize("form", ["per tensor", "per row and column"])
 def test_amx_products_of_every_sign_pair(a_type, b_type, m, k, n, form):
     """Each of the four tile instructions (by the operands' signs), sizes that are multiples of no tile (16 rows or
-    columns, 64 bytes of K), K of several runs of the kernel's sums, cut by rows (M ≥ N) and by columns, parameters per tensor or per row and column, into
-    either output type: the operator's bits."""
+    columns, 64 bytes of K), K of several runs of the kernel's sums, cut by rows (M ≥ N) and by columns, parameters
+    per tensor or per row and column, into either output type: the operator's bits."""
     rng = np.random.default_rng(m * k + n)
     for out_type in QMM_TYPES:
         arguments, expected = quantized_case(rng, a_type, b_type, out_type, k, (True, True, True),

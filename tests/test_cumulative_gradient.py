@@ -123,7 +123,8 @@ def poisoned(shape, dtype):
                          ids=["compiled", "compiled in pieces", "numpy"])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_cpu_every_variant(monkeypatch, dtype, engine):
-    monkeypatch.setattr(cpu_recurrence, "linear_recurrence", functools.partial(cpu_recurrence.linear_recurrence, **engine))
+    monkeypatch.setattr(cpu_recurrence, "linear_recurrence",
+                        functools.partial(cpu_recurrence.linear_recurrence, **engine))
     rng = np.random.default_rng(2)
     for (shape, axes), operation in itertools.product(CPU_CASES, list(CumulativeOperation)):
         for axis, (reverse, exclusive) in itertools.product(axes, VARIANTS):

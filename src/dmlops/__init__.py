@@ -41,7 +41,8 @@ from .types import AxisDirection, DataType, FeatureLevel, OperatorType, TensorFl
 __version__ = "0.1.0"
 
 __all__ = [
-    "AxisDirection", "BufferBinding", "CompiledOperator", "PreparedB", "check_errors", "prepare_b", "CumulativeProductOperatorDesc",
+    "AxisDirection", "BufferBinding", "CompiledOperator", "PreparedB", "check_errors", "prepare_b",
+    "CumulativeProductOperatorDesc",
     "CumulativeSummationOperatorDesc", "DataType", "Device", "FeatureLevel", "OperatorType",
     "QuantizedLinearMatrixMultiplyOperatorDesc", "TensorDesc", "TensorFlags", "ValidationError",
     "calc_buffer_tensor_size", "cumulative_gradient", "cumulative_product", "cumulative_sum", "quantized_linear_matmul",

@@ -205,7 +205,8 @@ def _plan(be: Backend, desc, run, arguments, views: dict, restore, allocate, sca
             run(*arrays)
             return restore(output)
         arrays[-1] = _adopt_output(be, out, f"{name}.{out_field}")
-        lowering.check_aliasing(desc, be, {out_field: arrays[-1]} | {field: arrays[position] for position, field in own})
+        lowering.check_aliasing(desc, be,
+                                {out_field: arrays[-1]} | {field: arrays[position] for position, field in own})
         run(*arrays)
         return out
 

@@ -2,7 +2,8 @@
 
 ``dmlops.api`` hands a call here when any argument is a Dask array; the result is a Dask array and nothing is
 computed until the caller asks. Dask schedules (threads, processes or a ``dask.distributed`` cluster); every chunk
-runs through dmlops's own array API (``dmlops.arrays``), so a NumPy chunk runs on the CPU backend and a CuPy chunk on the CUDA backend.
+runs through dmlops's own array API (``dmlops.arrays``), so a NumPy chunk runs on the CPU backend and a CuPy chunk
+on the CUDA backend.
 
 Scans: each chunk is scanned alone (reverse and exclusive as asked) in its accumulation type (float32 for FLOAT16);
 each chunk's total is the last value of its scan in the scan's direction; the carry of a chunk, everything before

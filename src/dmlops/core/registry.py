@@ -224,7 +224,8 @@ def _builtin(module: str) -> Callable[[], Backend]:
 # dmlops's own, in the order a call's arrays are offered to them: the default (the host) last.
 _BUILT_IN = {
     "cuda": Registration("cuda", _claims_cuda, _builtin("dmlops.backends.cuda"), "Triton kernels on an NVIDIA GPU",
-                         ("torch", "triton"), "PyTorch and Triton are not both installed (in dmlops' folder: pip install '.[cuda]')"),
+                         ("torch", "triton"),
+                         "PyTorch and Triton are not both installed (in dmlops' folder: pip install '.[cuda]')"),
     "cpu": Registration("cpu", _claims_host, _builtin("dmlops.backends.cpu"), "NumPy and numba"),
 }
 _registrations: dict[str, Registration] = dict(_BUILT_IN)

@@ -86,8 +86,9 @@ def validate(desc: QuantizedLinearMatrixMultiplyOperatorDesc, feature_level: Fea
     parameters = [f for f in QUANTIZATION_PARAMETERS if getattr(desc, f) is not None]
     counts = {getattr(desc, f).dimension_count for f in parameters}
     if len(counts) != 1:
+        counts_by_field = ", ".join(f"{f} {getattr(desc, f).dimension_count}" for f in parameters)
         raise ValidationError(f"{NAME}.{parameters[-1]}: all scale and zero-point tensors must have the same "
-                              f"dimension count ({', '.join(f'{f} {getattr(desc, f).dimension_count}' for f in parameters)})")
+                              f"dimension count ({counts_by_field})")
     for field in parameters:
         data_field, free_axis = QUANTIZATION_PARAMETERS[field]
         tensor, data = getattr(desc, field), getattr(desc, data_field)

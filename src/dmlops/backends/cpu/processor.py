@@ -4,7 +4,8 @@ system lets this process use AMX's tile registers. Every other module of the bac
 Features are named as LLVM names them ("avx2", "avx512vnni", "amx-int8"), which is what numba compiles for. They
 come from NUMBA_CPU_FEATURES where it is set (numba then compiles for those, whatever the host has), else from the
 flags Linux gives in /proc/cpuinfo (read in microseconds: a first call must not wait for LLVM, whose import takes
-45 ms), else, without /proc/cpuinfo, from LLVM's own detection of the host. This module imports neither numba nor LLVM on Linux.
+45 ms), else, without /proc/cpuinfo, from LLVM's own detection of the host. This module imports neither numba nor
+LLVM on Linux.
 """
 
 from __future__ import annotations

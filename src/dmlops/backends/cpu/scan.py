@@ -10,8 +10,8 @@ order of the walk, as the reference does, so that its float results are the refe
 contiguous line a vector at a time (a tree within the vector: deterministic bits within a running tally's bound;
 short lines a block of lines at a time, one line a vector lane, longer or strided ones one element at a time, in
 the walk's order); it converts FLOAT16 with the processor's own instructions, a vector at a time. On x86-64 a large
-output is written past the cache along an outer axis (streaming stores: a store to a line not in cache otherwise reads the
-line first, half as much traffic again as the scan's own). Without numba, NumPy does it:
+output is written past the cache along an outer axis (streaming stores: a store to a line not in cache otherwise
+reads the line first, half as much traffic again as the scan's own). Without numba, NumPy does it:
 whole rows at a time along an outer or short axis, ``ufunc.accumulate`` along long inner lines, and contiguous lines
 of VECTOR_LINE or more a vector at a time as the compiled loop walks them (the same operations in the same order:
 the two engines give the same bits, every type and layout). FLOAT16

@@ -476,7 +476,8 @@ def transposed(builder, rows, count, width):
         padded = [gathered(builder, rows, [p * width + j if p < count and j < width else None
                                            for j in range(sides[1])]) for p in range(sides[0])]
         padded = transposed(builder, padded, *sides)
-        return [gathered(builder, padded, [o // count * sides[0] + o % count for o in range(k * lanes, k * lanes + lanes)])
+        return [gathered(builder, padded, [o // count * sides[0] + o % count
+                                           for o in range(k * lanes, k * lanes + lanes)])
                 for k in range(len(rows))]
     right, left = width.bit_length() - 1, count.bit_length() - 1
     for _ in range(min(right, left)):

@@ -10,7 +10,8 @@ import triton.language as tl
 
 # Both kernels take one list of arguments (``qmatmul._tile_arguments``), as flat parameters rather than tuples:
 # Triton 3.6 specializes every integer inside a tuple argument (a value of 1 becomes a constant, a multiple of 16 is
-# marked so) whatever ``do_not_specialize`` says, which would compile a kernel per shape class. These are the integers left unspecialized, so that one compiled kernel serves every size.
+# marked so) whatever ``do_not_specialize`` says, which would compile a kernel per shape class. These are the
+# integers left unspecialized, so that one compiled kernel serves every size.
 KERNEL_ARGUMENTS_NOT_SPECIALIZED = [
     "M", "K", "channels", "num_tiles", "a_rows_b", "a_rows_c", "b_rows_b", "b_rows_c", "a_sums_stride",
     "b_sums_stride", "b_scale_stride", "b_zero_stride", "b_zero_mask", "b_shift", "a_scale_stride", "out_scale_stride",
