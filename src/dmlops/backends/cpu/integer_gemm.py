@@ -168,7 +168,7 @@ def products_layout(kernel: Kernel, a, b, b_packed: bool = False) -> str:
     path = products_path(kernel, a, b, b_packed)
     if path == "direct":
         return path
-    (m, k), n = a.shape, b.shape[1]
+    m, n = a.shape[0], b.shape[1]
     return f"{path} {'columns' if m < n and 4 * m * n <= COLUMN_CUT_BYTES else 'rows'}"
 
 
