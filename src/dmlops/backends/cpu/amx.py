@@ -274,9 +274,6 @@ def pack_four_rows(typing_context, count, b, flip, groups, terms, group, column)
         totals = [builder.load(at, align=4) for at in terms_at]
         for g in range(groups_count):
             first_row = builder.mul(builder.add(group, constant(g)), constant(4))
-            for t in range(4):  # the same rows of the next band of groups
-                prefetch(builder, address(b_array, builder.add(builder.mul(
-                    builder.add(first_row, constant(4 * PACK_GROUPS + t)), stride(b_array, 0)), column)))
             rows = [moves.shuffle(builder.load(pointer(address(b_array, builder.add(builder.mul(
                 builder.add(first_row, constant(t)), stride(b_array, 0)), column)), moves.bytes), align=1),
                 ir.Constant(moves.bytes, None), order) for t in range(4)]
