@@ -20,17 +20,13 @@ from llvmlite import ir
 from numba.core import types
 from numba.extending import intrinsic
 
-from .avx2 import TILE_ROWS
+from .avx2 import PACK_AHEAD, TILE_ROWS
 from .byte_moves import ByteMoves, prefetch
 from .jit import callee
 from .kernels import KERNELS_BY_NAME
 
 DIRECT_STEPS = 64  # steps of 4 rows of B a direct run takes across the column blocks
 PREFETCH_ROWS = 32  # how far ahead the direct kernel prefetches B's rows (prefetches past the end are harmless)
-# How far ahead B's rows are prefetched while B is packed: rows of a wide B lie a page or more apart, and a thread
-# packing 128 or 256 columns of a 4096 × 4096 B from memory read 4.6-5.5 bytes a ns without, 7.2-9.0 with 16 rows
-# (one Zen 4 core; 32 and 64 rows gained less)
-PACK_AHEAD = 16
 
 
 @intrinsic
