@@ -18,7 +18,7 @@ def prefetch(builder, at):
 
 
 class ByteMoves:
-    """LLVM IR of the byte kernels' moves of B within vectors of ``size`` bytes (32 or 64)."""
+    """LLVM IR of the byte kernels' moves of B within vectors of ``size`` bytes (16, 32 or 64)."""
 
     def __init__(self, builder, size: int):
         self.builder, self.size = builder, size
