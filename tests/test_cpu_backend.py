@@ -1848,6 +1848,15 @@ def test_kernel_product_in_a_forked_child(kernel):
     assert_product_in_a_forked_child(kernel, np.random.default_rng(13))
 
 
+@pytest.mark.skipif(QMM_LOOPS is None, reason="no numba")
+def test_cached_entries_are_stamped_by_every_module_of_the_backend():
+    """A compiled entry in numba's cache holds the code of its callees, which are in other modules of the backend:
+    its stamp covers all of them, so that an edited callee never runs as it was before from the cache."""
+    from dmlops.backends.cpu import jit, requantization
+    locator = requantization.requantize_rows._cache._impl._locator
+    assert locator.get_source_stamp() == jit.backend_sources_hash()
+
+
 @pytest.mark.parametrize("products", PRODUCT_ENGINES)
 @settings(max_examples=examples(25), deadline=None)
 @given(types=st.tuples(*[st.sampled_from(QMM_TYPES)] * 3), zero_points=st.sampled_from(ZERO_POINTS),

@@ -10,12 +10,14 @@ out, 4.4-5.0 with their code linked so (2026-12-06, a 2-vCPU Zen 4: benchmarks/R
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import os
 
 import llvmlite.binding as llvm
 import numba
 import numpy as np
-from numba.core import codegen, compiler
+from numba.core import caching, codegen, compiler
 
 
 class LinkedLibrary(codegen.JITCodeLibrary):
@@ -45,6 +47,44 @@ class CalleeCompiler(compiler.Compiler):
             self.state.library = LinkedLibrary(self.state.targetctx.codegen(), func.__qualname__)
         return super().compile_extra(func)
 
+
+BACKEND_FOLDER = os.path.dirname(os.path.abspath(__file__))
+
+
+@functools.cache
+def backend_sources_hash() -> bytes:
+    """A hash of every module of the CPU backend, as they are when this process first asks."""
+    digest = hashlib.sha256()
+    for name in sorted(os.listdir(BACKEND_FOLDER)):
+        if name.endswith(".py"):
+            with open(os.path.join(BACKEND_FOLDER, name), "rb") as source:
+                digest.update(name.encode() + b"\0" + source.read())
+    return digest.digest()
+
+
+def stamped_by_backend(locator):
+    """numba's cache locator ``locator``, for the backend's functions alone, their entries in the cache stamped with
+    backend_sources_hash: numba stamps an entry with a hash of its own module, but a compiled entry holds the code
+    of its callees, which are in other modules, and an edited callee would otherwise run as it was before the edit."""
+    class BackendLocator(locator):
+        def get_source_stamp(self):
+            return backend_sources_hash()
+
+        @classmethod
+        def from_function(cls, py_func, py_file):
+            if os.path.dirname(os.path.abspath(py_file)) != BACKEND_FOLDER:
+                return None
+            return super().from_function(py_func, py_file)
+
+    BackendLocator.__name__ = BackendLocator.__qualname__ = f"Backend{locator.__name__}"
+    return BackendLocator
+
+
+# (the locators numba tries, first to last: CacheImpl's in numba 0.68, _CacheImpl's in earlier versions)
+cache_implementation = getattr(caching, "CacheImpl", None) or getattr(caching, "_CacheImpl", None)
+if cache_implementation is not None:
+    cache_implementation._locator_classes[:0] = [stamped_by_backend(locator) for locator in (
+        caching.UserProvidedCacheLocator, caching.InTreeCacheLocator, caching.UserWideCacheLocator)]
 
 # Called from Python (and maybe from compiled code too); numba's cache keeps it with its callees compiled in.
 compiled = numba.njit(nogil=True, cache=True)
