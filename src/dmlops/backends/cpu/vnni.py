@@ -249,16 +249,21 @@ def pack_group(b, flip, groups, column_terms, group, block, start, width):
     target[width:] = 0
 
 
+def element_address(context, builder, signature, arguments):
+    """The address of b[k, j] (int64), for an intrinsic whose first three arguments are b, k and j."""
+    moves = ByteMoves(builder, 4)
+    array = context.make_array(signature.args[0])(context, builder, arguments[0])
+    return moves.address(array, builder.add(builder.mul(arguments[1], moves.stride(array, 0)),
+                                            builder.mul(arguments[2], moves.stride(array, 1))))
+
+
 @intrinsic
 def column_word(typing_context, b, k, j):
     """The bits of b[k:k + 4, j] as one uint32 (byte t from row k + t): one load, where b's columns are
     contiguous."""
     def codegen(context, builder, signature, arguments):
-        moves = ByteMoves(builder, 4)
-        array = context.make_array(signature.args[0])(context, builder, arguments[0])
-        at = moves.address(array, builder.add(builder.mul(arguments[1], moves.stride(array, 0)),
-                                              builder.mul(arguments[2], moves.stride(array, 1))))
-        return builder.load(moves.pointer(at, ir.IntType(32)), align=1)
+        at = element_address(context, builder, signature, arguments)
+        return builder.load(builder.inttoptr(at, ir.IntType(32).as_pointer()), align=1)
 
     return types.uint32(b, k, j), codegen
 
@@ -267,10 +272,7 @@ def column_word(typing_context, b, k, j):
 def fetch_element(typing_context, b, k, j):
     """Prefetches the cache line of b[k, j] (a hint: anywhere)."""
     def codegen(context, builder, signature, arguments):
-        moves = ByteMoves(builder, 4)
-        array = context.make_array(signature.args[0])(context, builder, arguments[0])
-        prefetch(builder, moves.address(array, builder.add(builder.mul(arguments[1], moves.stride(array, 0)),
-                                                           builder.mul(arguments[2], moves.stride(array, 1)))))
+        prefetch(builder, element_address(context, builder, signature, arguments))
         return context.get_dummy_value()
 
     return types.none(b, k, j), codegen
