@@ -1849,6 +1849,39 @@ def test_kernel_product_in_a_forked_child(kernel):
 
 
 @pytest.mark.skipif(QMM_LOOPS is None, reason="no numba")
+@settings(max_examples=examples(30), deadline=None)
+@given(layout=st.sampled_from(["contiguous", "transposed", "steps"]), k=st.sampled_from([1, 3, 4, 17, 130]),
+       n=st.sampled_from([1, 15, 16, 70, 130]), dtype=st.sampled_from([np.int8, np.uint8]),
+       seed=st.integers(0, 2**32 - 1))
+def test_amx_packing_of_b_on_any_processor(layout, k, n, dtype, seed):
+    """AMX's packing of B ({N / 16, K / 4, 16, 4}: the bits of b[4·g + t, 16·block + j] at [block, g, j, t], 0 past
+    b) and its column terms (Σ_k b[k, j] − K·zero point[j]), into poisoned arrays: plain numba and vector code, so
+    that it is checked where the tile products cannot run; rows contiguous, columns contiguous (a transposed view)
+    and neither."""
+    import numba
+    from dmlops.backends.cpu import amx
+
+    @numba.njit
+    def pack(b, sign, zero_point, groups, terms):
+        amx.pack_b(b, sign, zero_point, groups, terms, 0, groups.shape[0])
+
+    rng = np.random.default_rng(seed)
+    values = random_values(rng, (2 * k, 2 * n), dtype)
+    b = {"contiguous": values[:k, :n], "transposed": random_values(rng, (n, k), dtype).T,
+         "steps": values[::2, ::2]}[layout]
+    zero_point = rng.integers(-300, 300, n, dtype=np.int32)
+    blocks, groups_count = -(-n // 16), -(-k // 4)
+    groups = np.full((blocks, groups_count, 16, 4), 0x5A, np.uint8)
+    terms = np.full(blocks * 16, 0x5A5A, np.int32)
+    pack(b.view(np.uint8), np.uint8(128 if dtype == np.int8 else 0), zero_point, groups, terms)
+    padded = np.zeros((4 * groups_count, 16 * blocks), np.uint8)
+    padded[:k, :n] = b.view(np.uint8)
+    expected = padded.reshape(groups_count, 4, blocks, 16).transpose(2, 0, 3, 1)
+    np.testing.assert_array_equal(groups, expected)
+    np.testing.assert_array_equal(terms[:n], b.astype(np.int64).sum(axis=0) - k * zero_point.astype(np.int64))
+
+
+@pytest.mark.skipif(QMM_LOOPS is None, reason="no numba")
 def test_cached_entries_are_stamped_by_every_module_of_the_backend():
     """A compiled entry in numba's cache holds the code of its callees, which are in other modules of the backend:
     its stamp covers all of them, so that an edited callee never runs as it was before from the cache."""

@@ -35,6 +35,7 @@ from numba.extending import intrinsic
 from .byte_moves import ByteMoves, prefetch
 from .jit import callee, compiled
 from .processor import amx_granted
+from .vnni import pack_column_words
 
 amx_granted()  # (the tile state asked for before any of these kernels can run; once a process)
 
@@ -319,13 +320,16 @@ def pack_b(b, sign, zero_point, groups, terms, first, last):
     """groups[block] = the bits of b in tiles' layout ({N / 16, K / 4, 16, 4}: groups[block, k // 4, j, k % 4] =
     b[k, 16·block + j]) for the column blocks [first, last), and 0 past the end of b; terms[j] = Σ_k b[k, j] −
     K·zero point[j] there. By PACK_GROUPS groups of rows at a time across the blocks: where b's rows are
-    contiguous, 64 columns at a time (``pack_four_rows``), the columns and rows left element by element
-    (``pack_group``)."""
+    contiguous, 64 columns at a time (``pack_four_rows``); where its columns are, a word of 4 rows at a time down
+    each column (``vnni.pack_column_words``); the columns and rows left element by element (``pack_group``)."""
     length, columns = b.shape
     begin, end = first * COLUMNS, min(columns, last * COLUMNS)
     terms[begin:last * COLUMNS] = 0
     vector_end = begin + (end - begin) // 64 * 64 if b.strides[1] == 1 else begin
     flip = np.uint8(128 - np.int32(sign))
+    by_words = b.strides[0] == 1 and b.strides[1] != 1
+    if by_words:
+        pack_column_words(b, flip, 0, groups, terms, first, last)
     count = (length + 3) // 4
     for first_group in range(0, count, PACK_GROUPS):
         last_group = min(first_group + PACK_GROUPS, count)
@@ -338,7 +342,7 @@ def pack_b(b, sign, zero_point, groups, terms, first, last):
                     pack_four_rows("1", b, flip, groups, terms, group, column)
         for block in range(first, last):
             start = block * COLUMNS
-            for group in range(first_group if start >= vector_end else whole, last_group):
+            for group in range(whole if by_words or start < vector_end else first_group, last_group):
                 pack_group(b, sign, groups, terms, group, block, start, min(COLUMNS, columns - start))
     for block in range(first, last):
         groups[block, count:] = 0

@@ -269,6 +269,24 @@ def column_word(typing_context, b, k, j):
 
 
 @intrinsic
+def store_word(typing_context, groups, block, group, j, word):
+    """groups[block, group, j] = word (uint32), or, where groups holds bytes {blocks, K / 4, columns, 4} (AMX's
+    tiles), its 4 bytes groups[block, group, j, 0:4] (byte t: bits 8·t to 8·t + 7); the last dimension contiguous.
+    word: an integer, its low 32 bits stored."""
+    def codegen(context, builder, signature, arguments):
+        moves = ByteMoves(builder, 4)
+        array = context.make_array(signature.args[0])(context, builder, arguments[0])
+        offset = builder.add(builder.add(builder.mul(arguments[1], moves.stride(array, 0)),
+                                         builder.mul(arguments[2], moves.stride(array, 1))),
+                             builder.mul(arguments[3], moves.stride(array, 2)))
+        word = context.cast(builder, arguments[4], signature.args[4], types.uint32)  # (4 bytes whatever its type)
+        builder.store(word, moves.pointer(moves.address(array, offset), ir.IntType(32)), align=1)
+        return context.get_dummy_value()
+
+    return types.none(groups, block, group, j, word), codegen
+
+
+@intrinsic
 def fetch_element(typing_context, b, k, j):
     """Prefetches the cache line of b[k, j] (a hint: anywhere)."""
     def codegen(context, builder, signature, arguments):
@@ -279,13 +297,16 @@ def fetch_element(typing_context, b, k, j):
 
 
 @callee
-def pack_column_words(b, flip, groups, column_terms, first, last):
-    """pack_group's groups of 4 whole rows for every column of the blocks [first, last), where b's columns are
-    contiguous (b a transposed view, as a layer's weights {N, K} are passed): each group of a column is one word
-    of memory, read down the column; and 0 for the blocks' columns past b's."""
+def pack_column_words(b, flip, stored_flip, groups, column_terms, first, last):
+    """The groups of 4 whole rows of b for every column of the blocks [first, last), each the bits of its 4 rows
+    (byte t: row 4·group + t) xor stored_flip in each byte, and column_terms there += Σ int8(bits xor flip) + flip
+    over those rows, where b's columns are contiguous (b a transposed view, as a layer's weights {N, K} are
+    passed): each group of a column is one word of memory, read down the column; and 0 for the blocks' columns past
+    b's. groups as ``store_word`` takes them: the byte kernels' words (pack_group's, stored_flip = flip) or AMX's
+    tiles of bytes (its pack_group's, stored_flip = 0)."""
     length, columns = b.shape
     width_of_block = groups.shape[2]
-    flips = np.uint32(flip) * np.uint32(0x01010101)
+    flips, stored = np.uint32(flip) * np.uint32(0x01010101), np.uint32(stored_flip) * np.uint32(0x01010101)
     centres = 4 * np.int32(flip)
     for block in range(first, last):
         start = block * width_of_block
@@ -296,8 +317,9 @@ def pack_column_words(b, flip, groups, column_terms, first, last):
                 fetch_element(b, k, start + j + COLUMNS_AHEAD)
             total = np.int32(0)
             for group in range(length // 4):
-                word = column_word(b, 4 * group, start + j) ^ flips
-                target[group, j] = word
+                bits = column_word(b, 4 * group, start + j)
+                store_word(groups, block, group, j, bits ^ stored)
+                word = bits ^ flips
                 total += (np.int32(np.int8(word & 0xFF)) + np.int32(np.int8(word >> 8 & 0xFF))
                           + np.int32(np.int8(word >> 16 & 0xFF)) + np.int32(np.int8(word >> 24)) + centres)
             column_terms[start + j] += total
@@ -320,7 +342,7 @@ def pack_columns_bytes(kernel, vector, b, flip, zero_point, groups, column_terms
     vector_end = begin + (end - begin) // vector * vector if b.strides[1] == 1 else begin
     by_words = b.strides[0] == 1 and b.strides[1] != 1
     if by_words:
-        pack_column_words(b, flip, groups, column_terms, first, last)
+        pack_column_words(b, flip, flip, groups, column_terms, first, last)
     for first_group in range(0, (length + 3) // 4, TILE_ROWS // 4):
         last_group = min(first_group + TILE_ROWS // 4, (length + 3) // 4)
         whole = min(last_group, length // 4)  # groups of 4 rows of b
