@@ -316,19 +316,19 @@ def pack_group(b, sign, groups, terms, group, block, start, width):
 
 
 @callee
-def pack_b(b, sign, zero_point, groups, terms, first, last):
+def pack_b(b, sign, zero_point, groups, terms, first, last, down_columns):
     """groups[block] = the bits of b in tiles' layout ({N / 16, K / 4, 16, 4}: groups[block, k // 4, j, k % 4] =
     b[k, 16·block + j]) for the column blocks [first, last), and 0 past the end of b; terms[j] = Σ_k b[k, j] −
     K·zero point[j] there. By PACK_GROUPS groups of rows at a time across the blocks: where b's rows are
-    contiguous, 64 columns at a time (``pack_four_rows``); where its columns are, a word of 4 rows at a time down
-    each column (``vnni.pack_column_words``); the columns and rows left element by element (``pack_group``)."""
+    contiguous, 64 columns at a time (``pack_four_rows``); where its columns are (``down_columns`` True, not None:
+    compiled only then), a word of 4 rows at a time down each column (``vnni.pack_column_words``); the columns and
+    rows left element by element (``pack_group``)."""
     length, columns = b.shape
     begin, end = first * COLUMNS, min(columns, last * COLUMNS)
     terms[begin:last * COLUMNS] = 0
     vector_end = begin + (end - begin) // 64 * 64 if b.strides[1] == 1 else begin
     flip = np.uint8(128 - np.int32(sign))
-    by_words = b.strides[0] == 1 and b.strides[1] != 1
-    if by_words:
+    if down_columns is not None:
         pack_column_words(b, flip, 0, groups, terms, first, last)
     count = (length + 3) // 4
     for first_group in range(0, count, PACK_GROUPS):
@@ -342,7 +342,7 @@ def pack_b(b, sign, zero_point, groups, terms, first, last):
                     pack_four_rows("1", b, flip, groups, terms, group, column)
         for block in range(first, last):
             start = block * COLUMNS
-            for group in range(whole if by_words or start < vector_end else first_group, last_group):
+            for group in range(whole if down_columns is not None or start < vector_end else first_group, last_group):
                 pack_group(b, sign, groups, terms, group, block, start, min(COLUMNS, columns - start))
     for block in range(first, last):
         groups[block, count:] = 0
@@ -351,7 +351,8 @@ def pack_b(b, sign, zero_point, groups, terms, first, last):
 
 
 @callee
-def multiply_strip(a, a_sign, b, b_sign, b_zero, packed_b, b_packed, sums, terms, first, last, rows, length):
+def multiply_strip(a, a_sign, b, b_sign, b_zero, packed_b, b_packed, sums, terms, first, last, rows, length,
+                   down_columns):
     """The sums of rows [0, rows) of A (packed) and the column blocks [first, last) of b, and their terms, a run of
     K_RUN rows of b at a time: each run packed into a panel of this call's own, which stays in L2 for the kernel
     and is never written back to memory (the driver's columns cut: B is read once); or, where B is packed already
@@ -366,7 +367,7 @@ def multiply_strip(a, a_sign, b, b_sign, b_zero, packed_b, b_packed, sums, terms
             panel = packed_b[first:last, begin // 4:end // 4]
         else:
             pack_b(b[begin:min(end, k), start:stop], b_sign, b_zero[start:stop], own_panel, run_terms, 0,
-                   last - first)
+                   last - first, down_columns)
             for j in range(stop - start):
                 terms[start + j] = run_terms[j] if begin == 0 else terms[start + j] + run_terms[j]
             panel = own_panel[:, :(end - begin) // 4]

@@ -93,7 +93,7 @@ def packed_b(kernel: Kernel, b, b_zero_point, layouts):
     its column terms) in new arrays of ``scratch_layouts``' packed B and column terms, ``layouts`` (their
     (shape, dtype)), the zero point a vector of N or None (0)."""
     groups, terms = (np.empty(*layout) for layout in layouts)
-    call(pack_whole_b, kernel.name, packing_path(kernel), *operand(b, b_zero_point, b.shape[1]), groups, terms,
+    call(pack_whole_b, kernel.name, packing_path(kernel, b), *operand(b, b_zero_point, b.shape[1]), groups, terms,
          read_only=(2,))
     return groups, terms
 
@@ -103,9 +103,13 @@ def with_packing(buffers, packing) -> tuple:
     return (buffers[0], packing[0], buffers[2], buffers[3], packing[1])
 
 
-def packing_path(kernel: Kernel) -> str:
-    """How B is packed for the kernel, as ``driver.pack_b``'s layout reads it."""
-    return "tiles" if kernel.tiles else "bytes" if kernel.bytes else "words"
+def packing_path(kernel: Kernel, b=None) -> str:
+    """How B is packed for the kernel, as ``driver.pack_b``'s layout reads it: " transposed" added where the byte
+    and tile kernels pack it down its columns, which are contiguous (b a transposed view, as a layer's weights
+    {N, K} are passed; ``vnni.pack_column_words``)."""
+    path = "tiles" if kernel.tiles else "bytes" if kernel.bytes else "words"
+    down_columns = b is not None and b.strides[0] == 1 and b.strides[1] != 1 and path != "words"
+    return f"{path} transposed" if down_columns else path
 
 
 def integer_product(kernel: Kernel, a, a_zero_point, b, b_zero_point, buffers, pieces: int = 1, finish=None,
@@ -207,6 +211,6 @@ def products_path(kernel: Kernel, a, b, b_packed: bool = False) -> str:
     rows = DIRECT_ROWS if k * n < PARALLEL_PACKING else DIRECT_ROWS_OF_LARGE_B
     if kernel.direct and not b_packed and m <= rows and k % 4 == 0 and n % 64 == 0 and b.strides[1] == 1:
         return "direct"
-    return packing_path(kernel)
+    return packing_path(kernel, None if b_packed else b)
 
 

@@ -306,8 +306,9 @@ def pack_column_words(b, flip, stored_flip, groups, column_terms, first, last):
     tiles of bytes (its pack_group's, stored_flip = 0)."""
     length, columns = b.shape
     width_of_block = groups.shape[2]
-    flips, stored = np.uint32(flip) * np.uint32(0x01010101), np.uint32(stored_flip) * np.uint32(0x01010101)
-    centres = 4 * np.int32(flip)
+    # a byte's int8(bits xor flip) + 128 is its bits xor flip xor 128, as an unsigned byte
+    biases, stored = (np.uint32(flip ^ 128) * np.uint32(0x01010101), np.uint32(stored_flip) * np.uint32(0x01010101))
+    whole = length // 4
     for block in range(first, last):
         start = block * width_of_block
         width = min(width_of_block, columns - start)
@@ -315,33 +316,32 @@ def pack_column_words(b, flip, stored_flip, groups, column_terms, first, last):
         for j in range(width):
             for k in range(0, length, 64):
                 fetch_element(b, k, start + j + COLUMNS_AHEAD)
-            total = np.int32(0)
-            for group in range(length // 4):
+            total = 0
+            for group in range(whole):
                 bits = column_word(b, 4 * group, start + j)
                 store_word(groups, block, group, j, bits ^ stored)
-                word = bits ^ flips
-                total += (np.int32(np.int8(word & 0xFF)) + np.int32(np.int8(word >> 8 & 0xFF))
-                          + np.int32(np.int8(word >> 16 & 0xFF)) + np.int32(np.int8(word >> 24)) + centres)
-            column_terms[start + j] += total
+                biased = bits ^ biases
+                halves = (biased & 0x00FF00FF) + (biased >> 8 & 0x00FF00FF)  # the 4 bytes' sum, in two halves
+                total += (halves & 0xFFFF) + (halves >> 16)
+            column_terms[start + j] += np.int32(total - whole * (512 - 4 * np.int32(flip)))
         for group in range(length // 4):
             target[group, width:] = 0
 
 
 @callee
-def pack_columns_bytes(kernel, vector, b, flip, zero_point, groups, column_terms, first, last):
+def pack_columns_bytes(kernel, vector, b, flip, zero_point, groups, column_terms, first, last, down_columns):
     """groups[block, k // 4, j] = B'[k + t, j] in byte t (B' = the bits of b xor flip, read as int8; j within the
     block) for the column blocks [first, last), and 0 past the end of b; column_terms[j] = Σ_k B'[k, j] + K·β[j],
     which is Σ_k b[k, j] − K·zero point[j]. By tiles of rows, as pack_columns: where b's rows are contiguous,
     ``vector`` columns at a time (``pack_four_rows``, for the kernel named by the literal ``kernel``); where its
-    columns are, a word of 4 rows at a time down each column (``pack_column_words``); then the columns and rows
-    left one group of a block at a time (``pack_group``)."""
+    columns are (``down_columns`` True, not None: compiled only then), a word of 4 rows at a time down each column
+    (``pack_column_words``); then the columns and rows left one group of a block at a time (``pack_group``)."""
     length, columns = b.shape
     width_of_block = groups.shape[2]
     column_terms[first * width_of_block:last * width_of_block] = 0
     begin, end = first * width_of_block, min(columns, last * width_of_block)
     vector_end = begin + (end - begin) // vector * vector if b.strides[1] == 1 else begin
-    by_words = b.strides[0] == 1 and b.strides[1] != 1
-    if by_words:
+    if down_columns is not None:
         pack_column_words(b, flip, flip, groups, column_terms, first, last)
     for first_group in range(0, (length + 3) // 4, TILE_ROWS // 4):
         last_group = min(first_group + TILE_ROWS // 4, (length + 3) // 4)
@@ -351,7 +351,8 @@ def pack_columns_bytes(kernel, vector, b, flip, zero_point, groups, column_terms
                 pack_four_rows(kernel, b, flip, groups, column_terms, group, column)
         for block in range(first, last):
             start = block * width_of_block
-            for group in range(whole if by_words or start < vector_end else first_group, last_group):
+            for group in range(whole if down_columns is not None or start < vector_end else first_group,
+                               last_group):
                 pack_group(b, flip, groups, column_terms, group, block, start, min(width_of_block, columns - start))
     for j in range(first * width_of_block, min(columns, last * width_of_block)):
         column_terms[j] -= length * np.int32(zero_point[j])
