@@ -66,6 +66,7 @@ def spin_pause(typing_context):
 
 
 def pause(builder):
+    """LLVM IR of spin_pause."""
     if platform.machine().lower() in ("x86_64", "amd64"):
         builder.call(builder.module.declare_intrinsic("llvm.x86.sse2.pause", fnty=ir.FunctionType(ir.VoidType(), [])),
                      [])

@@ -33,7 +33,7 @@ except ImportError:  # NumPy alone is enough; the float32 path is used instead
 # where it is called from Python, so that one compiled variant serves writable and read-only arrays.
 REQUANTIZATION_INPUTS = (0, 1, 2, 3, 4, 5, 6)
 INT32_CHUNK = 32 * 1024  # 32 768 · 255² < 2^31: the int32 sums of a call are exact
-PARALLEL_PACKING = 1 << 20  # B of this many elements or more is packed on every core, however few rows A has
+PARALLEL_PACKING = 1 << 20  # B of this many elements or more is work for many cores, however few rows A has
 # B's packing is cut into pieces of at least this many elements (a few µs each), up to a piece a core, each of whole
 # runs of the kernel's packing (``Kernel.pack_blocks``): every piece of rows waits for the whole of B
 PACKING_PIECE = 1 << 14

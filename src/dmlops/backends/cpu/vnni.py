@@ -249,12 +249,15 @@ def pack_group(b, flip, groups, column_terms, group, block, start, width):
     target[width:] = 0
 
 
-def element_address(context, builder, signature, arguments):
-    """The address of b[k, j] (int64), for an intrinsic whose first three arguments are b, k and j."""
+def element_address(context, builder, signature, arguments, count):
+    """The address (int64) of x[i0, ..., i(count - 1)], for an intrinsic whose first arguments are x and those
+    indices (an array of more dimensions: the first element of the rest)."""
     moves = ByteMoves(builder, 4)
     array = context.make_array(signature.args[0])(context, builder, arguments[0])
-    return moves.address(array, builder.add(builder.mul(arguments[1], moves.stride(array, 0)),
-                                            builder.mul(arguments[2], moves.stride(array, 1))))
+    offset = moves.constant(0)
+    for dimension in range(count):
+        offset = builder.add(offset, builder.mul(arguments[1 + dimension], moves.stride(array, dimension)))
+    return moves.address(array, offset)
 
 
 @intrinsic
@@ -262,7 +265,7 @@ def column_word(typing_context, b, k, j):
     """The bits of b[k:k + 4, j] as one uint32 (byte t from row k + t): one load, where b's columns are
     contiguous."""
     def codegen(context, builder, signature, arguments):
-        at = element_address(context, builder, signature, arguments)
+        at = element_address(context, builder, signature, arguments, 2)
         return builder.load(builder.inttoptr(at, ir.IntType(32).as_pointer()), align=1)
 
     return types.uint32(b, k, j), codegen
@@ -274,13 +277,9 @@ def store_word(typing_context, groups, block, group, j, word):
     tiles), its 4 bytes groups[block, group, j, 0:4] (byte t: bits 8·t to 8·t + 7); the last dimension contiguous.
     word: an integer, its low 32 bits stored."""
     def codegen(context, builder, signature, arguments):
-        moves = ByteMoves(builder, 4)
-        array = context.make_array(signature.args[0])(context, builder, arguments[0])
-        offset = builder.add(builder.add(builder.mul(arguments[1], moves.stride(array, 0)),
-                                         builder.mul(arguments[2], moves.stride(array, 1))),
-                             builder.mul(arguments[3], moves.stride(array, 2)))
+        at = element_address(context, builder, signature, arguments, 3)
         word = context.cast(builder, arguments[4], signature.args[4], types.uint32)  # (4 bytes whatever its type)
-        builder.store(word, moves.pointer(moves.address(array, offset), ir.IntType(32)), align=1)
+        builder.store(word, builder.inttoptr(at, ir.IntType(32).as_pointer()), align=1)
         return context.get_dummy_value()
 
     return types.none(groups, block, group, j, word), codegen
@@ -290,7 +289,7 @@ def store_word(typing_context, groups, block, group, j, word):
 def fetch_element(typing_context, b, k, j):
     """Prefetches the cache line of b[k, j] (a hint: anywhere)."""
     def codegen(context, builder, signature, arguments):
-        prefetch(builder, element_address(context, builder, signature, arguments))
+        prefetch(builder, element_address(context, builder, signature, arguments, 2))
         return context.get_dummy_value()
 
     return types.none(b, k, j), codegen
@@ -324,7 +323,7 @@ def pack_column_words(b, flip, stored_flip, groups, column_terms, first, last):
                 halves = (biased & 0x00FF00FF) + (biased >> 8 & 0x00FF00FF)  # the 4 bytes' sum, in two halves
                 total += (halves & 0xFFFF) + (halves >> 16)
             column_terms[start + j] += np.int32(total - whole * (512 - 4 * np.int32(flip)))
-        for group in range(length // 4):
+        for group in range(whole):
             target[group, width:] = 0
 
 
