@@ -79,23 +79,20 @@ def next_piece(state, counts):
 
 
 @inlined
-def take_piece(state, counts, wait):
-    """(stage, piece) as ``next_piece``. Where none is left and ``wait``, first wait until every piece of the last
+def take_piece(state, counts, ended, wait):
+    """(stage, piece) as ``next_piece``, the piece that this thread ran before counted ended first (``ended``: its
+    stage; none where it is negative). Where none is left and ``wait``, first wait until every piece of the last
     stage has ended (their outputs then seen here): the pool's threads may have taken every ticket, the first
-    included, while this thread was not running."""
+    included, while this thread was not running. (Taken in one place a loop: an inlined helper is read again, typed
+    and lowered at each call site.)"""
+    if ended >= 0:
+        count_up(state, 1 + ended)
     stage, piece = next_piece(state, counts)
     last = counts.shape[0] - 1
     steps = 0
     while stage < 0 and wait and state_of(state, 1 + last) < counts[last]:
         steps = spin_wait(steps)
     return stage, piece
-
-
-@inlined
-def piece_ended(state, counts, stage, wait):
-    """Count a piece of ``stage`` ended, and take the next (``take_piece``)."""
-    count_up(state, 1 + stage)
-    return take_piece(state, counts, wait)
 
 
 def pack_a(layout, a, a_sign, a_zero, packed, row_sums, first, last):
@@ -289,8 +286,11 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
         most = rows * ((padded_rows // rows + counts[1] - 1) // counts[1])  # the rows of the largest piece
         own_a = new_array((most, buffers[0].shape[1]), buffers[0].dtype)
         own_sums, own_row_sums = new_array((most, buffers[2].shape[1]), np.int32), new_array(most, np.int32)
-        stage, piece = take_piece(state, counts, wait)
-        while stage >= 0:
+        stage = -1
+        while True:
+            stage, piece = take_piece(state, counts, stage, wait)
+            if stage < 0:
+                break
             if stage == 0:
                 first, last = piece_bounds(blocks, counts[0], pack_blocks, piece)
                 pack_b(kernel, layout, b, b_sign, b_zero, buffers[1], column_terms(layout, buffers), first, last)
@@ -304,14 +304,16 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
                 correct(layout, sums, own_row_sums, a_sign, a_zero[first:], b_sign, b_zero, buffers[4], 0,
                         min(last, m) - first)
                 finish_rows(finish, sums, first, min(last, m))
-            stage, piece = piece_ended(state, counts, stage, wait)
 
     def by_columns(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, b_packed, finish,
                    wait):
         m, blocks = a.shape[0], buffers[1].shape[0]
         padded_rows = padded_sizes(a, rows, group)[0]
-        stage, piece = take_piece(state, counts, wait)
-        while stage >= 0:
+        stage = -1
+        while True:
+            stage, piece = take_piece(state, counts, stage, wait)
+            if stage < 0:
+                break
             if stage == 0:
                 pack_a(layout, a, a_sign, a_zero, buffers[0], buffers[3], 0, padded_rows)
             elif stage == 1:
@@ -322,15 +324,17 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
                 first, last = piece_bounds(m, counts[2], 1, piece)
                 correct(layout, buffers[2], buffers[3], a_sign, a_zero, b_sign, b_zero, buffers[4], first, last)
                 finish_rows(finish, buffers[2][first:], first, last)
-            stage, piece = piece_ended(state, counts, stage, wait)
 
     def direct(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, b_packed, finish,
                wait):
         (m, k), n = a.shape, b.shape[1]
         a_packed, sums, row_sums, column_terms = buffers[0], buffers[2], buffers[3], buffers[4]
         b_flip = flip_of_b(b_sign)
-        stage, piece = take_piece(state, counts, wait)
-        while stage >= 0:
+        stage = -1
+        while True:
+            stage, piece = take_piece(state, counts, stage, wait)
+            if stage < 0:
+                break
             if stage == 0:
                 pack_rows_bytes(a, a_sign, a_packed, row_sums, 0, m)
             elif stage == 1:
@@ -342,7 +346,6 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
                 first, last = piece_bounds(m, counts[2], 1, piece)
                 correct(layout, sums, row_sums, a_sign, a_zero, b_sign, b_zero, column_terms, first, last)
                 finish_rows(finish, sums[first:], first, last)
-            stage, piece = piece_ended(state, counts, stage, wait)
 
     def tiles_by_rows(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, b_packed,
                       finish, wait):
@@ -353,8 +356,11 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
         own_sums, own_row_sums = new_array((most, buffers[2].shape[1]), np.int32), new_array(most, np.int32)
         packed_b, terms = buffers[1].view(np.uint8), buffers[4]
         amx.start_tiles()
-        stage, piece = take_piece(state, counts, wait)
-        while stage >= 0:
+        stage = -1
+        while True:
+            stage, piece = take_piece(state, counts, stage, wait)
+            if stage < 0:
+                break
             if stage == 0:
                 first, last = piece_bounds(blocks, counts[0], pack_blocks, piece)
                 amx.pack_b(b, b_sign, b_zero, packed_b, terms, first, last, down_columns)
@@ -366,7 +372,6 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
                 amx.multiply(own_a, a_sign, packed_b, b_sign, sums, 0, last - first, 0, blocks, length, False)
                 correct_rows(sums, own_row_sums, a_zero[first:], 0, b_zero, 0, terms, 0, min(last, m) - first)
                 finish_rows(finish, sums, first, min(last, m))
-            stage, piece = piece_ended(state, counts, stage, wait)
         amx.release_tiles()
 
     def tiles_by_columns(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, b_packed,
@@ -375,8 +380,11 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
         padded_rows, length = padded_sizes(a, rows, amx.DEPTH)
         packed_a, sums, row_sums, terms = buffers[0].view(np.uint8), buffers[2], buffers[3], buffers[4]
         amx.start_tiles()
-        stage, piece = take_piece(state, counts, wait)
-        while stage >= 0:
+        stage = -1
+        while True:
+            stage, piece = take_piece(state, counts, stage, wait)
+            if stage < 0:
+                break
             if stage == 0:
                 amx.pack_a(a, a_sign, packed_a, row_sums, 0, padded_rows)
             elif stage == 1:
@@ -387,7 +395,6 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
                 first, last = piece_bounds(m, counts[2], 1, piece)
                 correct_rows(sums, row_sums, a_zero, 0, b_zero, 0, terms, first, last)
                 finish_rows(finish, sums[first:], first, last)
-            stage, piece = piece_ended(state, counts, stage, wait)
         amx.release_tiles()
 
     if spec.tiles:
