@@ -11,8 +11,8 @@ from numba.core.imputils import impl_ret_borrowed
 from numba.extending import intrinsic
 
 from . import driver, integer_gemm, requantization  # noqa: F401  (integer_gemm, requantization: qmatmul's)
-from .atomics import call_begins, call_ends, ring  # noqa: F401  (ring: qmatmul's warm-up)
-from .jit import callee, compiled, inlined, new_array
+from .atomics import call_begins, call_ends, ring, wait_for_ring  # noqa: F401  (ring, wait_for_ring: qmatmul's)
+from .jit import callee, compiled, new_array
 
 
 @compiled
@@ -59,19 +59,24 @@ def one_call_parameters(a_scale, a_zero_point, b_sign, b_scale, b_zero_point, ou
     """(whether every scale is non-zero and finite, A's and B's zero points as int32 vectors, the requantization's
     arguments as ``driver.finish_rows`` takes them) of product_in_one_call's parameters."""
     m, n = out.shape
-    # A's and the output's, one a row (one loop for the four: np.full or a loop each compiles more code)
+    # A's and the output's, one a row, and B's, one a column: a loop for each (np.full, astype, slices and tuples of
+    # arrays compile several times the code, a tenth of a second or more at a first product)
     a_scales, output_scales = new_array(m, np.float32), new_array(m, np.float32)
     a_zero, zero_point = new_array(m, np.int32), new_array(m, np.float64)
     for i in range(m):
         a_scales[i], output_scales[i], a_zero[i], zero_point[i] = (a_scale, output_scale, a_zero_point,
                                                                     output_zero_point)
-    b_scale = columns(b_scale, n)
-    valid = True
-    for vector in (a_scales[:1], b_scale, output_scales[:1]):
-        for value in vector:
-            valid = valid and value != 0 and np.isfinite(value)
-    finish = (a_scales, b_scale, output_scales, zero_point, low, high, out)
-    return valid, a_zero, zero_points(b_zero_point, b_sign, n), typed_as_passed(finish)
+    # (a scale is valid where 0 < |scale| < ∞: NaN compares false)
+    valid = 0 < abs(np.float32(a_scale)) < np.inf and 0 < abs(np.float32(output_scale)) < np.inf
+    b_scales, b_zero = new_array(n, np.float32), new_array(n, np.int32)
+    last_scale, last_zero = b_scale.shape[0] - 1, b_zero_point.shape[0] - 1
+    for j in range(n):
+        b_scales[j] = b_scale[min(j, last_scale)]
+        valid = valid and 0 < abs(b_scales[j]) < np.inf
+        # (a zero point's bits with its type's sign, 128 for INT8: a value is (its bits xor 128) − 128)
+        b_zero[j] = np.int32(b_zero_point[min(j, last_zero)] ^ b_sign) - np.int32(b_sign)
+    finish = (a_scales, b_scales, output_scales, zero_point, low, high, out)
+    return valid, a_zero, b_zero, typed_as_passed(finish)
 
 
 @intrinsic
@@ -88,30 +93,3 @@ def typed_as_passed(typing_context, finish):
 
     return passed(finish), codegen
 
-
-@inlined
-def columns(values, n):
-    """B's scale, one value or one a column, as a new contiguous float32 vector of n."""
-    if values.shape[0] == 1:
-        return filled(n, values[0], np.float32)
-    return values.astype(np.float32)
-
-
-@inlined
-def filled(length, value, dtype):
-    """A new vector of ``length`` values of dtype, each ``value`` (np.full compiles a function of its own for each
-    type of its arguments, a tenth of a second each at a first call)."""
-    values = new_array(length, dtype)
-    values[:] = value
-    return values
-
-
-@inlined
-def zero_points(bits, sign, length):
-    """A zero point given as its bits (uint8), one value or one each, with its type's sign (128 for INT8: a value is
-    (its bits xor 128) − 128), as a new int32 vector of ``length``."""
-    values = new_array(length, np.int32)
-    last = bits.shape[0] - 1
-    for i in range(length):
-        values[i] = np.int32(bits[min(i, last)] ^ sign) - np.int32(sign)
-    return values
