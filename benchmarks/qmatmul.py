@@ -44,6 +44,8 @@ from dmlops.backends.cuda import qmatmul
 PEAK_INT8_TOPS = 1979.0
 SQUARE = [1024, 2048, 4096, 8192, 16384]
 LLM = [(m, k, n) for m in (16, 64, 256, 1024, 4096) for k, n in ((4096, 11008), (11008, 4096))]
+# Where the best public int8 kernels on Hopper report (CUTLASS's, through sgl-kernel and vLLM): long K.
+LONG_K = [(2048, 8192, 4096), (1024, 21760, 8192), (4096, 16384, 4096)]
 FEW_ROWS = [(m, 4096, n) for m in (1, 16, 32, 128) for n in (4096, 11008)]
 INT_MM_MIN_ROWS = 32  # torch._int_mm takes more than 16 rows: a smaller A is padded (outside timing) to this many
 
@@ -262,7 +264,14 @@ CANDIDATES = {  # by shape class: M ≤ 16, M ≤ 64 (decode-like) and the rest;
               C(128, 256, 128, num_warps=8, num_stages=4, epilogue_n=32, gluon=True),
               C(256, 128, 128, num_warps=8, num_stages=4, epilogue_n=32, gluon=True),
               C(128, 128, 128, num_warps=4, num_stages=3, gluon=True),
-              C(128, 128, 128, num_warps=4, num_stages=4, gluon=True)],
+              C(128, 128, 128, num_warps=4, num_stages=4, gluon=True),
+              # persistent Gluon programs: one or two an SM walk the tiles
+              qmatmul.WGMMA_LARGE,
+              C(128, 256, 128, num_warps=8, num_stages=4, epilogue_n=64, programs_per_sm=1, gluon=True),
+              C(128, 256, 128, num_warps=8, num_stages=4, epilogue_n=32, programs_per_sm=1, gluon=True),
+              C(256, 128, 128, num_warps=8, num_stages=3, epilogue_n=32, programs_per_sm=1, gluon=True),
+              C(128, 128, 128, num_warps=4, num_stages=3, programs_per_sm=2, gluon=True),
+              C(256, 128, 128, num_warps=8, num_stages=4, epilogue_n=64, programs_per_sm=1, gluon=True)],
 }
 
 
@@ -351,7 +360,7 @@ def main():
     parser.add_argument("--shapes", help="M,K,N;M,K,N… instead of the default list")
     parser.add_argument("--candidates", help="i,j,…: only these candidates of each class (--configs)")
     args = parser.parse_args()
-    shapes = [(n, n, n) for n in SQUARE] + LLM
+    shapes = [(n, n, n) for n in SQUARE] + LLM + LONG_K
     if args.shapes:
         shapes = [tuple(int(x) for x in shape.split(",")) for shape in args.shapes.split(";")]
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}")

@@ -15,8 +15,9 @@ which ``warpgroup_mma_wait`` cannot express for 8-bit values in 3.6 ("Unexpected
 The tile's place, the per-row terms and the float64 requantization are the @triton.jit helpers of
 ``qmatmul_tiles``, which ``qmatmul``'s kernel calls too, so both kernels compute the same operations in the same order
 and give the same bits. Gluon kernels do not run under Triton's interpreter: ``qmatmul.choose_config`` picks this one
-only for compiled runs on sm_90, and only for long K, where it measured faster than ``qmatmul``'s kernel on an H100
-(benchmarks/RESULTS.md: the third and fourth rounds, and "Moved from code comments" for the variants that were slower).
+only for compiled runs on sm_90, and only for K > 4096 with tiles enough to fill the SMs, where it measured faster
+than ``qmatmul``'s kernel on an H100 (benchmarks/RESULTS.md: the third to fifth rounds, and "Moved from code
+comments" for the variants that were slower).
 """
 
 from __future__ import annotations
@@ -44,58 +45,45 @@ def operand_descriptor(rows, block_rows: int, block_k: int) -> TensorDescriptor:
 
 
 @gluon.jit
-def _issue_loads(a_desc, b_desc, a_row, b_row, step, ready, a_slots, b_slots, STAGES: gl.constexpr, pred):
-    """Starts the loads of K step ``step`` into its slot; its barrier completes when both have landed."""
-    slot = step % STAGES
+def _operand_rows(ordinal, tiles, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, GROUP_M: gl.constexpr):
+    """The first rows of A and of B (K-major) of this program's ``ordinal``-th tile."""
+    _, _, _, tile_n, a_row, b_first_row = _tile_place(gl.program_id(0) + ordinal * gl.num_programs(0), tiles,
+                                                      BLOCK_M, BLOCK_N, GROUP_M)
+    return a_row, b_first_row + tile_n * BLOCK_N
+
+
+@gluon.jit
+def _load(load, slot, ring, a_desc, b_desc, my_tiles, steps, tiles, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+          GROUP_M: gl.constexpr):
+    """Starts ``load`` (the program's tile ordinal, K step, and the tile's first rows of A and B) into ``slot`` of
+    the ring, whose barrier completes when both operands have landed, where the program has that tile; returns the
+    load after it: the next K step, or the first of the next tile."""
+    ordinal, k_step, a_row, b_row = load
+    a_slots, b_slots, ready = ring
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
+    pred = ordinal < my_tiles
     mbarrier.expect(ready.index(slot), a_desc.block_type.nbytes + b_desc.block_type.nbytes, pred=pred)
-    tma.async_copy_global_to_shared(a_desc, [a_row, step * BLOCK_K], ready.index(slot), a_slots.index(slot), pred)
-    tma.async_copy_global_to_shared(b_desc, [b_row, step * BLOCK_K], ready.index(slot), b_slots.index(slot), pred)
+    tma.async_copy_global_to_shared(a_desc, [a_row, k_step * BLOCK_K], ready.index(slot), a_slots.index(slot), pred)
+    tma.async_copy_global_to_shared(b_desc, [b_row, k_step * BLOCK_K], ready.index(slot), b_slots.index(slot), pred)
+    k_step += 1
+    if k_step == steps:
+        k_step = 0
+        ordinal += 1
+        a_row, b_row = _operand_rows(ordinal, tiles, BLOCK_M, BLOCK_N, GROUP_M)
+    return ordinal, k_step, a_row, b_row
 
 
 @gluon.jit
-def _dot(a_desc, b_desc, a_row, b_row, K, layout: gl.constexpr, STAGES: gl.constexpr):
-    """Σ_k A[a_row:, k] B[b_row:, k] over all of K, exact in int32 (TMA fills columns past K with 0)."""
-    BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
-    BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
-    BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
-    a_slots = gl.allocate_shared_memory(gl.int8, [STAGES, BLOCK_M, BLOCK_K], a_desc.layout)
-    b_slots = gl.allocate_shared_memory(gl.int8, [STAGES, BLOCK_N, BLOCK_K], b_desc.layout)
-    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(STAGES):
-        mbarrier.init(ready.index(i), count=1)
-    steps = gl.cdiv(K, BLOCK_K)
-    for step in gl.static_range(STAGES - 1):
-        _issue_loads(a_desc, b_desc, a_row, b_row, step, ready, a_slots, b_slots, STAGES, step < steps)
-
-    acc = gl.zeros((BLOCK_M, BLOCK_N), gl.int32, layout)
-    for step in range(steps):
-        slot = step % STAGES
-        mbarrier.wait(ready.index(slot), step // STAGES & 1)
-        acc = warpgroup_mma(a_slots.index(slot), b_slots.index(slot).permute((1, 0)), acc, is_async=True)
-        # The step before is done now, and its slot free: refill it with the step STAGES − 1 ahead.
-        acc = warpgroup_mma_wait(1, deps=(acc, ))
-        ahead = step + STAGES - 1
-        _issue_loads(a_desc, b_desc, a_row, b_row, ahead, ready, a_slots, b_slots, STAGES, ahead < steps)
-    acc = warpgroup_mma_wait(0, deps=(acc, ))
-    for i in gl.static_range(STAGES):
-        mbarrier.invalidate(ready.index(i))
-    return acc
-
-
-@gluon.jit
-def _stage_column_terms(n_start, b_sums_ptr, column_args, ROW_SCALES: gl.constexpr, BLOCK_N: gl.constexpr,
+def _stage_column_terms(staged, n_start, b_sums_ptr, column_args, ROW_SCALES: gl.constexpr, BLOCK_N: gl.constexpr,
                         num_warps: gl.constexpr):
     """The column terms of the tile's columns [n_start, n_start + BLOCK_N), computed before the main loop into
-    shared memory, so that the epilogue does not wait for a global load per block of columns (each would follow the
-    stores of the block before, which the compiler cannot reorder)."""
+    ``staged`` (shared memory), so that the epilogue does not wait for a global load per block of columns (each
+    would follow the stores of the block before, which the compiler cannot reorder)."""
     line: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
     offs_n = (n_start + gl.arange(0, BLOCK_N, line)).to(gl.int64)
     terms = _column_terms(_column_scales(offs_n, column_args), offs_n, b_sums_ptr, column_args, ROW_SCALES)
-    flat: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, order=[0])
-    return (gl.allocate_shared_memory(gl.float64, [BLOCK_N], flat, terms[0]),
-            gl.allocate_shared_memory(gl.float64, [BLOCK_N], flat, terms[1]),
-            gl.allocate_shared_memory(gl.float64, [BLOCK_N], flat, terms[2]))
+    for i in gl.static_range(3):
+        staged.index(i).store(terms[i])
 
 
 @gluon.jit
@@ -113,19 +101,23 @@ def _requantize_store(acc, n_start, rows, staged, column_args, ROW_SCALES: gl.co
     else:
         columns: gl.constexpr = gl.SliceLayout(0, leaf)
         offs_n = n_start + gl.arange(0, BLOCK_N, columns)
-        terms = (staged[0].slice(FIRST, BLOCK_N).load(columns), staged[1].slice(FIRST, BLOCK_N).load(columns),
-                 staged[2].slice(FIRST, BLOCK_N).load(columns))
+        terms = (staged.index(0).slice(FIRST, BLOCK_N).load(columns),
+                 staged.index(1).slice(FIRST, BLOCK_N).load(columns),
+                 staged.index(2).slice(FIRST, BLOCK_N).load(columns))
         _requantize_columns(gl.convert_layout(acc, leaf, assert_trivial=True), offs_n.to(gl.int64), rows, terms,
                             column_args, ROW_SCALES)
 
 
-# The kernel: one BLOCK_M × BLOCK_N tile of out[b, c] = requantize(Σ_k (A − za)(B − zb)) per program, what
-# qmatmul's kernel computes for a tile, with its arguments (taken by name from the same values) but for A, whose
-# rows must hold int8 bits, and K, at most K_SLICE; its column terms are staged in shared memory, not at staged_ptr.
-# The program finds its tile (``_tile_place``), computes the column terms of its columns and reads the per-row terms
-# of its rows, which the main loop's time hides; then the main loop (``_dot``) keeps a wgmma in flight while TMA
-# fills the ring of slots, and the epilogue requantizes the int32 accumulator in float64 a block of EPILOGUE_N
-# columns at a time, with the helpers both kernels share.
+# The kernel: BLOCK_M × BLOCK_N tiles of out[b, c] = requantize(Σ_k (A − za)(B − zb)), what qmatmul's kernel
+# computes for a tile, with its arguments (taken by name from the same values) but for A, whose rows must hold int8
+# bits, and K, at most K_SLICE; its column terms are staged in shared memory, not at staged_ptr. Each program walks
+# the tiles program_id, program_id + programs, …: their K steps are one stream through the ring of STAGES slots,
+# so that the loads of a tile's first steps are issued during the last steps of the one before and land while its
+# epilogue runs. For each tile the program finds its place (``_tile_place``), computes the column terms of its
+# columns and reads the per-row terms of its rows, which the main loop's time hides; the main loop keeps a wgmma in
+# flight (``wait(1)`` retires the step before, whose slot then takes the load STAGES − 1 steps ahead); the epilogue
+# requantizes the int32 accumulator in float64 a block of EPILOGUE_N columns at a time, with the helpers both
+# kernels share.
 @gluon.jit(do_not_specialize=KERNEL_ARGUMENTS_NOT_SPECIALIZED)
 def _qmatmul_kernel(a_desc, b_desc, M, N, K, channels, num_tiles, a_rows_b, a_rows_c, b_rows_b, b_rows_c,
                     a_sums_ptr, a_sums_stride, b_sums_ptr, b_sums_stride, b_scale_ptr, b_scale_stride, b_zero_ptr,
@@ -142,13 +134,42 @@ def _qmatmul_kernel(a_desc, b_desc, M, N, K, channels, num_tiles, a_rows_b, a_ro
                 high, out_ptr, stride_ob, stride_oc, stride_om, errors_ptr)
     column_args = (N, K, b_sums_stride, b_scale_ptr, b_scale_stride, b_zero_ptr, b_zero_stride, b_zero_mask, b_shift,
                    a_scale_ptr, out_scale_ptr, errors_ptr, stride_on)
-    b, c, tile_m, tile_n, a_row, b_first_row = _tile_place(gl.program_id(0), tiles, BLOCK_M, BLOCK_N, GROUP_M)
-    # The epilogue's terms are read before the main loop, whose time hides their latency.
-    staged = _stage_column_terms(tile_n * BLOCK_N, b_sums_ptr + b_first_row * b_sums_stride, column_args, ROW_SCALES,
-                                 BLOCK_N, num_warps)
+    BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
+    ring = (gl.allocate_shared_memory(gl.int8, [STAGES, BLOCK_M, BLOCK_K], a_desc.layout),
+            gl.allocate_shared_memory(gl.int8, [STAGES, BLOCK_N, BLOCK_K], b_desc.layout),
+            gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout()))
+    a_slots, b_slots, ready = ring
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+    staged = gl.allocate_shared_memory(gl.float64, [3, BLOCK_N], gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
     leaf: gl.constexpr = accumulator_layout(num_warps, EPILOGUE_N)
-    rows = _row_terms(gl.arange(0, BLOCK_M, gl.SliceLayout(1, leaf)), tile_m, a_row, b, c, row_args, ROW_SCALES,
-                      BLOCK_M)
     layout: gl.constexpr = accumulator_layout(num_warps, INSTR_N)
-    acc = _dot(a_desc, b_desc, a_row, b_first_row + tile_n * BLOCK_N, K, layout, STAGES)
-    _requantize_store(acc, tile_n * BLOCK_N, rows, staged, column_args, ROW_SCALES, 0, BLOCK_N, EPILOGUE_N, leaf)
+
+    my_tiles = gl.cdiv(num_tiles - gl.program_id(0), gl.num_programs(0))
+    steps = gl.cdiv(K, BLOCK_K)
+    a_row, b_row = _operand_rows(0, tiles, BLOCK_M, BLOCK_N, GROUP_M)
+    load = (0, 0, a_row, b_row)
+    for slot in gl.static_range(STAGES - 1):
+        load = _load(load, slot, ring, a_desc, b_desc, my_tiles, steps, tiles, BLOCK_M, BLOCK_N, GROUP_M)
+    step = 0  # of the program's stream of K steps
+    for ordinal in range(my_tiles):
+        b, c, tile_m, tile_n, a_row, b_first_row = _tile_place(gl.program_id(0) + ordinal * gl.num_programs(0),
+                                                               tiles, BLOCK_M, BLOCK_N, GROUP_M)
+        _stage_column_terms(staged, tile_n * BLOCK_N, b_sums_ptr + b_first_row * b_sums_stride, column_args,
+                            ROW_SCALES, BLOCK_N, num_warps)
+        rows = _row_terms(gl.arange(0, BLOCK_M, gl.SliceLayout(1, leaf)), tile_m, a_row, b, c, row_args, ROW_SCALES,
+                          BLOCK_M)
+        acc = gl.zeros((BLOCK_M, BLOCK_N), gl.int32, layout)
+        for _ in range(steps):
+            mbarrier.wait(ready.index(step % STAGES), step // STAGES & 1)
+            acc = warpgroup_mma(a_slots.index(step % STAGES), b_slots.index(step % STAGES).permute((1, 0)), acc,
+                                is_async=True)
+            # The step before is done now, and its slot free: refill it with the load STAGES − 1 steps ahead.
+            acc = warpgroup_mma_wait(1, deps=(acc, ))
+            load = _load(load, (step + STAGES - 1) % STAGES, ring, a_desc, b_desc, my_tiles, steps, tiles, BLOCK_M,
+                         BLOCK_N, GROUP_M)
+            step += 1
+        acc = warpgroup_mma_wait(0, deps=(acc, ))
+        _requantize_store(acc, tile_n * BLOCK_N, rows, staged, column_args, ROW_SCALES, 0, BLOCK_N, EPILOGUE_N, leaf)
+    for i in gl.static_range(STAGES):
+        mbarrier.invalidate(ready.index(i))
