@@ -137,6 +137,28 @@ def test_wgmma_kernel_matches_cpu_backend(case, monkeypatch):
     check_case(case, "cuda")
 
 
+@hopper_only
+@settings(max_examples=examples(20), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(case=cases(), programs=st.integers(1, 3))
+def test_wgmma_programs_walk_many_tiles(case, programs, monkeypatch):
+    """The Gluon kernel's programs each walking several tiles (as many SMs as ``programs``): a tile's loads are
+    issued during the one before it, and its column terms replace that tile's in shared memory."""
+    monkeypatch.setattr(qmatmul, "choose_config", lambda *args: qmatmul.WGMMA_LARGE)
+    monkeypatch.setattr(qmatmul, "_sm_count", lambda device: programs)
+    check_case(case, "cuda")
+
+
+def test_long_k_takes_the_gluon_kernel_where_its_tiles_fill_the_waves():
+    # 256 tiles of 128 × 256 on 132 SMs: two waves, the second 0.94 full; 128: one wave, 0.97 full; 32: 0.24.
+    assert qmatmul.choose_config(1, 2048, 4096, 8192, 132, wgmma_in_flight=True) is qmatmul.WGMMA_LARGE
+    assert qmatmul.choose_config(1, 1024, 8192, 21760, 132, wgmma_in_flight=True) is qmatmul.WGMMA_LARGE
+    assert qmatmul.choose_config(1, 1024, 4096, 11008, 132, wgmma_in_flight=True) is qmatmul.WGMMA_LARGE
+    assert not qmatmul.choose_config(1, 256, 4096, 11008, 132, wgmma_in_flight=True).gluon
+    assert qmatmul.choose_config(1, 2048, 4096, 8192, 132) is qmatmul.MEDIUM  # no Gluon: LARGE takes two waves
+    assert qmatmul.choose_config(1, 8192, 8192, 8192, 132) is qmatmul.LARGE
+    assert qmatmul.choose_config(1, 4096, 4096, 4096, 132, wgmma_in_flight=True) is qmatmul.PAIRED
+
+
 CONFIGS = {"large": qmatmul.LARGE, "medium": qmatmul.MEDIUM, "paired": qmatmul.PAIRED, "long_k": qmatmul.LONG_K,
            **{f"narrow_{config.block_n}": config for config in qmatmul.NARROW}, "wgmma_large": qmatmul.WGMMA_LARGE,
            "wgmma_wide": qmatmul.Config(128, 256, 128, num_warps=8, num_stages=4, epilogue_n=64, gluon=True)}

@@ -71,7 +71,7 @@ class Config:
     epilogue_n: int = 32  # columns requantized at a time
     group_m: int = 8  # row tiles that walk the columns together
     programs_per_sm: int = 0  # persistent: this many programs per SM walk the tiles; 0: one program per tile
-    gluon: bool = False  # the kernel of qmatmul_hopper (sm_90 only, one tile per program): num_stages slots
+    gluon: bool = False  # the kernel of qmatmul_hopper (sm_90 only, persistent): num_stages slots
     split_k: int = 0  # _split_k_kernel: K split among programs until there are this many per SM; 0: the tile kernel
 
 
@@ -86,10 +86,13 @@ PAIRED = Config(128, 128, 128, num_warps=4, num_stages=3, programs_per_sm=2)  # 
 NARROW = [Config(64, 128, 128, num_warps=4, num_stages=4), Config(64, 64, 256, num_warps=4, num_stages=4),
           Config(64, 32, 256, num_warps=4, num_stages=4)]
 LONG_K = Config(64, 64, 128, num_warps=4, num_stages=3)  # K > K_SLICE: the float64 accumulator lives in registers
-# On sm_90 the Gluon kernel keeps a wgmma in flight across K steps (qmatmul_hopper): 4 slots of 48 KiB. At 8192³ it
-# measured 1230 / 1242 TOPS (uint8 / int8 A) against LARGE's 1108 / 1133 and PAIRED's 1122 / 1198; at 4096³ 913 / 997
-# (before its epilogue's terms were read ahead of the main loop) against PAIRED's 1055 / 1132.
-WGMMA_LARGE = Config(256, 128, 128, num_warps=8, num_stages=4, epilogue_n=32, gluon=True)
+# On sm_90 the Gluon kernel keeps a wgmma in flight across K steps (qmatmul_hopper): 4 slots of 48 KiB, a program
+# an SM walking the tiles. With K > 4096 it leads wherever its tiles fill the SMs' waves to WAVE_FILL: at 8192³ level
+# with the kernel of one 256 × 128 tile a program (1158-1177 against 1172-1183 TOPS, uint8 A; the board at its
+# power limit, 1.3-1.7 GHz), at 2048 × 8192 × 4096 and 1024 × 21760 × 8192 (256 tiles) 1123 and 1268 against
+# MEDIUM's 887 and 918 (benchmarks/RESULTS.md). At 4096³ it is level with PAIRED.
+WGMMA_LARGE = Config(128, 256, 128, num_warps=8, num_stages=4, epilogue_n=32, programs_per_sm=1, gluon=True)
+WAVE_FILL = 0.9
 # Few rows: B streams through 16 KiB tiles (TMA, three buffered), A's rows beside them (cp.async); compiled for sm_90
 # a program takes 64 KiB of shared memory and 128 registers a thread, so that two or three fit on an SM. Not yet
 # timed on a GPU: benchmarks/qmatmul.py --few-rows and --configs compare it with the candidates there.
@@ -106,8 +109,11 @@ def choose_config(batches: int, m: int, n: int, k: int, sm_count: int, wgmma_in_
         return LONG_K
     if m <= FEW_ROWS.block_m:
         return FEW_ROWS
-    if k > 4096 and tiles(LARGE) >= 2 * sm_count:
-        return WGMMA_LARGE if wgmma_in_flight else LARGE
+    large = WGMMA_LARGE if wgmma_in_flight else LARGE  # the same tiles
+    count = tiles(large)
+    waves_filled = wgmma_in_flight and count / (cdiv(count, sm_count) * sm_count) >= WAVE_FILL
+    if k > 4096 and (count >= 2 * sm_count or waves_filled):
+        return large
     if tiles(PAIRED) >= sm_count:
         return MEDIUM if k > 4096 else PAIRED
     return next((config for config in NARROW if tiles(config) >= sm_count), NARROW[-1])
@@ -690,7 +696,7 @@ def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, 
         kernel = qmatmul_hopper._qmatmul_kernel
         descriptors = (qmatmul_hopper.operand_descriptor(a_operand.rows, config.block_m, config.block_k),
                        qmatmul_hopper.operand_descriptor(b_operand.rows, config.block_n, config.block_k))
-        launch(kept, "gluon", kernel, (num_tiles,),
+        launch(kept, "gluon", kernel, (programs,),
                _tile_arguments(q, *descriptors, (m, n, k, channels), num_tiles, a_operand, b_operand, staged, device),
                dict(ROW_SCALES=row_scales, GROUP_M=config.group_m, EPILOGUE_N=config.epilogue_n,
                     INSTR_N=math.gcd(config.block_n, 128), STAGES=config.num_stages, num_warps=config.num_warps))
