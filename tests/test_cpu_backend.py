@@ -1883,6 +1883,40 @@ def test_amx_packing_of_b_on_any_processor(layout, k, n, dtype, seed):
 
 
 @pytest.mark.skipif(QMM_LOOPS is None, reason="no numba")
+@settings(max_examples=examples(30), deadline=None)
+@given(layout=st.sampled_from(["contiguous", "transposed", "steps"]), k=st.sampled_from([1, 2, 3, 4, 7, 130, 1027]),
+       n=st.sampled_from([1, 15, 16, 17, 70, 130]), dtype=st.sampled_from([np.int8, np.uint8]),
+       columns=st.sampled_from([16, 64]), seed=st.integers(0, 2**32 - 1))
+def test_packing_of_b_into_pairs(layout, k, n, dtype, columns, seed):
+    """The 16-bit kernels' packing of B ({N / columns, K / 2, columns}: b̃[2·p, j] in the low 16 bits of [block, p,
+    j] and b̃[2·p + 1, j] in the high 16, b̃ = b − zero point, 0 past b), into poisoned pairs, for the blocks of
+    avx2 (16 columns) and avx512bw (64); rows contiguous, columns contiguous (a transposed view, packed down them)
+    and neither, the zero point per column or per tensor (stride 0)."""
+    import numba
+    from dmlops.backends.cpu import avx2
+
+    @numba.njit
+    def pack(b, sign, zero_point, pairs, down_columns):
+        avx2.pack_columns(b, sign, zero_point, pairs, 0, pairs.shape[0], down_columns)
+
+    rng = np.random.default_rng(seed)
+    values = random_values(rng, (2 * k, 2 * n), dtype)
+    b = {"contiguous": values[:k, :n], "transposed": random_values(rng, (n, k), dtype).T,
+         "steps": values[::2, ::2]}[layout]
+    info = np.iinfo(dtype)
+    zero_point = rng.integers(info.min, info.max + 1, n if rng.random() < 0.5 else 1, dtype=np.int32)
+    zero_point = np.broadcast_to(zero_point, (n,))
+    blocks, pair_count = -(-n // columns), -(-k // 2)
+    pairs = np.full((blocks, pair_count, columns), 0x5A5A5A5A, np.int32)
+    down_columns = True if b.strides[0] == 1 and b.strides[1] != 1 else None  # (as integer_gemm.packing_path)
+    pack(b.view(np.uint8), np.uint8(128 if dtype == np.int8 else 0), zero_point, pairs, down_columns)
+    shifted = np.zeros((2 * pair_count, blocks * columns), np.int64)
+    shifted[:k, :n] = b.astype(np.int64) - zero_point
+    expected = (shifted[0::2] & 0xFFFF | shifted[1::2] << 16).astype(np.uint32).view(np.int32)
+    np.testing.assert_array_equal(pairs, expected.reshape(pair_count, blocks, columns).transpose(1, 0, 2))
+
+
+@pytest.mark.skipif(QMM_LOOPS is None, reason="no numba")
 def test_cached_entries_are_stamped_by_every_module_of_the_backend():
     """A compiled entry in numba's cache holds the code of its callees, which are in other modules of the backend:
     its stamp covers all of them, so that an edited callee never runs as it was before from the cache."""

@@ -40,7 +40,7 @@ TILE_ROWS = 32  # rows of B packed across its column blocks at a time (a multipl
 # packing 128 or 256 columns of a 4096 × 4096 B from memory read 4.6-5.5 bytes a ns without, 7.2-9.0 with 16 rows
 # (one Zen 4 core, the byte kernels' packing; 32 and 64 rows gained less)
 PACK_AHEAD = 16
-PAIR_COLUMNS = 16  # columns of B that ``pack_two_rows`` packs at a time
+PAIR_COLUMNS = 16  # columns of B that ``pack_two_rows`` and ``pack_column_pairs`` pack at a time
 
 
 @intrinsic
@@ -187,8 +187,7 @@ def pack_two_rows(typing_context, b, sign, zero_point, pairs, pair, block, start
         values = [builder.sub(builder.zext(builder.xor(builder.load(pointer(at, moves.bytes), align=1),
                                                        moves.splat(sign, moves.bytes)), wide), shift)
                   for at in row_at]
-        packed = builder.or_(builder.and_(values[0], moves.splat(ir.Constant(int32, 0xFFFF), wide)),
-                             builder.shl(values[1], moves.splat(ir.Constant(int32, 16), wide)))
+        packed = packed_pair(builder, moves, *values)
         target = address(pairs_array, builder.add(builder.add(builder.mul(block, stride(pairs_array, 0)),
                                                               builder.mul(pair, stride(pairs_array, 1))),
                                                   builder.mul(j, constant(4))))
@@ -198,18 +197,102 @@ def pack_two_rows(typing_context, b, sign, zero_point, pairs, pair, block, start
     return signature, codegen
 
 
+@intrinsic
+def pack_column_pairs(typing_context, b, sign, zero_point, pairs, block, start, j):
+    """pairs[block, :2·(K // 4), j:j + PAIR_COLUMNS] = the pairs of b's rows [0, 4·(K // 4)) (as pack_columns packs
+    them) in the columns from start + j on, the block's first column ``start``, where b's columns are contiguous (b
+    a transposed view, as a layer's weights {N, K} are passed): rows 4·w to 4·w + 3 of a column are one word of
+    memory, and a loop down the columns loads a word of each into a vector, which makes two pairs of them. Lanes
+    past b's columns are 0 (their words loaded from its last column)."""
+    signature = types.none(b, sign, zero_point, pairs, block, start, j)
+
+    def codegen(context, builder, signature, arguments):
+        int64, int32 = ir.IntType(64), ir.IntType(32)
+        moves = ByteMoves(builder, 4 * PAIR_COLUMNS)
+        constant, address, stride, pointer, splat = (moves.constant, moves.address, moves.stride, moves.pointer,
+                                                     moves.splat)
+        wide = moves.lanes
+        b_array, zero_array, pairs_array = (context.make_array(signature.args[i])(context, builder, arguments[i])
+                                            for i in (0, 2, 3))
+        sign, block, j = arguments[1], arguments[4], arguments[6]
+        first_column = builder.add(arguments[5], j)
+        length, columns = (builder.extract_value(b_array.shape, d) for d in range(2))
+        words = builder.sdiv(length, constant(4))
+        in_b, zero = ir.Constant(ir.VectorType(ir.IntType(1), PAIR_COLUMNS), None), ir.Constant(wide, None)
+        column_at = []
+        for t in range(PAIR_COLUMNS):
+            column = builder.add(first_column, constant(t))
+            inside = builder.icmp_signed("<", column, columns)
+            column = builder.select(inside, column, builder.sub(columns, constant(1)))
+            in_b = builder.insert_element(in_b, inside, constant(t, int32))
+            column_at.append(address(b_array, builder.mul(column, stride(b_array, 1))))
+            zero = builder.insert_element(zero, builder.load(pointer(address(
+                zero_array, builder.mul(column, stride(zero_array, 0))), int32)), constant(t, int32))
+        shift = builder.add(zero, splat(builder.zext(sign, int32), wide))
+        signs = splat(builder.mul(builder.zext(sign, int32), constant(0x01010101, int32)), wide)
+        next_columns = builder.add(column_at[0], builder.mul(constant(PAIR_COLUMNS), stride(b_array, 1)))
+        target_at = address(pairs_array, builder.add(builder.mul(block, stride(pairs_array, 0)),
+                                                     builder.mul(j, constant(4))))
+
+        entry, loop = builder.block, builder.append_basic_block("column_pairs")
+        done = builder.append_basic_block("column_pairs_done")
+        builder.cbranch(builder.icmp_signed(">", words, constant(0)), loop, done)
+        builder.position_at_end(loop)
+        word = builder.phi(int64)
+        # word w prefetches line w // 16 of the next columns' column w % 16 (16 words a line): all of their lines
+        # while these are read, each column's part a few lines on a page of its own
+        line = builder.mul(builder.udiv(word, constant(16)), builder.mul(constant(64), stride(b_array, 0)))
+        ahead = builder.add(builder.mul(builder.urem(word, constant(PAIR_COLUMNS)), stride(b_array, 1)), line)
+        prefetch(builder, builder.add(next_columns, ahead))
+        bits = ir.Constant(wide, None)
+        row = builder.mul(builder.mul(word, constant(4)), stride(b_array, 0))
+        for t, at in enumerate(column_at):
+            bits = builder.insert_element(bits, builder.load(pointer(builder.add(at, row), int32), align=1),
+                                          constant(t, int32))
+        bits = builder.xor(bits, signs)
+        for half in range(2):  # rows 4·w + 2·half and the one after, in the low and high 16 bits
+            low, high = (builder.sub(builder.and_(builder.lshr(bits, splat(constant(16 * half + 8 * t, int32), wide)),
+                                                  splat(constant(0xFF, int32), wide)), shift) for t in range(2))
+            pair = builder.add(builder.mul(word, constant(2)), constant(half))
+            builder.store(builder.select(in_b, packed_pair(builder, moves, low, high), ir.Constant(wide, 0)),
+                          pointer(builder.add(target_at, builder.mul(pair, stride(pairs_array, 1))), wide), align=4)
+        next_word = builder.add(word, constant(1))
+        word.add_incoming(constant(0), entry)
+        word.add_incoming(next_word, loop)
+        builder.cbranch(builder.icmp_signed("<", next_word, words), loop, done)
+        builder.position_at_end(done)
+        return context.get_dummy_value()
+
+    return signature, codegen
+
+
+def packed_pair(builder, moves, low, high):
+    """Vectors of int32 lanes as pairs: the low 16 bits of each of ``low``'s lanes, then of ``high``'s."""
+    int32 = ir.IntType(32)
+    return builder.or_(builder.and_(low, moves.splat(ir.Constant(int32, 0xFFFF), low.type)),
+                       builder.shl(high, moves.splat(ir.Constant(int32, 16), high.type)))
+
+
 @callee
-def pack_columns(b, sign, zero_point, pairs, first, last):
+def pack_columns(b, sign, zero_point, pairs, first, last, down_columns):
     """pairs[block, k // 2, j] = b̃[k, j] in the low 16 bits and b̃[k + 1, j] in the high 16 (b̃ = b − zero point,
     per column; j within the block; b as its bits and its sign as pack_rows takes them) for the column blocks
     [first, last), and 0 past the end of b. By tiles of TILE_ROWS rows of b, each walked block by block: the reads
     run along the tile's rows, which stay in cache, and the writes along each block (block by block over the whole
     of K, B was read at 8 GB/s; a tile's pairs across the blocks, at 2). Where b's rows are contiguous,
-    PAIR_COLUMNS columns of two rows at a time (``pack_two_rows``), the columns and rows left element by element."""
+    PAIR_COLUMNS columns of two rows at a time (``pack_two_rows``); where its columns are (``down_columns`` True,
+    not None: compiled only then), PAIR_COLUMNS columns of two pairs at a time down the columns
+    (``pack_column_pairs``); the columns and rows left element by element."""
     length, columns = b.shape
     width_of_block = pairs.shape[2]
     vectors = b.strides[1] == 1 and zero_point.strides[0] == 4
-    for first_pair in range(0, (length + 1) // 2, TILE_ROWS // 2):
+    packed_pairs = 0
+    if down_columns is not None:
+        for block in range(first, last):
+            for j in range(0, width_of_block, PAIR_COLUMNS):
+                pack_column_pairs(b, sign, zero_point, pairs, block, block * width_of_block, j)
+        packed_pairs = 2 * (length // 4)
+    for first_pair in range(packed_pairs, (length + 1) // 2, TILE_ROWS // 2):
         for block in range(first, last):
             start = block * width_of_block
             width = min(width_of_block, columns - start)

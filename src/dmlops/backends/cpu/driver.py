@@ -153,7 +153,7 @@ def pack_b_compiled(kernel, layout, b, b_sign, b_zero, groups, terms, first, las
             b, b_sign, b_zero, groups.view(np.uint8), terms, first, last, down_columns)
     if literal(layout).startswith("words"):
         return lambda kernel, layout, b, b_sign, b_zero, groups, terms, first, last: pack_columns(
-            b, b_sign, b_zero, groups, first, last)
+            b, b_sign, b_zero, groups, first, last, down_columns)
     vector = KERNELS_BY_NAME[kernel.literal_value].vector_bits // 8
     return lambda kernel, layout, b, b_sign, b_zero, groups, terms, first, last: pack_columns_bytes(
         kernel, vector, b, flip_of_b(b_sign), b_zero, groups, terms, first, last, down_columns)

@@ -104,11 +104,11 @@ def with_packing(buffers, packing) -> tuple:
 
 
 def packing_path(kernel: Kernel, b=None) -> str:
-    """How B is packed for the kernel, as ``driver.pack_b``'s layout reads it: " transposed" added where the byte
-    and tile kernels pack it down its columns, which are contiguous (b a transposed view, as a layer's weights
-    {N, K} are passed; ``vnni.pack_column_words``)."""
+    """How B is packed for the kernel, as ``driver.pack_b``'s layout reads it: " transposed" added where it is
+    packed down its columns, which are contiguous (b a transposed view, as a layer's weights {N, K} are passed;
+    ``avx2.pack_column_pairs``, ``vnni.pack_column_words``)."""
     path = "tiles" if kernel.tiles else "bytes" if kernel.bytes else "words"
-    down_columns = b is not None and b.strides[0] == 1 and b.strides[1] != 1 and path != "words"
+    down_columns = b is not None and b.strides[0] == 1 and b.strides[1] != 1
     return f"{path} transposed" if down_columns else path
 
 
