@@ -111,7 +111,7 @@ def choose_config(batches: int, m: int, n: int, k: int, sm_count: int, wgmma_in_
         return FEW_ROWS
     large = WGMMA_LARGE if wgmma_in_flight else LARGE  # the same tiles
     count = tiles(large)
-    waves_filled = wgmma_in_flight and count / (cdiv(count, sm_count) * sm_count) >= WAVE_FILL
+    waves_filled = wgmma_in_flight and count >= sm_count and count / (cdiv(count, sm_count) * sm_count) >= WAVE_FILL
     if k > 4096 and (count >= 2 * sm_count or waves_filled):
         return large
     if tiles(PAIRED) >= sm_count:
