@@ -265,10 +265,9 @@ CANDIDATES = {  # by shape class: M ≤ 16, M ≤ 64 (decode-like) and the rest;
               C(256, 128, 128, num_warps=8, num_stages=4, epilogue_n=32, gluon=True),
               C(128, 128, 128, num_warps=4, num_stages=3, gluon=True),
               C(128, 128, 128, num_warps=4, num_stages=4, gluon=True),
-              # persistent Gluon programs: one or two an SM walk the tiles
+              # Gluon programs walking the tiles, one or two an SM
               qmatmul.WGMMA_LARGE,
               C(128, 256, 128, num_warps=8, num_stages=4, epilogue_n=64, programs_per_sm=1, gluon=True),
-              C(128, 256, 128, num_warps=8, num_stages=4, epilogue_n=32, programs_per_sm=1, gluon=True),
               C(256, 128, 128, num_warps=8, num_stages=3, epilogue_n=32, programs_per_sm=1, gluon=True),
               C(128, 128, 128, num_warps=4, num_stages=3, programs_per_sm=2, gluon=True),
               C(256, 128, 128, num_warps=8, num_stages=4, epilogue_n=64, programs_per_sm=1, gluon=True)],
