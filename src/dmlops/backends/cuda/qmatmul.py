@@ -71,7 +71,7 @@ class Config:
     epilogue_n: int = 32  # columns requantized at a time
     group_m: int = 8  # row tiles that walk the columns together
     programs_per_sm: int = 0  # persistent: this many programs per SM walk the tiles; 0: one program per tile
-    gluon: bool = False  # the kernel of qmatmul_hopper (sm_90 only, persistent): num_stages slots
+    gluon: bool = False  # the kernel of qmatmul_hopper (sm_90 only): num_stages slots
     split_k: int = 0  # _split_k_kernel: K split among programs until there are this many per SM; 0: the tile kernel
 
 
