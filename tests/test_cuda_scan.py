@@ -256,9 +256,8 @@ def test_lines_coalesce():
 
 
 def test_default_tuning():
-    def tuning(problem, accumulator_bytes=4, exclusive=False, reverse=False, element_bytes=4):
-        return scan.default_tuning(problem, accumulator_bytes, element_bytes, exclusive, reverse,
-                                   scan.H100_PROCESSORS)
+    def tuning(problem, accumulator_bytes=4, exclusive=False, reverse=False, element_bytes=4, device=cuda_common.H100):
+        return scan.default_tuning(problem, accumulator_bytes, element_bytes, exclusive, reverse, device)
 
     # Down columns, small tensors take the rows' reach in blocks of 32 columns (or the rows' tuning, with 32 columns
     # or fewer); from just over 16 MiB of accumulators, the columns' tuning.
@@ -290,6 +289,13 @@ def test_default_tuning():
     assert tuning(columns(1, 65536, 4098)) == scan.DOWN_COLUMNS  # rows 2 elements apart from alignment
     assert tuning(columns(32, 512, 16384)) == scan.DOWN_COLUMNS
     assert tuning(columns(1, 1 << 24, 2)) == scan.DOWN_COLUMNS
+    # Where memory outruns the walk in Triton's layout (an H200), 4-byte elements walk as 2-byte ones do on an H100;
+    # 8-byte ones, half as many a second, do not.
+    h200 = cuda_common.Hardware(132, 1.98e9, 4.8e12)
+    for problem in (columns(1, 65536, 4096), columns(1, 65536, 6144), columns(32, 512, 16384)):
+        assert tuning(problem, device=h200) == tuning(problem, element_bytes=2) == scan.WALK_HALVES
+    assert tuning(columns(1, 65536, 4096), accumulator_bytes=8, element_bytes=8, device=h200) == scan.WALK
+    assert tuning(columns(1, 1 << 24, 2), device=h200) == scan.DOWN_COLUMNS
     # A few long lines of 4-byte accumulators take registers capped for four programs a multiprocessor, exclusive
     # ones scanning pairs but forward ones on several lines stored one element along; decreasing inclusive ones take
     # larger tiles; all decreasing ones are held as chunks. Many lines and short lines do not.

@@ -3,9 +3,12 @@ checks."""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import os
 
 import torch
+import triton
 import triton.language as tl
 
 from ...types import DataType, ValidationError, no_data_type
@@ -30,6 +33,28 @@ def cdiv(a: int, b: int) -> int:
 def next_power_of_2(n: int) -> int:
     """The least power of two ≥ n (at least 1), on the host."""
     return 1 << max(0, n - 1).bit_length()
+
+
+@dataclasses.dataclass(frozen=True)
+class Hardware:
+    """What default tunings are chosen by: the device's multiprocessors, their clock and its memory's bandwidth."""
+
+    processors: int
+    clock: float  # a multiprocessor's cycles a second, at most
+    memory_bandwidth: float  # bytes a second, nominal (memory clock × bus width, both edges)
+
+
+H100 = Hardware(132, 1.98e9, 3.35e12)  # what tunings are chosen for where there is no device (Triton's interpreter)
+
+
+@functools.cache
+def hardware(device) -> Hardware:
+    if device.type != "cuda":
+        return H100
+    properties = triton.runtime.driver.active.utils.get_device_properties(
+        torch.cuda.current_device() if device.index is None else device.index)
+    return Hardware(properties["multiprocessor_count"], properties["sm_clock_rate"] * 1e3,
+                    properties["mem_clock_rate"] * 1e3 * 2 * properties["mem_bus_width"] / 8)
 
 
 def runs_here(tensor) -> bool:

@@ -44,7 +44,7 @@ from triton.experimental.gluon import language as gl
 
 from ...ops.cumulative import CumulativeOperation, accumulation_type
 from ...types import DataType
-from .common import INTERPRETED, TRITON_TYPES, cdiv, check_devices, data_type, next_power_of_2
+from .common import INTERPRETED, TRITON_TYPES, Hardware, cdiv, check_devices, data_type, hardware, next_power_of_2
 from .launch import KeptLaunch, capturing, kept_stream, kept_zeros
 
 MAX_WINDOW_WORDS = 2048  # slot words a program reads in one look-back, both levels together
@@ -590,15 +590,15 @@ class Walk:
     rows_in_threads: bool = False  # _walk_kernel_rows_in_threads where it runs (compiled, sm_90)
 
 
-# The defaults, from the tuning sweeps of benchmarks/scan.py on an H100 (the numbers: benchmarks/RESULTS.md, "Moved
-# from code comments"): down columns, smaller tiles keep more of them in flight on each multiprocessor; along rows, a
-# few long lines reach further back, with tiles and registers sized for four programs a multiprocessor; columns of a
-# small tensor (SMALL_BYTES and less) are too few tiles for that and take the rows' reach in 16 KiB blocks; long
-# columns walk (WALK) where their strips fill the waves of one program a multiprocessor to WAVE_FILL and are long
-# enough (MIN_WALK_LENGTH) to fill the walk's loop. 2-byte elements walk wherever their strips fill a wave, short
-# columns too, in blocks of as many bytes with rows held in threads and one block loaded ahead (WALK_HALVES): in
-# Triton's layout (the tiles' as the walk's) they scan no faster per element than 4-byte ones, half the bytes a
-# second.
+# The defaults, from the tuning sweeps of benchmarks/scan.py on an H100 and an H200 (the numbers: benchmarks/RESULTS.md,
+# "Moved from code comments"): down columns, smaller tiles keep more of them in flight on each multiprocessor; along
+# rows, a few long lines reach further back, with tiles and registers sized for four programs a multiprocessor;
+# columns of a small tensor (SMALL_BYTES and less) are too few tiles for that and take the rows' reach in 16 KiB
+# blocks; long columns walk (WALK) where their strips fill the waves of one program a multiprocessor to WAVE_FILL and
+# are long enough (MIN_WALK_LENGTH) to fill the walk's loop. In Triton's layout the walk scans at most
+# WALK_ELEMENTS_PER_CYCLE elements a cycle a multiprocessor, whatever their size: where that is short of the memory's
+# bandwidth (2-byte elements on an H100, all on an H200), columns walk wherever their strips fill a wave, short ones
+# too, with rows held in threads and one block loaded ahead (WALK_HALVES).
 ALONG_ROWS = Tuning(tiles_in_flight=1024)
 SMALL_COLUMNS = Tuning(tile_bytes=16384, tiles_in_flight=1024, columns=32)
 FEW_LONG_LINES = Tuning(tile_bytes=32768, tiles_in_flight=8192, elements_per_thread=64, chunks=4, registers=128)
@@ -611,7 +611,8 @@ WALK = Walk()
 WALK_HALVES = Walk(rows=512, stages=2, elements_per_thread=64, rows_in_threads=True)
 WAVE_FILL = 0.9
 MIN_WALK_LENGTH = 8192
-H100_PROCESSORS = 132  # what tilings are chosen for where there is no device (Triton's interpreter)
+WALK_ELEMENTS_PER_CYCLE = 1.5
+COPY_EFFICIENCY = 0.9  # of the memory's nominal bandwidth, what a device copy reaches
 
 
 @dataclasses.dataclass(frozen=True)
@@ -677,7 +678,7 @@ class Plan:
 
 
 def default_tuning(problem: Lines, accumulator_bytes: int, element_bytes: int, exclusive: bool, reverse: bool,
-                   processors: int) -> Tuning | Walk:
+                   device: Hardware) -> Tuning | Walk:
     if problem.inner == 1:
         few_long_lines = (problem.outer <= FEW_LINES and problem.length * accumulator_bytes > ALONG_ROWS.tile_bytes
                           and accumulator_bytes == 4)
@@ -690,12 +691,14 @@ def default_tuning(problem: Lines, accumulator_bytes: int, element_bytes: int, e
         return FEW_LONG_LINES
     if problem.outer * problem.length * problem.inner * accumulator_bytes <= SMALL_BYTES:
         return SMALL_COLUMNS if problem.inner > SMALL_COLUMNS.columns else ALONG_ROWS
+    processors = device.processors
     strips = problem.outer * cdiv(problem.inner, WALK.columns)
     fill = strips / (cdiv(strips, processors) * processors)
     # (Rows whose offsets are not multiples of 4 elements load one element at a time: not measured, and the walk's
     # loop then compiles to spills.)
     aligned = alignment(problem, False) >= 4
-    if element_bytes == 2 and aligned and strips >= WAVE_FILL * processors:
+    walk_bandwidth = WALK_ELEMENTS_PER_CYCLE * processors * device.clock * 2 * element_bytes  # read and written
+    if walk_bandwidth < COPY_EFFICIENCY * device.memory_bandwidth and aligned and strips >= WAVE_FILL * processors:
         return WALK_HALVES
     walk = fill >= WAVE_FILL and problem.length >= MIN_WALK_LENGTH and aligned
     return WALK if walk else DOWN_COLUMNS
@@ -818,9 +821,7 @@ def prepare_cumulative(operation: CumulativeOperation, x, out, axis: int, revers
     wide = accumulator.primitive_bitwidth == 64
     accumulator_bytes = accumulator.primitive_bitwidth // 8
     if tuning is None:
-        processors = (torch.cuda.get_device_properties(x.device).multi_processor_count if x.device.type == "cuda"
-                      else H100_PROCESSORS)
-        tuning = default_tuning(problem, accumulator_bytes, x.element_size(), exclusive, reverse, processors)
+        tuning = default_tuning(problem, accumulator_bytes, x.element_size(), exclusive, reverse, hardware(x.device))
     floating = accumulator.is_floating()
     on_gpu = x.device.type == "cuda"
     # IDENTITY combines with every x to give x; LINE_START begins an exclusive line (exactly 0 or 1, never -0.0);
