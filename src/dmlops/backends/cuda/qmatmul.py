@@ -46,7 +46,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 from ...core import plans
 from ...ops.quantized_matmul import NAME, OUTPUT_RANGE
 from ...types import ValidationError
-from .common import INTERPRETED, cdiv, check_devices, data_type, next_power_of_2
+from .common import INTERPRETED, cdiv, check_devices, data_type, hardware, next_power_of_2
 from .launch import current_raw_stream, kept_empty, kept_zeros, launch, replay
 from .qmatmul_tiles import (KERNEL_ARGUMENTS_NOT_SPECIALIZED, _b_zero_points, _column_scales, _column_terms,
                             _requantize_columns, _row_terms, _tile_place)
@@ -560,9 +560,8 @@ def _grid_size(programs: int) -> int:
     return programs
 
 
-@functools.cache
 def _sm_count(device) -> int:
-    return 4 if INTERPRETED else torch.cuda.get_device_properties(device).multi_processor_count
+    return 4 if INTERPRETED else hardware(device).processors  # (interpreted: a few, so that programs walk tiles)
 
 
 @functools.cache
