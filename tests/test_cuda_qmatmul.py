@@ -149,11 +149,12 @@ def test_wgmma_programs_walk_many_tiles(case, programs, monkeypatch):
 
 
 def test_long_k_takes_the_gluon_kernel_where_its_tiles_fill_the_waves():
-    # 256 tiles of 128 × 256 on 132 SMs: two waves, the second 0.94 full; 128 tiles: fewer than the SMs (measured
-    # on MEDIUM only).
+    # 256 tiles of 128 × 256 on 132 SMs: two waves, the second 0.94 full; 128 tiles: one wave, 0.97 full; 64
+    # tiles: half a wave.
     assert qmatmul.choose_config(1, 2048, 4096, 8192, 132, wgmma_in_flight=True) is qmatmul.WGMMA_LARGE
     assert qmatmul.choose_config(1, 1024, 8192, 21760, 132, wgmma_in_flight=True) is qmatmul.WGMMA_LARGE
-    assert qmatmul.choose_config(1, 1024, 4096, 11008, 132, wgmma_in_flight=True) is qmatmul.MEDIUM
+    assert qmatmul.choose_config(1, 1024, 4096, 11008, 132, wgmma_in_flight=True) is qmatmul.WGMMA_LARGE
+    assert not qmatmul.choose_config(1, 512, 4096, 11008, 132, wgmma_in_flight=True).gluon
     assert qmatmul.choose_config(1, 2048, 4096, 8192, 132) is qmatmul.MEDIUM  # no Gluon: LARGE takes two waves
     assert qmatmul.choose_config(1, 8192, 8192, 8192, 132) is qmatmul.LARGE
     assert qmatmul.choose_config(1, 4096, 4096, 4096, 132, wgmma_in_flight=True) is qmatmul.PAIRED

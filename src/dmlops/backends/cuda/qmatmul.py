@@ -90,7 +90,8 @@ LONG_K = Config(64, 64, 128, num_warps=4, num_stages=3)  # K > K_SLICE: the floa
 # an SM walking the tiles. With K > 4096 it leads wherever its tiles fill the SMs' waves to WAVE_FILL: at 8192³ level
 # with the kernel of one 256 × 128 tile a program (1158-1177 against 1172-1183 TOPS, uint8 A; the board at its
 # power limit, 1.3-1.7 GHz), at 2048 × 8192 × 4096 and 1024 × 21760 × 8192 (256 tiles) 1123 and 1268 against
-# MEDIUM's 887 and 918 (benchmarks/RESULTS.md). At 4096³ it is level with PAIRED.
+# MEDIUM's 887 and 918, at 1024 × 11008 × 4096 (128 tiles, one wave) 1203-1273 against 922 (benchmarks/RESULTS.md).
+# At 4096³ it is level with PAIRED.
 WGMMA_LARGE = Config(128, 256, 128, num_warps=8, num_stages=4, epilogue_n=32, programs_per_sm=1, gluon=True)
 WAVE_FILL = 0.9
 # Few rows: B streams through 16 KiB tiles (TMA, three buffered), A's rows beside them (cp.async); compiled for sm_90
@@ -111,7 +112,7 @@ def choose_config(batches: int, m: int, n: int, k: int, sm_count: int, wgmma_in_
         return FEW_ROWS
     large = WGMMA_LARGE if wgmma_in_flight else LARGE  # the same tiles
     count = tiles(large)
-    waves_filled = wgmma_in_flight and count >= sm_count and count / (cdiv(count, sm_count) * sm_count) >= WAVE_FILL
+    waves_filled = wgmma_in_flight and count / (cdiv(count, sm_count) * sm_count) >= WAVE_FILL
     if k > 4096 and (count >= 2 * sm_count or waves_filled):
         return large
     if tiles(PAIRED) >= sm_count:
