@@ -57,6 +57,15 @@ def hardware(device) -> Hardware:
                     properties["mem_clock_rate"] * 1e3 * 2 * properties["mem_bus_width"] / 8)
 
 
+WAVE_FILL = 0.9  # how full the waves of programs a tiling is chosen for should be (wave_fill)
+
+
+def wave_fill(programs: int, processors: int) -> float:
+    """How full the waves are when ``programs`` programs run one a multiprocessor at a time: 1 where the last wave is
+    full."""
+    return programs / (cdiv(programs, processors) * processors)
+
+
 def runs_here(tensor) -> bool:
     """Kernels run on CUDA tensors; CPU tensors only under Triton's interpreter."""
     return tensor.device.type == "cuda" or INTERPRETED

@@ -46,7 +46,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 from ...core import plans
 from ...ops.quantized_matmul import NAME, OUTPUT_RANGE
 from ...types import ValidationError
-from .common import INTERPRETED, cdiv, check_devices, data_type, hardware, next_power_of_2
+from .common import INTERPRETED, WAVE_FILL, cdiv, check_devices, data_type, hardware, next_power_of_2, wave_fill
 from .launch import current_raw_stream, kept_empty, kept_zeros, launch, replay
 from .qmatmul_tiles import (KERNEL_ARGUMENTS_NOT_SPECIALIZED, _b_zero_points, _column_scales, _column_terms,
                             _requantize_columns, _row_terms, _tile_place)
@@ -93,7 +93,6 @@ LONG_K = Config(64, 64, 128, num_warps=4, num_stages=3)  # K > K_SLICE: the floa
 # MEDIUM's 887 and 918, at 1024 × 11008 × 4096 (128 tiles, one wave) 1203-1273 against 922 (benchmarks/RESULTS.md).
 # At 4096³ it is level with PAIRED.
 WGMMA_LARGE = Config(128, 256, 128, num_warps=8, num_stages=4, epilogue_n=32, programs_per_sm=1, gluon=True)
-WAVE_FILL = 0.9
 # Few rows: B streams through 16 KiB tiles (TMA, three buffered), A's rows beside them (cp.async); compiled for sm_90
 # a program takes 64 KiB of shared memory and 128 registers a thread, so that two or three fit on an SM. Not yet
 # timed on a GPU: benchmarks/qmatmul.py --few-rows and --configs compare it with the candidates there.
@@ -112,7 +111,7 @@ def choose_config(batches: int, m: int, n: int, k: int, sm_count: int, wgmma_in_
         return FEW_ROWS
     large = WGMMA_LARGE if wgmma_in_flight else LARGE  # the same tiles
     count = tiles(large)
-    waves_filled = wgmma_in_flight and count / (cdiv(count, sm_count) * sm_count) >= WAVE_FILL
+    waves_filled = wgmma_in_flight and wave_fill(count, sm_count) >= WAVE_FILL
     if k > 4096 and (count >= 2 * sm_count or waves_filled):
         return large
     if tiles(PAIRED) >= sm_count:

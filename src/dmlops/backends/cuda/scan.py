@@ -44,7 +44,8 @@ from triton.experimental.gluon import language as gl
 
 from ...ops.cumulative import CumulativeOperation, accumulation_type
 from ...types import DataType
-from .common import INTERPRETED, TRITON_TYPES, Hardware, cdiv, check_devices, data_type, hardware, next_power_of_2
+from .common import (INTERPRETED, TRITON_TYPES, WAVE_FILL, Hardware, cdiv, check_devices, data_type, hardware,
+                     next_power_of_2, wave_fill)
 from .launch import KeptLaunch, capturing, kept_stream, kept_zeros
 
 MAX_WINDOW_WORDS = 2048  # slot words a program reads in one look-back, both levels together
@@ -609,7 +610,6 @@ SMALL_BYTES = 16 << 20
 FEW_LINES = 16
 WALK = Walk()
 WALK_HALVES = Walk(rows=512, stages=2, elements_per_thread=64, rows_in_threads=True)
-WAVE_FILL = 0.9
 MIN_WALK_LENGTH = 8192
 WALK_ELEMENTS_PER_CYCLE = 1.5
 COPY_EFFICIENCY = 0.9  # of the memory's nominal bandwidth, what a device copy reaches
@@ -693,14 +693,13 @@ def default_tuning(problem: Lines, accumulator_bytes: int, element_bytes: int, e
         return SMALL_COLUMNS if problem.inner > SMALL_COLUMNS.columns else ALONG_ROWS
     processors = device.processors
     strips = problem.outer * cdiv(problem.inner, WALK.columns)
-    fill = strips / (cdiv(strips, processors) * processors)
     # (Rows whose offsets are not multiples of 4 elements load one element at a time: not measured, and the walk's
     # loop then compiles to spills.)
     aligned = alignment(problem, False) >= 4
     walk_bandwidth = WALK_ELEMENTS_PER_CYCLE * processors * device.clock * 2 * element_bytes  # read and written
     if walk_bandwidth < COPY_EFFICIENCY * device.memory_bandwidth and aligned and strips >= WAVE_FILL * processors:
         return WALK_HALVES
-    walk = fill >= WAVE_FILL and problem.length >= MIN_WALK_LENGTH and aligned
+    walk = wave_fill(strips, processors) >= WAVE_FILL and problem.length >= MIN_WALK_LENGTH and aligned
     return WALK if walk else DOWN_COLUMNS
 
 
