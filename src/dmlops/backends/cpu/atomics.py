@@ -11,7 +11,7 @@ import numba
 from llvmlite import ir
 from numba.extending import intrinsic
 
-from .jit import callee
+from .jit import callee, compiled
 from .pieces import CALLED, INSIDE, RINGS, SLEEPERS, THREADS, WANTED, compiled_waits
 
 
@@ -158,7 +158,7 @@ def cycle_count(typing_context):
 HANDBACK_CYCLES = 1 << 17
 
 
-@numba.njit(nogil=True, cache=True)
+@compiled
 def ring(doorbell, threads):
     """The doorbell rung for ``threads`` of the pool's threads (a doorbell of no elements: nothing): that many of
     those waiting on it go on, woken where they sleep."""
@@ -170,7 +170,7 @@ def ring(doorbell, threads):
         futex(doorbell, FUTEX_WAKE, threads)
 
 
-@numba.njit(nogil=True, cache=True)
+@compiled
 def wait_for_ring(doorbell, heard, cycles):
     """A pool thread's wait, with the GIL released, until a ring after ``heard`` (the doorbell's rings) calls it:
     spinning for up to ``cycles`` cycles, then asleep where the system has futexes (elsewhere it returns then: the
