@@ -225,27 +225,22 @@ def pack_group(b, flip, groups, column_terms, group, block, start, width):
     """pack_four_rows for the columns [start, start + width) of a block, element by element (b's rows of any
     stride, or fewer than 4 rows left: bytes past b are 0), and 0 for the block's columns past b's. (b's value
     is int8(bits xor flip) + flip.)"""
-    length = b.shape[0]
     first = 4 * group
-    target, totals = groups[block, group], column_terms[start:start + width]
-    flips = np.uint32(flip) * np.uint32(0x01010101)
+    rows = min(4, b.shape[0] - first)
+    # (views from the group's first element: indices from 0 up, which need no wraparound, so that LLVM vectorises
+    # the loop along the columns)
+    columns, target, terms = b[first:, start:], groups[block, group], column_terms[start:]
     centre = np.int32(flip)
-    if first + 4 <= length:
-        row0, row1, row2, row3 = b[first, start:], b[first + 1, start:], b[first + 2, start:], b[first + 3, start:]
-        for j in range(width):
-            v0, v1, v2, v3 = row0[j], row1[j], row2[j], row3[j]
-            totals[j] += (np.int32(np.int8(v0 ^ flip)) + np.int32(np.int8(v1 ^ flip)) + np.int32(np.int8(v2 ^ flip))
-                          + np.int32(np.int8(v3 ^ flip)) + 4 * centre)
-            target[j] = (np.uint32(np.uint8(v0)) | np.uint32(np.uint8(v1)) << 8
-                         | np.uint32(np.uint8(v2)) << 16 | np.uint32(np.uint8(v3)) << 24) ^ flips
-    else:
-        for j in range(width):
-            word = np.uint32(0)
-            for k in range(first, length):
-                value = b[k, start + j]
-                totals[j] += np.int32(np.int8(value ^ flip)) + centre
-                word |= np.uint32(np.uint8(value) ^ flip) << (8 * (k - first))
-            target[j] = word
+    for j in range(width):
+        word, total = np.uint32(0), rows * centre
+        for t in range(4):
+            # (one loop for whole and partial groups: a row past b reads b's last row again, and is left out)
+            value = np.uint32(columns[min(t, rows - 1), j] ^ flip)
+            if t < rows:
+                word |= value << (8 * t)
+                total += np.int32(np.int8(value))
+        terms[j] += total
+        target[j] = word
     target[width:] = 0
 
 
