@@ -66,13 +66,16 @@ def one_call_parameters(a_scale, a_zero_point, b_sign, b_scale, b_zero_point, ou
     for i in range(m):
         a_scales[i], output_scales[i], a_zero[i], zero_point[i] = (a_scale, output_scale, a_zero_point,
                                                                     output_zero_point)
-    # (a scale is valid where 0 < |scale| < ∞: NaN compares false)
-    valid = 0 < abs(np.float32(a_scale)) < np.inf and 0 < abs(np.float32(output_scale)) < np.inf
+    # (a scale is valid where 0 < |scale| < ∞: NaN compares false; the tests joined by &, not `and`: each `and` is a
+    # branch more to compile)
+    a_size, output_size = abs(np.float32(a_scale)), abs(np.float32(output_scale))
+    valid = (0 < a_size) & (a_size < np.inf) & (0 < output_size) & (output_size < np.inf)
     b_scales, b_zero = new_array(n, np.float32), new_array(n, np.int32)
     last_scale, last_zero = b_scale.shape[0] - 1, b_zero_point.shape[0] - 1
     for j in range(n):
         b_scales[j] = b_scale[min(j, last_scale)]
-        valid = valid and 0 < abs(b_scales[j]) < np.inf
+        size = abs(b_scales[j])
+        valid &= (0 < size) & (size < np.inf)
         # (a zero point's bits with its type's sign, 128 for INT8: a value is (its bits xor 128) − 128)
         b_zero[j] = np.int32(b_zero_point[min(j, last_zero)] ^ b_sign) - np.int32(b_sign)
     finish = (a_scales, b_scales, output_scales, zero_point, low, high, out)
