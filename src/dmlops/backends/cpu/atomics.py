@@ -158,8 +158,8 @@ def cycle_count(typing_context):
 HANDBACK_CYCLES = 1 << 17
 
 
-@compiled
-def ring(doorbell, threads):
+@callee
+def ring_doorbell(doorbell, threads):
     """The doorbell rung for ``threads`` of the pool's threads (a doorbell of no elements: nothing): that many of
     those waiting on it go on, woken where they sleep."""
     if doorbell.shape[0] == 0:
@@ -168,6 +168,13 @@ def ring(doorbell, threads):
     count_up(doorbell, RINGS)
     if state_of(doorbell, SLEEPERS) > 0:
         futex(doorbell, FUTEX_WAKE, threads)
+
+
+@compiled
+def ring(doorbell, threads):
+    """ring_doorbell, called from Python (``pieces.ring_from_python``): compiled at its first such call, not into
+    the compiled calls that ring it themselves (``call_begins``)."""
+    ring_doorbell(doorbell, threads)
 
 
 @compiled
@@ -202,7 +209,7 @@ def call_begins(doorbell, caller):
     calling thread rings the doorbell (none: nothing) for the pool threads it wants, a pool thread counts itself in
     compiled code."""
     if caller:
-        ring(doorbell, doorbell[WANTED] if doorbell.shape[0] > 0 else 0)
+        ring_doorbell(doorbell, doorbell[WANTED] if doorbell.shape[0] > 0 else 0)
     elif doorbell.shape[0] > 0:
         count_up(doorbell, INSIDE)
 

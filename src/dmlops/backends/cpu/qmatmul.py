@@ -351,14 +351,14 @@ def products_kernel(loops, products: str | None, m: int):
 
 
 def warm_up(loops) -> None:
-    """Load the doorbell's ring (``atomics.ring``, as Python and a compiled product's start call it), so that
-    numba's compiler is initialised before a call needs it, and where the pool has threads, their wait for it
-    (``atomics.wait_for_ring``), which a first product's pool thread would otherwise compile as the call ends, the
-    calling thread waiting for the GIL meanwhile. (Where numba's cache is empty each compiles in a tenth of a second,
-    which a first product would spend on it anyway.)"""
-    entry_point(loops.ring, NO_RING, 0)
+    """Load, so that numba's compiler is initialised before a call needs it, where the pool has threads their wait
+    for the doorbell's ring (``atomics.wait_for_ring``), which a first product's pool thread would otherwise compile
+    as the call ends, the calling thread waiting for the GIL meanwhile; else the ring as Python calls it
+    (``atomics.ring``). (Where numba's cache is empty it compiles in a tenth of a second.)"""
     if CORES > 1:
         entry_point(loops.wait_for_ring, NO_RING, 0, 0)  # (typed as the pool's calls: NO_RING as the doorbell)
+    else:
+        entry_point(loops.ring, NO_RING, 0)
 
 
 # The compiled code, loaded by the first call that could run it (DMLOPS_NUMBA: in the background by default).
