@@ -351,10 +351,11 @@ def products_kernel(loops, products: str | None, m: int):
 
 
 def warm_up(loops) -> None:
-    """Load, so that numba's compiler is initialised before a call needs it, where the pool has threads their wait
-    for the doorbell's ring (``atomics.wait_for_ring``), which a first product's pool thread would otherwise compile
-    as the call ends, the calling thread waiting for the GIL meanwhile; else the ring as Python calls it
-    (``atomics.ring``). (Where numba's cache is empty it compiles in a tenth of a second.)"""
+    """Load one compiled function, so that numba's compiler is initialised before a call needs it: where the pool
+    has threads, their wait for the doorbell (``atomics.wait_for_ring``), which a first product's pool thread would
+    otherwise compile as the call ends, the calling thread waiting for the GIL meanwhile; else the doorbell's ring
+    as Python calls it (``atomics.ring``), a small one. (Each compiles in a tenth of a second where numba's cache
+    is empty.)"""
     if CORES > 1:
         entry_point(loops.wait_for_ring, NO_RING, 0, 0)  # (typed as the pool's calls: NO_RING as the doorbell)
     else:
