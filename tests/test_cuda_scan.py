@@ -296,7 +296,8 @@ def test_default_tuning():
         assert tuning(problem, device=h200) == tuning(problem, element_bytes=2) == scan.WALK_HALVES
     assert tuning(columns(1, 65536, 4096), accumulator_bytes=8, element_bytes=8, device=h200) == scan.WALK
     assert tuning(columns(1, 1 << 24, 2), device=h200) == scan.DOWN_COLUMNS
-    # A few long lines of 4-byte accumulators take registers capped for four programs a multiprocessor, exclusive
+    # A few long lines of 4-byte accumulators take registers capped for four programs a multiprocessor (each asking
+    # L2 for the input of the program a multiprocessor later), exclusive
     # ones scanning pairs but forward ones on several lines stored one element along; decreasing inclusive ones take
     # larger tiles; all decreasing ones are held as chunks. Many lines and short lines do not.
     line = scan.lines((1 << 28,), 0, (1,), (1,))
@@ -309,6 +310,7 @@ def test_default_tuning():
     assert tuning(eight, exclusive=True) == scan.FEW_LONG_LINES_SHIFTED
     assert scan.FEW_LONG_LINES_SHIFTED.shift_stores and not scan.FEW_LONG_LINES.shift_stores
     assert scan.FEW_LONG_LINES.registers == 128 and scan.FEW_LONG_LINES.elements_per_thread == 64
+    assert scan.FEW_LONG_LINES.l2_ahead == scan.FEW_LONG_LINES_SHIFTED.l2_ahead == 1 and scan.ALONG_ROWS.l2_ahead == 0
     assert scan.FEW_LONG_LINES.chunks == scan.FEW_LONG_LINES_DECREASING.chunks == 4
     assert tuning(line, accumulator_bytes=8) == scan.ALONG_ROWS
     assert tuning(scan.lines((4096, 65536), 1, (65536, 1), (65536, 1))) == scan.ALONG_ROWS

@@ -242,7 +242,12 @@ def _program_tile(length, tiles_per_line, chains, TILE: tl.constexpr, REVERSE: t
     A tile waits only for earlier tiles of its line in walk order; programs take tiles walk position by walk
     position, all lines side by side, so that every tile a program waits for was launched before it.
     """
-    pid = tl.program_id(0)
+    return _tile_at(tl.program_id(0), length, tiles_per_line, chains, TILE, REVERSE)
+
+
+@triton.jit
+def _tile_at(pid, length, tiles_per_line, chains, TILE: tl.constexpr, REVERSE: tl.constexpr):
+    """_program_tile for the program pid."""
     walk_tile = pid // chains
     chain = pid % chains
     tile = (tiles_per_line - 1 - walk_tile) if REVERSE else walk_tile
@@ -296,6 +301,22 @@ def _next_generation(control, generation):
         tl.store(control, tl.where(generation == MAX_GENERATION, 1, generation + 1))
 
 
+@triton.jit
+def _prefetch_rows_tile(pid, x, outer, length, x_outer, x_step, tiles_per_line, chains, BLOCK_A: tl.constexpr,
+                        BLOCK_B: tl.constexpr, REVERSE: tl.constexpr):
+    """Ask L2 for the input of the tile that program pid scans, one 128-byte line at a time, holding no registers
+    and waiting for nothing: by the time that program starts, its loads find the lines in L2."""
+    LINE: tl.constexpr = max(1, 1024 // x.dtype.element_ty.primitive_bitwidth)
+    POSITIONS: tl.constexpr = max(1, BLOCK_B // LINE)
+    _, chain, start, count = _tile_at(pid, length, tiles_per_line, chains, BLOCK_B, REVERSE)
+    line = chain.to(tl.int64) * BLOCK_A + tl.arange(0, BLOCK_A)[:, None]
+    position = tl.arange(0, POSITIONS)[None, :] * LINE
+    wanted = (line < outer) & (position < count) & (pid < tiles_per_line * chains)
+    offsets = tl.where(wanted, line * x_outer + (start + position) * x_step, 0)
+    tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [x + offsets], dtype=tl.int32,
+                              is_pure=False, pack=1)
+
+
 # Scan along rows: the scan axis is the innermost, and a block holds BLOCK_A lines as its rows, BLOCK_B positions
 # along them as its columns (many short lines a tile, or a tile of one long line). A program loads its tile, scans
 # each row, combines in the carry of the line's earlier tiles (WINDOW > 1: from two levels of slots,
@@ -312,7 +333,11 @@ def _scan_rows_kernel(x, y, words, control,
                       OPERATION: tl.constexpr, IDENTITY: tl.constexpr, LINE_START: tl.constexpr, ZERO: tl.constexpr,
                       ACCUMULATOR: tl.constexpr, WIDE: tl.constexpr, REVERSE: tl.constexpr, EXCLUSIVE: tl.constexpr,
                       BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr, EVEN_COLUMNS: tl.constexpr, WINDOW: tl.constexpr,
-                      ALIGNMENT: tl.constexpr, SHIFT_STORES: tl.constexpr, CHUNKS: tl.constexpr):
+                      ALIGNMENT: tl.constexpr, SHIFT_STORES: tl.constexpr, CHUNKS: tl.constexpr,
+                      L2_AHEAD: tl.constexpr):
+    if L2_AHEAD > 0:
+        _prefetch_rows_tile(tl.program_id(0) + L2_AHEAD, x, outer, length, x_outer, x_step, tiles_per_line, chains,
+                            BLOCK_A, BLOCK_B, REVERSE)
     walk_tile, chain, start, count = _program_tile(length, tiles_per_line, chains, BLOCK_B, REVERSE)
     line = chain.to(tl.int64) * BLOCK_A + tl.arange(0, BLOCK_A)[:, None]
     x_lines = line * x_outer
@@ -578,6 +603,9 @@ class Tuning:
     columns: int = 128  # down columns, the fewest inner indices a block holds (where the tensor has that many)
     registers: int | None = None  # a thread's registers at most (None: the compiler's choice), so that more
     # programs fit on a multiprocessor: 65536 / (registers × threads a program)
+    # Along rows, compiled: each program asks L2 for the input of the tile that many programs a multiprocessor on
+    # (0: none), so that a program's loads find it there
+    l2_ahead: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -593,16 +621,18 @@ class Walk:
 
 # The defaults, from the tuning sweeps of benchmarks/scan.py on an H100 and an H200 (the numbers: benchmarks/RESULTS.md,
 # "Moved from code comments"): down columns, smaller tiles keep more of them in flight on each multiprocessor; along
-# rows, a few long lines reach further back, with tiles and registers sized for four programs a multiprocessor;
-# columns of a small tensor (SMALL_BYTES and less) are too few tiles for that and take the rows' reach in 16 KiB
-# blocks; long columns walk (WALK) where their strips fill the waves of one program a multiprocessor to WAVE_FILL and
-# are long enough (MIN_WALK_LENGTH) to fill the walk's loop. In Triton's layout the walk scans at most
+# rows, a few long lines reach further back, with tiles and registers sized for four programs a multiprocessor, each of
+# which asks L2 for the input of the program a multiprocessor later (further ahead ran slower; tiles of many lines
+# gained nothing); columns of a small tensor (SMALL_BYTES and less) are too few tiles for that and take the rows' reach
+# in 16 KiB blocks; long columns walk (WALK) where their strips fill the waves of one program a multiprocessor to
+# WAVE_FILL and are long enough (MIN_WALK_LENGTH) to fill the walk's loop. In Triton's layout the walk scans at most
 # WALK_ELEMENTS_PER_CYCLE elements a cycle a multiprocessor, whatever their size: where that is short of the memory's
 # bandwidth (2-byte elements on an H100, all on an H200), columns walk wherever their strips fill a wave, short ones
 # too, with rows held in threads and one block loaded ahead (WALK_HALVES).
 ALONG_ROWS = Tuning(tiles_in_flight=1024)
 SMALL_COLUMNS = Tuning(tile_bytes=16384, tiles_in_flight=1024, columns=32)
-FEW_LONG_LINES = Tuning(tile_bytes=32768, tiles_in_flight=8192, elements_per_thread=64, chunks=4, registers=128)
+FEW_LONG_LINES = Tuning(tile_bytes=32768, tiles_in_flight=8192, elements_per_thread=64, chunks=4, registers=128,
+                        l2_ahead=1)
 FEW_LONG_LINES_SHIFTED = dataclasses.replace(FEW_LONG_LINES, shift_stores=True)
 FEW_LONG_LINES_DECREASING = Tuning(tile_bytes=65536, tiles_in_flight=1024, elements_per_thread=128, chunks=4)
 DOWN_COLUMNS = Tuning(tile_bytes=16384)
@@ -855,7 +885,8 @@ def prepare_cumulative(operation: CumulativeOperation, x, out, axis: int, revers
                           EVEN_COLUMNS=layout.even_columns, WINDOW=layout.window, ALIGNMENT=layout.alignment,
                           num_warps=layout.num_warps, maxnreg=tuning.registers)
         if layout.along_rows:
-            constants |= dict(SHIFT_STORES=tuning.shift_stores, CHUNKS=tuning.chunks)
+            constants |= dict(SHIFT_STORES=tuning.shift_stores, CHUNKS=tuning.chunks,
+                              L2_AHEAD=0 if INTERPRETED else tuning.l2_ahead * hardware(x.device).processors)
     with torch.cuda.device(x.device) if on_gpu else contextlib.nullcontext():
         kept = KeptLaunch(kernel, grid, args, constants)
     # the call's tensors: x, out, and out again where it stands for the scratch words it does not need
