@@ -297,9 +297,9 @@ def test_default_tuning():
     assert tuning(columns(1, 65536, 4096), accumulator_bytes=8, element_bytes=8, device=h200) == scan.WALK
     assert tuning(columns(1, 1 << 24, 2), device=h200) == scan.DOWN_COLUMNS
     # A few long lines of 4-byte accumulators take registers capped for four programs a multiprocessor (each asking
-    # L2 for the input of the program a multiprocessor later), exclusive
-    # ones scanning pairs but forward ones on several lines stored one element along; decreasing inclusive ones take
-    # larger tiles; all decreasing ones are held as chunks. Many lines and short lines do not.
+    # L2 for the input of the program a multiprocessor later), exclusive ones scanning pairs but forward ones on
+    # several lines stored one element along; decreasing inclusive ones take larger tiles; all decreasing ones are
+    # held as chunks. Many lines and short lines do not.
     line = scan.lines((1 << 28,), 0, (1,), (1,))
     small_line = scan.lines((1 << 22,), 0, (1,), (1,))
     eight = scan.lines((8, 1 << 24), 1, (1 << 24, 1), (1 << 24, 1))

@@ -235,19 +235,13 @@ def _two_level_carry(total, words, chain, chains, walk_tile, tiles_per_line, gen
 
 
 @triton.jit
-def _program_tile(length, tiles_per_line, chains, TILE: tl.constexpr, REVERSE: tl.constexpr):
-    """The tile this program scans: its place in walk order, its chain (the lines it holds), its first position on
-    the axis and its number of positions.
+def _program_tile(pid, length, tiles_per_line, chains, TILE: tl.constexpr, REVERSE: tl.constexpr):
+    """The tile that program pid scans: its place in walk order, its chain (the lines it holds), its first position
+    on the axis and its number of positions.
 
     A tile waits only for earlier tiles of its line in walk order; programs take tiles walk position by walk
     position, all lines side by side, so that every tile a program waits for was launched before it.
     """
-    return _tile_at(tl.program_id(0), length, tiles_per_line, chains, TILE, REVERSE)
-
-
-@triton.jit
-def _tile_at(pid, length, tiles_per_line, chains, TILE: tl.constexpr, REVERSE: tl.constexpr):
-    """_program_tile for the program pid."""
     walk_tile = pid // chains
     chain = pid % chains
     tile = (tiles_per_line - 1 - walk_tile) if REVERSE else walk_tile
@@ -308,7 +302,7 @@ def _prefetch_rows_tile(pid, x, outer, length, x_outer, x_step, tiles_per_line, 
     and waiting for nothing: by the time that program starts, its loads find the lines in L2."""
     LINE: tl.constexpr = max(1, 1024 // x.dtype.element_ty.primitive_bitwidth)
     POSITIONS: tl.constexpr = max(1, BLOCK_B // LINE)
-    _, chain, start, count = _tile_at(pid, length, tiles_per_line, chains, BLOCK_B, REVERSE)
+    _, chain, start, count = _program_tile(pid, length, tiles_per_line, chains, BLOCK_B, REVERSE)
     line = chain.to(tl.int64) * BLOCK_A + tl.arange(0, BLOCK_A)[:, None]
     position = tl.arange(0, POSITIONS)[None, :] * LINE
     wanted = (line < outer) & (position < count) & (pid < tiles_per_line * chains)
@@ -338,7 +332,8 @@ def _scan_rows_kernel(x, y, words, control,
     if L2_AHEAD > 0:
         _prefetch_rows_tile(tl.program_id(0) + L2_AHEAD, x, outer, length, x_outer, x_step, tiles_per_line, chains,
                             BLOCK_A, BLOCK_B, REVERSE)
-    walk_tile, chain, start, count = _program_tile(length, tiles_per_line, chains, BLOCK_B, REVERSE)
+    walk_tile, chain, start, count = _program_tile(tl.program_id(0), length, tiles_per_line, chains, BLOCK_B,
+                                                   REVERSE)
     line = chain.to(tl.int64) * BLOCK_A + tl.arange(0, BLOCK_A)[:, None]
     x_lines = line * x_outer
     y_lines = line * y_outer
@@ -429,7 +424,8 @@ def _scan_columns_kernel(x, y, words, control,
                          ZERO: tl.constexpr, ACCUMULATOR: tl.constexpr, WIDE: tl.constexpr, REVERSE: tl.constexpr,
                          EXCLUSIVE: tl.constexpr, BLOCK_A: tl.constexpr, BLOCK_B: tl.constexpr,
                          EVEN_COLUMNS: tl.constexpr, WINDOW: tl.constexpr, ALIGNMENT: tl.constexpr):
-    walk_tile, chain, start, count = _program_tile(length, tiles_per_line, chains, BLOCK_A, REVERSE)
+    walk_tile, chain, start, count = _program_tile(tl.program_id(0), length, tiles_per_line, chains, BLOCK_A,
+                                                   REVERSE)
     o = (chain // inner_blocks).to(tl.int64)
     column = (chain % inner_blocks).to(tl.int64) * BLOCK_B + tl.arange(0, BLOCK_B)[None, :]
     x_rows = x + column * x_inner
@@ -849,8 +845,9 @@ def prepare_cumulative(operation: CumulativeOperation, x, out, axis: int, revers
         return plan_again
     wide = accumulator.primitive_bitwidth == 64
     accumulator_bytes = accumulator.primitive_bitwidth // 8
+    device = hardware(x.device)
     if tuning is None:
-        tuning = default_tuning(problem, accumulator_bytes, x.element_size(), exclusive, reverse, hardware(x.device))
+        tuning = default_tuning(problem, accumulator_bytes, x.element_size(), exclusive, reverse, device)
     floating = accumulator.is_floating()
     on_gpu = x.device.type == "cuda"
     # IDENTITY combines with every x to give x; LINE_START begins an exclusive line (exactly 0 or 1, never -0.0);
@@ -886,7 +883,7 @@ def prepare_cumulative(operation: CumulativeOperation, x, out, axis: int, revers
                           num_warps=layout.num_warps, maxnreg=tuning.registers)
         if layout.along_rows:
             constants |= dict(SHIFT_STORES=tuning.shift_stores, CHUNKS=tuning.chunks,
-                              L2_AHEAD=0 if INTERPRETED else tuning.l2_ahead * hardware(x.device).processors)
+                              L2_AHEAD=0 if INTERPRETED else tuning.l2_ahead * device.processors)
     with torch.cuda.device(x.device) if on_gpu else contextlib.nullcontext():
         kept = KeptLaunch(kernel, grid, args, constants)
     # the call's tensors: x, out, and out again where it stands for the scratch words it does not need
