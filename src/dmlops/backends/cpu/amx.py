@@ -350,31 +350,6 @@ def pack_b(b, sign, zero_point, groups, terms, first, last, down_columns):
         terms[j] -= length * zero_point[j]
 
 
-@callee
-def multiply_strip(a, a_sign, b, b_sign, b_zero, packed_b, b_packed, sums, terms, first, last, rows, length,
-                   down_columns):
-    """The sums of rows [0, rows) of A (packed) and the column blocks [first, last) of b, and their terms, a run of
-    K_RUN rows of b at a time: each run packed into a panel of this call's own, which stays in L2 for the kernel
-    and is never written back to memory (the driver's columns cut: B is read once); or, where B is packed already
-    (``b_packed``: ``packed_b`` and terms), read from there."""
-    k, n = b.shape
-    start, stop = first * COLUMNS, min(n, last * COLUMNS)
-    own_panel = np.empty((last - first, 0 if b_packed else K_RUN // 4, COLUMNS, 4), np.uint8)
-    run_terms = np.empty((last - first) * COLUMNS, np.int32)
-    for begin in range(0, length, K_RUN):
-        end = min(begin + K_RUN, length)
-        if b_packed:
-            panel = packed_b[first:last, begin // 4:end // 4]
-        else:
-            pack_b(b[begin:min(end, k), start:stop], b_sign, b_zero[start:stop], own_panel, run_terms, 0,
-                   last - first, down_columns)
-            for j in range(stop - start):
-                terms[start + j] = run_terms[j] if begin == 0 else terms[start + j] + run_terms[j]
-            panel = own_panel[:, :(end - begin) // 4]
-        multiply(a[:, begin:], a_sign, panel, b_sign, sums[:, start:], 0, rows, 0, last - first, end - begin,
-                 begin > 0)
-
-
 @intrinsic
 def tile_products_only(typing_context, steps):
     """``steps`` times four tdpbssd on tiles already configured, nothing loaded or stored: the instruction's own

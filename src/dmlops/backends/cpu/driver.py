@@ -8,7 +8,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 from numba.core import types
-from numba.extending import overload
+from numba.extending import intrinsic, overload
 
 from . import amx
 from .atomics import call_begins, call_ends, count_up, spin_wait, state_of, take_ticket
@@ -97,7 +97,7 @@ def take_piece(state, counts, ended, wait):
 
 def pack_a(layout, a, a_sign, a_zero, packed, row_sums, first, last):
     """(Compiled code only.) A's rows [first, last) packed for the kernel of ``layout`` (``product_pieces``), and
-    their row sums made for the byte kernels."""
+    their row sums made for the byte and tile kernels."""
     raise NotImplementedError("pack_a is called from compiled code only")
 
 
@@ -109,8 +109,17 @@ def pack_b(kernel, layout, b, b_sign, b_zero, groups, terms, first, last):
 
 
 def correct(layout, sums, row_sums, a_sign, a_zero, b_sign, b_zero, terms, first, last):
-    """(Compiled code only.) The sums of rows [first, last) corrected for the byte kernels' moves into range."""
+    """(Compiled code only.) The sums of rows [first, last) corrected for the zero points and the byte kernels'
+    moves into range, where the kernel of ``layout`` left them out."""
     raise NotImplementedError("correct is called from compiled code only")
+
+
+def multiply(kernel, a, a_sign, b, b_sign, sums, first_row, end_row, first_block, end_block, length, accumulate):
+    """(Compiled code only.) sums[first_row:end_row, the column blocks [first_block, end_block)] = (those sums, if
+    accumulate, +) A[those rows, :length] @ those blocks of B[:length], A and B packed for the kernel; the signs
+    read by AMX's tiles alone (``amx.multiply``), the other kernels' operands moved into range as they are
+    packed."""
+    raise NotImplementedError("multiply is called from compiled code only")
 
 
 def literal(value):
@@ -125,10 +134,10 @@ def flip_of_b(b_sign):
 
 
 @inlined
-def padded_sizes(a, rows, group):
-    """(A's rows padded to the kernel's rows, K padded to its group)."""
+def padded_sizes(a, rows, k_multiple):
+    """(A's rows padded to the kernel's rows, K padded to its multiple: ``kernels.Kernel.k_multiple``)."""
     m, k = a.shape
-    return (m + rows - 1) // rows * rows, (k + group - 1) // group * group
+    return (m + rows - 1) // rows * rows, (k + k_multiple - 1) // k_multiple * k_multiple
 
 
 @overload(pack_a, jit_options=CALLEE_OPTIONS)
@@ -138,6 +147,9 @@ def pack_a_compiled(layout, a, a_sign, a_zero, packed, row_sums, first, last):
     if literal(layout).startswith("words"):
         return lambda layout, a, a_sign, a_zero, packed, row_sums, first, last: pack_rows(a, a_sign, a_zero,
                                                                                           packed, first, last)
+    if literal(layout).startswith("tiles"):  # (the tiles read A as its type: its bits as they are)
+        return lambda layout, a, a_sign, a_zero, packed, row_sums, first, last: amx.pack_a(a, a_sign, packed,
+                                                                                           row_sums, first, last)
     # (the byte kernels' move of A into range is its sign's: A' = its bits xor 128 where it is INT8)
     return lambda layout, a, a_sign, a_zero, packed, row_sums, first, last: pack_rows_bytes(a, a_sign, packed,
                                                                                             row_sums, first, last)
@@ -186,11 +198,41 @@ def correct_compiled(layout, sums, row_sums, a_sign, a_zero, b_sign, b_zero, ter
         return None
     if literal(layout).startswith("words"):  # 16-bit products of operands shifted by their zero points
         return lambda layout, sums, row_sums, a_sign, a_zero, b_sign, b_zero, terms, first, last: None
+    if literal(layout).startswith("tiles"):  # (products of the operands as their types: no moves into range)
+        return lambda layout, sums, row_sums, a_sign, a_zero, b_sign, b_zero, terms, first, last: correct_rows(
+            sums, row_sums, a_zero, 0, b_zero, 0, terms, first, last)
 
     def correct_bytes(layout, sums, row_sums, a_sign, a_zero, b_sign, b_zero, terms, first, last):
         correct_rows(sums, row_sums, a_zero, np.int32(a_sign), b_zero, np.int32(flip_of_b(b_sign)), terms, first,
                      last)
     return correct_bytes
+
+
+@overload(multiply, jit_options=CALLEE_OPTIONS)
+def multiply_compiled(kernel, a, a_sign, b, b_sign, sums, first_row, end_row, first_block, end_block, length,
+                      accumulate):
+    if literal(kernel) is None:
+        return None
+    spec = KERNELS_BY_NAME[kernel.literal_value]
+    if spec.tiles:
+        def on_tiles(kernel, a, a_sign, b, b_sign, sums, first_row, end_row, first_block, end_block, length,
+                     accumulate):
+            amx.multiply(a, a_sign, b.view(np.uint8), b_sign, sums, first_row, end_row, first_block, end_block,
+                         length, accumulate)
+        return on_tiles
+    rows, k_block, group, panel_blocks = spec.rows, spec.k_block, spec.group, spec.panel_blocks
+
+    def in_vectors(kernel, a, a_sign, b, b_sign, sums, first_row, end_row, first_block, end_block, length,
+                   accumulate):
+        multiply_rows(kernel, a, b, sums, first_row, end_row, first_block, end_block, length, accumulate, rows,
+                      k_block, group, panel_blocks)
+    return in_vectors
+
+
+@intrinsic
+def no_code(typing_context):
+    """Nothing: the vector kernels' start and release of AMX's tiles (``product_pieces``)."""
+    return types.none(), lambda context, builder, signature, arguments: context.get_dummy_value()
 
 
 # (finish_rows is an overload, its arguments typed not as literals: one compiled variant serves the pieces that pass
@@ -212,14 +254,13 @@ def finish_rows_compiled(finish, sums, first, last):
 
 
 @callee
-def multiply_strip(kernel, layout, a, b, b_sign, b_zero, buffers, b_packed, first, last, rows, k_block, group,
-                   panel_blocks):
-    """The sums of every row of A (packed) and the column blocks [first, last) of B, a run of k_block rows of B
-    at a time (``product_pieces``' columns cut): each run packed into a panel of this call's own, which stays in
-    L2 for the kernel and is never written back to memory, and its column terms added up; or, where B is packed
-    already (``b_packed``: buffers[1] and buffers[4]), read from there."""
-    k, n, columns = a.shape[1], b.shape[1], buffers[1].shape[2]
-    padded_rows, length = padded_sizes(a, rows, group)
+def multiply_strip(kernel, layout, a_sign, b, b_sign, b_zero, buffers, b_packed, first, last, rows, length, k_block,
+                   group):
+    """The sums of rows [0, rows) of A (packed, K padded to ``length``) and the column blocks [first, last) of B, a
+    run of k_block rows of B at a time (``product_pieces``' columns cut): each run packed into a panel of this
+    call's own, which stays in L2 for the kernel and is never written back to memory, and its column terms added
+    up; or, where B is packed already (``b_packed``: buffers[1] and buffers[4]), read from there."""
+    (k, n), columns = b.shape, buffers[1].shape[2]
     start, stop = first * columns, min(n, last * columns)
     own_panel = np.empty_like(buffers[1][first:last, :0 if b_packed else min(k_block, length) // group])
     terms, run_terms = column_terms(layout, buffers), new_array((last - first) * columns, np.int32)
@@ -230,11 +271,11 @@ def multiply_strip(kernel, layout, a, b, b_sign, b_zero, buffers, b_packed, firs
         else:
             pack_b(kernel, layout, b[begin:min(end, k), start:stop], b_sign, b_zero[start:stop], own_panel,
                    run_terms, 0, last - first)
-            for j in range(run_terms.shape[0] if terms.shape[0] > 0 else 0):  # (the byte kernels' terms)
+            for j in range(run_terms.shape[0] if terms.shape[0] > 0 else 0):  # (the byte and tile kernels' terms)
                 terms[start + j] = run_terms[j] if begin == 0 else terms[start + j] + run_terms[j]
             panel = own_panel[:, :(end - begin) // group]
-        multiply_rows(kernel, buffers[0][:, begin:], panel, buffers[2][:, start:], 0, padded_rows, 0,
-                      last - first, end - begin, begin > 0, rows, k_block, group, panel_blocks)
+        multiply(kernel, buffers[0][:, begin:], a_sign, panel, b_sign, buffers[2][:, start:], 0, rows, 0, last - first,
+                 end - begin, begin > 0)
 
 
 @compiled
@@ -272,20 +313,22 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
     if literal(kernel) is None or literal(layout) is None:
         return None
     spec = KERNELS_BY_NAME[kernel.literal_value]
-    rows, group, k_block, panel_blocks, pack_blocks = (spec.rows, spec.group, spec.k_block, spec.panel_blocks,
-                                                    spec.pack_blocks)
-    down_columns = down_columns_of(layout)
+    rows, k_multiple, group, pack_blocks = spec.rows, spec.k_multiple, spec.group, spec.pack_blocks
+    k_block = amx.K_RUN if spec.tiles else spec.k_block  # (a strip's run of K: AMX's own, not the vectors' L1 block)
+    # AMX's kernels run on this thread's tiles, configured for the call and released at its end
+    start_tiles, release_tiles = (amx.start_tiles, amx.release_tiles) if spec.tiles else (no_code, no_code)
 
     def by_rows(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, b_packed, finish,
                 wait):
         m, blocks = a.shape[0], buffers[1].shape[0]
-        padded_rows, length = padded_sizes(a, rows, group)
+        padded_rows, length = padded_sizes(a, rows, k_multiple)
         # a piece's packed rows of A, row sums and (where it finishes them) sums in memory of this thread's own:
         # in the call's scratch, the rows a core wrote were taken by the other in the next call, and moved
         # between the cores' caches (512³ on 2 Zen 5 cores: 1.15 times one core's speed so, 1.4 with these)
         most = rows * ((padded_rows // rows + counts[1] - 1) // counts[1])  # the rows of the largest piece
         own_a = new_array((most, buffers[0].shape[1]), buffers[0].dtype)
         own_sums, own_row_sums = new_array((most, buffers[2].shape[1]), np.int32), new_array(most, np.int32)
+        start_tiles()
         stage = -1
         while True:
             stage, piece = take_piece(state, counts, stage, wait)
@@ -299,16 +342,17 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
                 # (its own sums where it requantizes them, else the call's: NO_FINISH's out has no rows)
                 sums = own_sums if finish[6].shape[0] > 0 else buffers[2][first:]
                 pack_a(layout, a[first:], a_sign, a_zero[first:], own_a, own_row_sums, 0, last - first)
-                multiply_rows(kernel, own_a, buffers[1], sums, 0, last - first, 0, blocks, length, False, rows,
-                              k_block, group, panel_blocks)
+                multiply(kernel, own_a, a_sign, buffers[1], b_sign, sums, 0, last - first, 0, blocks, length, False)
                 correct(layout, sums, own_row_sums, a_sign, a_zero[first:], b_sign, b_zero, buffers[4], 0,
                         min(last, m) - first)
                 finish_rows(finish, sums, first, min(last, m))
+        release_tiles()
 
     def by_columns(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, b_packed, finish,
                    wait):
         m, blocks = a.shape[0], buffers[1].shape[0]
-        padded_rows = padded_sizes(a, rows, group)[0]
+        padded_rows, length = padded_sizes(a, rows, k_multiple)
+        start_tiles()
         stage = -1
         while True:
             stage, piece = take_piece(state, counts, stage, wait)
@@ -318,12 +362,13 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
                 pack_a(layout, a, a_sign, a_zero, buffers[0], buffers[3], 0, padded_rows)
             elif stage == 1:
                 first, last = piece_bounds(blocks, counts[1], 1, piece)
-                multiply_strip(kernel, layout, a, b, b_sign, b_zero, buffers, b_packed, first, last, rows, k_block,
-                               group, panel_blocks)
+                multiply_strip(kernel, layout, a_sign, b, b_sign, b_zero, buffers, b_packed, first, last, padded_rows,
+                               length, k_block, group)
             else:
                 first, last = piece_bounds(m, counts[2], 1, piece)
                 correct(layout, buffers[2], buffers[3], a_sign, a_zero, b_sign, b_zero, buffers[4], first, last)
                 finish_rows(finish, buffers[2][first:], first, last)
+        release_tiles()
 
     def direct(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, b_packed, finish,
                wait):
@@ -347,58 +392,6 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
                 correct(layout, sums, row_sums, a_sign, a_zero, b_sign, b_zero, column_terms, first, last)
                 finish_rows(finish, sums[first:], first, last)
 
-    def tiles_by_rows(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, b_packed,
-                      finish, wait):
-        m, blocks = a.shape[0], buffers[1].shape[0]
-        padded_rows, length = padded_sizes(a, rows, amx.DEPTH)
-        most = rows * ((padded_rows // rows + counts[1] - 1) // counts[1])  # (as by_rows)
-        own_a = new_array((most, buffers[0].shape[1]), np.uint8)
-        own_sums, own_row_sums = new_array((most, buffers[2].shape[1]), np.int32), new_array(most, np.int32)
-        packed_b, terms = buffers[1].view(np.uint8), buffers[4]
-        amx.start_tiles()
-        stage = -1
-        while True:
-            stage, piece = take_piece(state, counts, stage, wait)
-            if stage < 0:
-                break
-            if stage == 0:
-                first, last = piece_bounds(blocks, counts[0], pack_blocks, piece)
-                amx.pack_b(b, b_sign, b_zero, packed_b, terms, first, last, down_columns)
-            else:
-                first, last = piece_bounds(padded_rows, counts[1], rows, piece)
-                # (its own sums where it requantizes them, else the call's: NO_FINISH's out has no rows)
-                sums = own_sums if finish[6].shape[0] > 0 else buffers[2][first:]
-                amx.pack_a(a[first:], a_sign, own_a, own_row_sums, 0, last - first)
-                amx.multiply(own_a, a_sign, packed_b, b_sign, sums, 0, last - first, 0, blocks, length, False)
-                correct_rows(sums, own_row_sums, a_zero[first:], 0, b_zero, 0, terms, 0, min(last, m) - first)
-                finish_rows(finish, sums, first, min(last, m))
-        amx.release_tiles()
-
-    def tiles_by_columns(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, b_packed,
-                         finish, wait):
-        m, blocks = a.shape[0], buffers[1].shape[0]
-        padded_rows, length = padded_sizes(a, rows, amx.DEPTH)
-        packed_a, sums, row_sums, terms = buffers[0].view(np.uint8), buffers[2], buffers[3], buffers[4]
-        amx.start_tiles()
-        stage = -1
-        while True:
-            stage, piece = take_piece(state, counts, stage, wait)
-            if stage < 0:
-                break
-            if stage == 0:
-                amx.pack_a(a, a_sign, packed_a, row_sums, 0, padded_rows)
-            elif stage == 1:
-                first, last = piece_bounds(blocks, counts[1], 1, piece)
-                amx.multiply_strip(packed_a, a_sign, b, b_sign, b_zero, buffers[1].view(np.uint8), b_packed, sums,
-                                   terms, first, last, padded_rows, length, down_columns)
-            else:
-                first, last = piece_bounds(m, counts[2], 1, piece)
-                correct_rows(sums, row_sums, a_zero, 0, b_zero, 0, terms, first, last)
-                finish_rows(finish, sums[first:], first, last)
-        amx.release_tiles()
-
-    if spec.tiles:
-        return {"rows": tiles_by_rows, "columns": tiles_by_columns}[layout.literal_value.split()[-1]]
     return {"direct": direct, "rows": by_rows, "columns": by_columns}[layout.literal_value.split()[-1]]
 
 
