@@ -1861,11 +1861,12 @@ def test_amx_packing_of_b_on_any_processor_with_vnni(layout, k, n, dtype, seed):
     that it is checked where the tile products cannot run; rows contiguous, columns contiguous (a transposed view)
     and neither."""
     import numba
-    from dmlops.backends.cpu import amx
+    from dmlops.backends.cpu import byte_packing
 
     @numba.njit
-    def pack(b, sign, zero_point, groups, terms, down_columns):
-        amx.pack_b(b, sign, zero_point, groups, terms, 0, groups.shape[0], down_columns)
+    def pack(b, flip, zero_point, groups, terms, down_columns):
+        byte_packing.pack_columns_bytes("amx", 64, b, flip, zero_point, groups, terms, 0, groups.shape[0],
+                                        down_columns)
 
     rng = np.random.default_rng(seed)
     values = random_values(rng, (2 * k, 2 * n), dtype)
@@ -1876,7 +1877,7 @@ def test_amx_packing_of_b_on_any_processor_with_vnni(layout, k, n, dtype, seed):
     groups = np.full((blocks, groups_count, 16, 4), 0x5A, np.uint8)
     terms = np.full(blocks * 16, 0x5A5A, np.int32)
     down_columns = True if b.strides[0] == 1 and b.strides[1] != 1 else None  # (as integer_gemm.packing_path)
-    pack(b.view(np.uint8), np.uint8(128 if dtype == np.int8 else 0), zero_point, groups, terms, down_columns)
+    pack(b.view(np.uint8), np.uint8(0 if dtype == np.int8 else 128), zero_point, groups, terms, down_columns)
     padded = np.zeros((4 * groups_count, 16 * blocks), np.uint8)
     padded[:k, :n] = b.view(np.uint8)
     expected = padded.reshape(groups_count, 4, blocks, 16).transpose(2, 0, 3, 1)

@@ -12,7 +12,8 @@ the sums are Σ_k a·b, and the zero points enter through A's row sums and B's c
 A block of 32 × 32 sums is kept in four tiles while K is walked, its A in two tiles, its B in two
 (``tile_block``); the eight tile registers hold no more. A (packed rows of K padded to 64 bytes, each with a vector
 more, as the vector kernels' A) is read straight into tiles; B is packed into tiles' layout: {N / 16, K / 4, 16, 4}
-(``pack_b``), rows of b four at a time interleaved in vector registers (``byte_moves``).
+(``byte_packing``'s loop, with the pieces here), rows of b four at a time interleaved in vector registers
+(``byte_moves``).
 
 Blocking: a run of K_RUN bytes of K at a time, the 32 rows × K_RUN of A that a block reads kept in L1 and L2 while the
 kernel walks a panel of PANEL_BLOCKS column blocks of B, which stays in L2 while the kernel walks the rows. A block's
@@ -35,7 +36,6 @@ from numba.extending import intrinsic
 from .byte_moves import ByteMoves, prefetch
 from .jit import callee, compiled
 from .processor import amx_granted
-from .vnni import pack_column_words
 
 amx_granted()  # (the tile state asked for before any of these kernels can run; once a process)
 
@@ -45,7 +45,6 @@ DEPTH = 64  # bytes of K a tile of A holds (K is padded to it)
 K_RUN = 2048  # bytes of K a block takes between loading and storing its sums (32 × K_RUN of A: 64 KiB)
 PANEL_BLOCKS = 16  # column blocks of B walked by every row of a piece (K_RUN × 16 × 16: 512 KiB, in L2)
 ROW_BLOCK = 256  # rows whose sums of a panel stay in L2 while K is walked (256 × 256 × 4 bytes: 256 KiB)
-PACK_GROUPS = 8  # groups of 4 rows of b packed across the column blocks at a time
 # the instruction of A's and B's signs ("s": INT8, "u": UINT8)
 INSTRUCTIONS = {"ss": "llvm.x86.tdpbssd", "su": "llvm.x86.tdpbsud", "us": "llvm.x86.tdpbusd",
                 "uu": "llvm.x86.tdpbuud"}
@@ -293,14 +292,14 @@ def pack_four_rows(typing_context, count, b, flip, groups, terms, group, column)
 
 
 @callee
-def pack_group(b, sign, groups, terms, group, block, start, width):
+def pack_group(b, flip, groups, terms, group, block, start, width):
     """groups[block, group] for the columns [start, start + width) of b, element by element (b's rows of any
     stride, or fewer than 4 rows left: bytes past b are 0), and 0 for the block's columns past b's; terms there +=
-    Σ of b's values (as pack_a reads them)."""
+    Σ of b's values (int8(bits xor flip) + flip, as pack_four_rows reads them)."""
     length = b.shape[0]
     first = 4 * group
     target = groups[block, group]
-    centre = np.int32(sign)
+    centre = np.int32(flip)
     for j in range(width):
         total = np.int32(0)
         for t in range(4):
@@ -308,46 +307,11 @@ def pack_group(b, sign, groups, terms, group, block, start, width):
             if k < length:
                 bits = b[k, start + j]
                 target[j, t] = bits
-                total += np.int32(bits ^ sign) - centre
+                total += np.int32(np.int8(bits ^ flip)) + centre
             else:
                 target[j, t] = 0
         terms[start + j] += total
     target[width:] = 0
-
-
-@callee
-def pack_b(b, sign, zero_point, groups, terms, first, last, down_columns):
-    """groups[block] = the bits of b in tiles' layout ({N / 16, K / 4, 16, 4}: groups[block, k // 4, j, k % 4] =
-    b[k, 16·block + j]) for the column blocks [first, last), and 0 past the end of b; terms[j] = Σ_k b[k, j] −
-    K·zero point[j] there. By PACK_GROUPS groups of rows at a time across the blocks: where b's rows are
-    contiguous, 64 columns at a time (``pack_four_rows``); where its columns are (``down_columns`` True, not None:
-    compiled only then), a word of 4 rows at a time down each column (``vnni.pack_column_words``); the columns and
-    rows left element by element (``pack_group``)."""
-    length, columns = b.shape
-    begin, end = first * COLUMNS, min(columns, last * COLUMNS)
-    terms[begin:last * COLUMNS] = 0
-    vector_end = begin + (end - begin) // 64 * 64 if b.strides[1] == 1 else begin
-    flip = np.uint8(128 - np.int32(sign))
-    if down_columns is not None:
-        pack_column_words(b, flip, 0, groups, terms, first, last)
-    count = (length + 3) // 4
-    for first_group in range(0, count, PACK_GROUPS):
-        last_group = min(first_group + PACK_GROUPS, count)
-        whole = min(last_group, length // 4)  # groups of 4 rows of b
-        for column in range(begin, vector_end, 64):
-            if whole - first_group == PACK_GROUPS:
-                pack_four_rows("8", b, flip, groups, terms, first_group, column)
-            else:
-                for group in range(first_group, whole):
-                    pack_four_rows("1", b, flip, groups, terms, group, column)
-        for block in range(first, last):
-            start = block * COLUMNS
-            for group in range(whole if down_columns is not None or start < vector_end else first_group, last_group):
-                pack_group(b, sign, groups, terms, group, block, start, min(COLUMNS, columns - start))
-    for block in range(first, last):
-        groups[block, count:] = 0
-    for j in range(begin, end):
-        terms[j] -= length * zero_point[j]
 
 
 @intrinsic

@@ -13,10 +13,11 @@ from numba.extending import intrinsic, overload
 from . import amx
 from .atomics import call_begins, call_ends, count_up, spin_wait, state_of, take_ticket
 from .avx2 import multiply_rows, pack_columns, pack_rows
+from .byte_packing import pack_columns_bytes
 from .jit import CALLEE_OPTIONS, callee, compiled, inlined, new_array
 from .kernels import KERNELS_BY_NAME
 from .requantization import requantize_sums
-from .vnni import multiply_direct, pack_columns_bytes, pack_rows_bytes
+from .vnni import multiply_direct, pack_rows_bytes
 
 # Terms summed in int32 at a time by ``few_sums``: 32 768 · 255² < 2^31 (integer_gemm.INT32_CHUNK)
 FEW_SUMS_CHUNK = 32 * 1024
@@ -160,13 +161,13 @@ def pack_b_compiled(kernel, layout, b, b_sign, b_zero, groups, terms, first, las
     if literal(layout) is None or literal(kernel) is None:
         return None
     down_columns = down_columns_of(layout)
+    vector = KERNELS_BY_NAME[kernel.literal_value].vector_bits // 8
     if literal(layout).startswith("tiles"):
-        return lambda kernel, layout, b, b_sign, b_zero, groups, terms, first, last: amx.pack_b(
-            b, b_sign, b_zero, groups.view(np.uint8), terms, first, last, down_columns)
+        return lambda kernel, layout, b, b_sign, b_zero, groups, terms, first, last: pack_columns_bytes(
+            kernel, vector, b, flip_of_b(b_sign), b_zero, groups.view(np.uint8), terms, first, last, down_columns)
     if literal(layout).startswith("words"):
         return lambda kernel, layout, b, b_sign, b_zero, groups, terms, first, last: pack_columns(
             b, b_sign, b_zero, groups, first, last, down_columns)
-    vector = KERNELS_BY_NAME[kernel.literal_value].vector_bits // 8
     return lambda kernel, layout, b, b_sign, b_zero, groups, terms, first, last: pack_columns_bytes(
         kernel, vector, b, flip_of_b(b_sign), b_zero, groups, terms, first, last, down_columns)
 

@@ -1,8 +1,8 @@
 """Exact integer GEMM of 8-bit matrices (numba installed): the driver, which prepares a product's arguments, its
 scratch memory and its pieces for the cores, and runs it on the kernel picked from the processor at run time
 (``kernels``). The kernels are in a module per instruction set: ``avx2`` (16-bit products, `vpmaddwd`), ``vnni``
-(byte products, `vpdpbusd`), ``amx`` (AMX's tiles); the compiled driver that runs them in ``driver``, the
-requantization in ``requantization``.
+(byte products, `vpdpbusd`), ``amx`` (AMX's tiles), B's packing for the last two in ``byte_packing``; the compiled
+driver that runs them in ``driver``, the requantization in ``requantization``.
 
 An int32 sum of products of magnitude ≤ 255² = 65 025 is exact for K up to 2^31 / 65 025 = 33 025 terms: a call
 takes K up to INT32_CHUNK, and the caller adds longer products chunk by chunk.

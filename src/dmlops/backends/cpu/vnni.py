@@ -1,6 +1,7 @@
 """The vector kernels of byte products (`vpdpbusd`: AVX-512 VNNI on 512-bit vectors; AVX-VNNI, or AVX-512 VNNI with
 VL, on 256-bit ones), compiled code only (numba). Their products run in ``avx2``'s register-blocked loop; here are
-their packing and the kernel that reads B as it lies (``direct_products``).
+their packing (of B, the pieces: their loop over B, which AMX's tiles share, is ``byte_packing``'s) and the kernel
+that reads B as it lies (``direct_products``).
 
 `vpdpbusd` multiplies unsigned bytes by signed bytes and adds four neighbouring products into each int32 lane, 32
 multiply-adds an instruction on 256 bits. The operands are moved into those ranges, A' = a + ca (ca = 128 for INT8,
@@ -20,7 +21,7 @@ from llvmlite import ir
 from numba.core import types
 from numba.extending import intrinsic
 
-from .avx2 import PACK_AHEAD, TILE_ROWS
+from .avx2 import PACK_AHEAD
 from .byte_moves import ByteMoves, prefetch
 from .jit import callee
 from .kernels import KERNELS_BY_NAME
@@ -320,33 +321,3 @@ def pack_column_words(b, flip, stored_flip, groups, column_terms, first, last):
             column_terms[start + j] += np.int32(total - whole * (512 - 4 * np.int32(flip)))
         for group in range(whole):
             target[group, width:] = 0
-
-
-@callee
-def pack_columns_bytes(kernel, vector, b, flip, zero_point, groups, column_terms, first, last, down_columns):
-    """groups[block, k // 4, j] = B'[k + t, j] in byte t (B' = the bits of b xor flip, read as int8; j within the
-    block) for the column blocks [first, last), and 0 past the end of b; column_terms[j] = Σ_k B'[k, j] + K·β[j],
-    which is Σ_k b[k, j] − K·zero point[j]. By tiles of rows, as pack_columns: where b's rows are contiguous,
-    ``vector`` columns at a time (``pack_four_rows``, for the kernel named by the literal ``kernel``); where its
-    columns are (``down_columns`` True, not None: compiled only then), a word of 4 rows at a time down each column
-    (``pack_column_words``); then the columns and rows left one group of a block at a time (``pack_group``)."""
-    length, columns = b.shape
-    width_of_block = groups.shape[2]
-    column_terms[first * width_of_block:last * width_of_block] = 0
-    begin, end = first * width_of_block, min(columns, last * width_of_block)
-    vector_end = begin + (end - begin) // vector * vector if b.strides[1] == 1 else begin
-    if down_columns is not None:
-        pack_column_words(b, flip, flip, groups, column_terms, first, last)
-    for first_group in range(0, (length + 3) // 4, TILE_ROWS // 4):
-        last_group = min(first_group + TILE_ROWS // 4, (length + 3) // 4)
-        whole = min(last_group, length // 4)  # groups of 4 rows of b
-        for group in range(first_group, whole):
-            for column in range(begin, vector_end, vector):
-                pack_four_rows(kernel, b, flip, groups, column_terms, group, column)
-        for block in range(first, last):
-            start = block * width_of_block
-            for group in range(whole if down_columns is not None or start < vector_end else first_group,
-                               last_group):
-                pack_group(b, flip, groups, column_terms, group, block, start, min(width_of_block, columns - start))
-    for j in range(first * width_of_block, min(columns, last * width_of_block)):
-        column_terms[j] -= length * np.int32(zero_point[j])
