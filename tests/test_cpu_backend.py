@@ -12,6 +12,7 @@ are poisoned first, and memory beside them must stay as it was.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import gc
 import itertools
@@ -1642,6 +1643,20 @@ def test_kernels_follow_the_processors_features(monkeypatch, features, expected)
     monkeypatch.setattr(cpu_kernels, "NUMBA", True)
     monkeypatch.setattr(cpu_kernels, "target_features", lambda: features)
     assert [kernel.name for kernel in cpu_kernels.runnable_kernels()] == expected
+
+
+@pytest.mark.parametrize("kernel", cpu_kernels.KERNELS, ids=lambda kernel: kernel.name)
+def test_kernel_shapes_that_b_packing_cannot_serve_are_refused(kernel):
+    """A retuned kernel's block of B is a whole number of the packer's vectors, or a vector whole blocks, and a run of
+    K whole groups: else the packer would store across blocks and the runs split groups (wrong sums, writes past the
+    scratch)."""
+    for rows, vectors in itertools.product((2, 4, 6, 8), (1, 2, 3, 4, 5, 6)):
+        try:
+            shaped = dataclasses.replace(kernel, rows=rows, vectors=vectors)
+        except ValueError:
+            assert kernel.bytes and vectors * kernel.vector_bits // 32 % (kernel.vector_bits // 8)
+            continue
+        assert shaped.k_block % shaped.group == 0
 
 
 @pytest.mark.parametrize("name", [kernel.name for kernel in cpu_integer_gemm.RUNNABLE] + ["float32", None])

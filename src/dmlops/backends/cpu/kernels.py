@@ -50,9 +50,17 @@ class Kernel:
         """The packed element types of A and of B."""
         return (np.uint8, np.int8) if self.bytes else (np.int16, np.int16)
 
+    def __post_init__(self):
+        # the byte kernels' packing of B stores a vector of columns into one block of them, or into whole blocks
+        vector_columns = self.vector_bits // 8
+        if self.bytes and self.columns % vector_columns and vector_columns % self.columns:
+            raise ValueError(f"kernel {self.name}: {self.columns} columns a block against {vector_columns} a vector")
+
     @property
     def k_block(self) -> int:
-        return BLOCK_BYTES // (self.columns * np.dtype(self.element[1]).itemsize)
+        """K of a block of B: BLOCK_BYTES of it, in whole groups (a run of K takes groups only)."""
+        groups = BLOCK_BYTES // (self.columns * np.dtype(self.element[1]).itemsize * self.group)
+        return groups * self.group
 
     @property
     def panel_blocks(self) -> int:
