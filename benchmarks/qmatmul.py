@@ -24,6 +24,7 @@ exact accumulator (a float64 product of integers) requantized in float64.
     python benchmarks/qmatmul.py --configs --jobs 12   # candidate tile configurations (compiled by 12 processes)
     python benchmarks/qmatmul.py --overhead      # where the host time of an eager call goes
     python benchmarks/qmatmul.py --few-rows      # LLM decoding: M = 1 … 128, where reading B once is the floor
+    python benchmarks/qmatmul.py --ceiling       # sustained TOPS, SM clock and power against cuBLASLt's int8 and fp8
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import cProfile
 import functools
 import multiprocessing
 import pstats
+import subprocess
 import sys
 import time
 
@@ -42,6 +44,7 @@ import triton
 from dmlops.backends.cuda import qmatmul
 
 PEAK_INT8_TOPS = 1979.0
+INT8_OPS_PER_SM_CLOCK = 8192  # dense int8 (or fp8) tensor-core operations an SM issues a clock: 1979 TOPS at 1830 MHz
 SQUARE = [1024, 2048, 4096, 8192, 16384]
 LLM = [(m, k, n) for m in (16, 64, 256, 1024, 4096) for k, n in ((4096, 11008), (11008, 4096))]
 # Where the best public int8 kernels on Hopper report (CUTLASS's, through sgl-kernel and vLLM): long K.
@@ -332,6 +335,70 @@ def configs(shapes, jobs: int, chosen=None):
         torch.cuda.empty_cache()
 
 
+def sustained(fn, seconds: float = 3.0, window: float = 0.1):
+    """TOPS-ready timings of ``fn`` replayed from a CUDA graph of about ``window`` seconds of calls, for
+    ``seconds``: the median µs a call in the first window (before the board heats) and over the last half, with
+    the SM clock (MHz) and board power (W) nvidia-smi sampled over the last half."""
+    fn()
+    per_call = microseconds(fn) * 1e-6
+    calls = max(1, int(window / per_call))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    torch.cuda.synchronize()
+    sampler = subprocess.Popen(["nvidia-smi", "--query-gpu=timestamp,clocks.sm,power.draw", "--format=csv,noheader,"
+                                "nounits", "-lms", "50"], stdout=subprocess.PIPE, text=True)
+    times, begin = [], time.time()
+    while time.time() - begin < seconds:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append((time.time() - begin, start.elapsed_time(end) * 1e3 / calls))
+    sampler.terminate()
+    samples = [line.split(", ") for line in sampler.communicate()[0].splitlines()]
+    half = len(samples) // 2
+    clock = sum(float(sample[1]) for sample in samples[half:]) / max(1, len(samples) - half)
+    power = sum(float(sample[2]) for sample in samples[half:]) / max(1, len(samples) - half)
+    late = sorted(us for at, us in times if at > seconds / 2)
+    return times[0][1], late[len(late) // 2], clock, power
+
+
+def ceiling(shapes):
+    """Each shape's products run for seconds on end, as a long job runs them: dmlops (B persisted; A uint8 and
+    int8) against cuBLASLt's own int8 product (torch._int_mm, B column-major, int32 out, no requantization) and its
+    fp8 one (torch._scaled_mm, e4m3, bf16 out: the same tensor-core peak on Hopper), each as TOPS at first and
+    sustained, and sustained as a fraction of the int8 peak at the SM clock it ran at (boards that reach their power
+    limit lower the clock)."""
+    processors = torch.cuda.get_device_properties().multi_processor_count
+    print("| M×K×N | method | TOPS, first 0.1 s | TOPS, sustained | SM MHz | W | ÷ peak at that clock |")
+    print("|" + "---|" * 7)
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    for m, k, n in shapes:
+        problem = Problem(m, k, n, generator)
+        signed = Problem(m, k, n, generator, signed_a=True)
+        exact = torch.equal(problem.dmlops(problem.b_persisted), problem.exact())
+        fp8_a = problem.a_int_mm.to(torch.float8_e4m3fn)
+        fp8_b = problem.b_column_major.to(torch.float8_e4m3fn)
+        one = torch.ones((), device="cuda")
+        methods = {f"dmlops, uint8 A ({'exact' if exact else 'NOT EXACT'})":
+                   lambda: problem.dmlops(problem.b_persisted),
+                   "dmlops, int8 A": lambda: signed.dmlops(signed.b_persisted),
+                   "cuBLASLt int8 (torch._int_mm)": lambda: torch._int_mm(problem.a_int_mm, problem.b_column_major),
+                   "cuBLASLt fp8 (torch._scaled_mm)": lambda: torch._scaled_mm(fp8_a, fp8_b, one, one,
+                                                                              out_dtype=torch.bfloat16)}
+        for name, fn in methods.items():
+            first, late, clock, power = sustained(fn)
+            operations = 2 * m * n * k / 1e6
+            peak = processors * INT8_OPS_PER_SM_CLOCK * clock / 1e6
+            print(f"| {m}×{k}×{n} | {name} | {operations / first:.0f} | {operations / late:.0f} | {clock:.0f} | "
+                  f"{power:.0f} | {operations / late / peak:.2f} |", flush=True)
+        del problem, signed
+        torch.cuda.empty_cache()
+
+
 def overhead(shape, calls: int = 200):
     """Host time of an eager call, B persisted, and the functions it spends it in (cProfile)."""
     problem = Problem(*shape, torch.Generator(device="cuda").manual_seed(0))
@@ -356,6 +423,8 @@ def main():
     parser.add_argument("--jobs", type=int, default=1, help="processes compiling the candidates first (--configs)")
     parser.add_argument("--overhead", action="store_true", help="profile the host time of eager calls")
     parser.add_argument("--few-rows", action="store_true", help="decoding shapes (M = 1 … 128): µs, B's read rate")
+    parser.add_argument("--ceiling", action="store_true",
+                        help="sustained TOPS, SM clock and power against cuBLASLt's int8 and fp8 products")
     parser.add_argument("--shapes", help="M,K,N;M,K,N… instead of the default list")
     parser.add_argument("--candidates", help="i,j,…: only these candidates of each class (--configs)")
     args = parser.parse_args()
@@ -371,6 +440,9 @@ def main():
     if args.overhead:
         for shape in shapes:
             overhead(shape)
+        return
+    if args.ceiling:
+        ceiling(shapes if args.shapes else [(8192, 8192, 8192), (4096, 4096, 4096)] + LONG_K)
         return
     if args.few_rows:
         few_rows(shapes if args.shapes else FEW_ROWS, bandwidth)
