@@ -1021,10 +1021,9 @@ def test_one_call_products_in_pieces_on_the_pool(m, k, n):
 @ONE_CALL
 def test_products_on_numbas_threads(monkeypatch):
     """Work for more threads than the pool takes (POOL_THREADS) runs on numba's threads, in one compiled call (a
-    prange), through the one-call product and the general one (parameters per row): the reference's bits, out's
-    other elements untouched, a bad scale rejected before a thread writes; and, while another call holds numba's
-    threads, or in a forked child, on the pool's. (One layout: each compiles a parallel variant of the product, about
-    10 s.)"""
+    prange that calls the pool's entry on each), through the one-call product and the general one (parameters per
+    row): the reference's bits, out's other elements untouched, a bad scale rejected before a thread writes; and,
+    while another call holds numba's threads, or in a forked child, on the pool's."""
     monkeypatch.setattr(cpu_pieces, "POOL_THREADS", 1)
     m, k, n = 40, 70, 33
     rng = np.random.default_rng(m)
@@ -1311,7 +1310,7 @@ def test_calling_thread_waits_for_pieces_it_did_not_take(kernel, monkeypatch):
     pieces not yet ended when the call starts, and it returns only once they are."""
     calls = []
 
-    def tickets_taken(pool_entry, arguments, threads, numba_entry=None):
+    def tickets_taken(pool_entry, arguments, threads, on_numba_threads=None):
         state, counts = arguments[2], arguments[3]
         state[0] = counts.sum()  # every ticket taken, by threads that have not ended their pieces
         entry = pool_entry(arguments)
@@ -1406,7 +1405,7 @@ def test_product_pieces_whoever_takes_them(monkeypatch, kernel, m, k, n, helper)
     """The pieces of a product (``product_pieces``) taken in either extreme order: a pool thread that takes every
     ticket before the calling thread starts (which then waits for its pieces only), or one that starts after the
     call has returned, finds no ticket left and writes nothing, neither the output nor the scratch memory."""
-    def run_on_cores(pool_entry, arguments, threads, numba_entry=None):
+    def run_on_cores(pool_entry, arguments, threads, on_numba_threads=None):
         assert threads
         entry = pool_entry(arguments)
         if helper == "takes every piece":

@@ -1,6 +1,6 @@
 """Atomic operations and spin waits for the CPU backend's compiled loops (numba), by which the threads of one call
 share its work: tickets taken in turn, states published and read across threads; and the doorbell by which a call
-hands work to the pool's threads (``pieces``)."""
+hands work to the pool's threads (``pieces``), or numba's threads run it (``run_on_numba_threads``)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,13 @@ import platform
 import sys
 
 import numba
+import numpy as np
 from llvmlite import ir
-from numba.extending import intrinsic
+from numba.core import cgutils, types
+from numba.extending import intrinsic, overload
 
-from .jit import callee, compiled
+from .compiled import COMPILED_FROM, native_address
+from .jit import callee, compiled, new_array
 from .pieces import CALLED, INSIDE, RINGS, SLEEPERS, THREADS, WANTED, compiled_waits
 
 
@@ -233,3 +236,83 @@ def call_ends(doorbell, caller):
 
 
 compiled_waits(ring, wait_for_ring, SYSTEM_FUTEX is not None)
+
+
+def on_threads(address, literals, arguments, threads):
+    """(Compiled code only.) The entry point at ``address`` (the pool's entry of a call's work,
+    ``pieces.run_on_cores``), whose first ``literals`` arguments (a literal int) are literal strings, called with
+    (those, *arguments, no doorbell, False) on ``threads`` threads of numba's threading layer at once (a prange): none
+    waits for the others' pieces, the prange's end waits for every thread. Whether every call returned True. The
+    entry's code is the pool's, compiled once: compiled into the prange's body, numba compiled it twice more (the
+    body is compiled on its own too), 1.8-2.8 CPU-s more at a first product (a Zen 4, the 16-core AMX host)."""
+    raise NotImplementedError("on_threads is called from compiled code only")
+
+
+@overload(on_threads, jit_options={"nogil": True, "parallel": True})
+def on_threads_compiled(address, literals, arguments, threads):
+    if not isinstance(literals, types.IntegerLiteral):
+        return None
+    # (numba passes a literal string as an unused pointer)
+    argument_types = ((types.voidptr,) * literals.literal_value + tuple(arguments.types)
+                      + (types.Array(types.int64, 1, "C"), types.boolean))
+
+    # (the arguments kept in this call's frame and read there by the prange's body: a body given a tuple that holds
+    # a tuple of arrays is refused, "scalar type Tuple(...) given for non scalar argument")
+    @intrinsic
+    def kept(typing_context, arguments):
+        """The address (int64) of a copy of ``arguments`` in this function's frame."""
+        def codegen(context, builder, signature, values):
+            return builder.ptrtoint(cgutils.alloca_once_value(builder, values[0]), ir.IntType(64))
+        return types.int64(arguments), codegen
+
+    @intrinsic
+    def call_compiled(typing_context, address, arguments_at, doorbell, caller):
+        """What the compiled function at ``address`` returns (a bool) for (the literals, *the arguments kept at
+        arguments_at, doorbell, caller): an entry point's machine code (``compiled.native_address``) called
+        through numba's calling convention, its exceptions passed on."""
+        def codegen(context, builder, signature, values):
+            function_type = context.call_conv.get_function_type(types.boolean, argument_types)
+            function = builder.inttoptr(values[0], function_type.as_pointer())
+            stored = builder.load(builder.inttoptr(values[1], context.get_value_type(arguments).as_pointer()))
+            passed = ([ir.Constant(ir.IntType(8).as_pointer(), None)] * literals.literal_value
+                      + [builder.extract_value(stored, i) for i in range(len(arguments))] + list(values[2:]))
+            status, result = context.call_conv.call_function(builder, function, types.boolean, argument_types,
+                                                             passed)
+            with builder.if_then(status.is_error, likely=False):
+                context.call_conv.return_status_propagate(builder, status)
+            return result
+        return types.boolean(address, arguments_at, doorbell, caller), codegen
+
+    def run(address, literals, arguments, threads):
+        arguments_at = kept(arguments)
+        doorbell = new_array(0, np.int64)
+        returned = 0
+        for _ in numba.prange(threads):
+            returned += call_compiled(address, arguments_at, doorbell, threads < 0)
+        return returned == threads
+    return run
+
+
+@compiled
+def run_on_threads(address, literals, arguments, threads):
+    """on_threads, called from Python."""
+    return on_threads(address, literals, arguments, threads)
+
+
+# For each pool entry run on numba's threads: run_on_threads' entry point for its arguments, the entry's address and
+# its literal arguments' count.
+ON_THREADS: dict = {}
+
+
+def run_on_numba_threads(entry, arguments, threads: int) -> bool:
+    """on_threads of the pool's entry point ``entry`` (compiled for arguments + (a doorbell, a bool), the literal
+    strings first), from Python."""
+    found = ON_THREADS.get(entry)
+    if found is None:
+        signature = COMPILED_FROM[entry][1]
+        literals = sum(isinstance(kind, types.StringLiteral) for kind in signature)
+        found = ON_THREADS[entry] = (run_on_threads.compile((types.int64, types.literal(literals),
+                                                             types.Tuple(signature[literals:-2]), types.int64)),
+                                     native_address(entry), literals)
+    run, address, literals = found
+    return run(address, literals, arguments[literals:], threads)

@@ -131,7 +131,20 @@ def entry_point(kernel, *args, any_layout: tuple = (), read_only: tuple = ()):
                           for position, arg in enumerate(args))
         with fewer_full_collections():
             entry = ENTRY_POINTS[key] = kernel.compile(signature)
+        COMPILED_FROM[entry] = kernel, signature
     return entry
+
+
+# The function and the argument types of each entry point (``native_address``).
+COMPILED_FROM: dict = {}
+
+
+def native_address(entry) -> int:
+    """The address of an entry point's machine code, which takes numba's calling convention
+    (``atomics.call_compiled`` calls it)."""
+    kernel, signature = COMPILED_FROM[entry]
+    result = kernel.overloads[signature]
+    return result.library.get_pointer_to_function(result.fndesc.llvm_func_name)
 
 
 # Held while numba compiles an entry point (it compiles one function at a time anyway), so that the collector's

@@ -5,7 +5,6 @@ zero points and requantized (``requantization``) while they are in cache. ``inte
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 from numba.core import types
 from numba.extending import intrinsic, overload
@@ -400,39 +399,9 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
 def multiply_in_pieces(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, b_packed,
                        finish, doorbell, wait):
     """product_pieces, called from Python (``pieces.run_on_cores``: it begins and ends as ``atomics.call_begins``
-    and ``call_ends`` say)."""
+    and ``call_ends`` say); True (what numba's threads sum: ``atomics.on_threads``)."""
     call_begins(doorbell, wait)
     product_pieces(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, b_packed, finish,
                    wait)
     call_ends(doorbell, wait)
-
-
-def product_on_threads(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, b_packed,
-                       finish, threads):
-    """(Compiled code only.) product_pieces on ``threads`` threads of numba's threading layer at once (a prange
-    over them): every thread starts inside one compiled call, none joins it through Python; it returns once every
-    piece has ended."""
-    raise NotImplementedError("product_on_threads is called from compiled code only")
-
-
-@overload(product_on_threads, jit_options={"nogil": True, "parallel": True})
-def product_on_threads_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers,
-                                b_packed, finish, threads):
-    if literal(kernel) is None or literal(layout) is None:
-        return None
-    kernel_name, layout_name = kernel.literal_value, layout.literal_value  # (prange's body takes no literals)
-
-    def on_threads(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, b_packed, finish,
-                   threads):
-        for _ in numba.prange(threads):
-            product_pieces(kernel_name, layout_name, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers,
-                           b_packed, finish, False)
-    return on_threads
-
-
-@compiled
-def multiply_on_threads(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, b_packed,
-                        finish, threads):
-    """product_on_threads, called from Python (``pieces.run_on_cores``, for products of many threads)."""
-    product_on_threads(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, b_packed,
-                       finish, threads)
+    return True

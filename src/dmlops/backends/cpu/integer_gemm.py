@@ -24,10 +24,11 @@ from .kernels import KERNEL, KERNELS_BY_NAME, RUNNABLE, Kernel, kernel_for_rows,
 from .pieces import CORES, NO_RING, run_on_cores, threads_for
 
 try:
-    from .driver import few_sums, multiply_in_pieces, multiply_on_threads, pack_whole_b
+    from .atomics import run_on_numba_threads
+    from .driver import few_sums, multiply_in_pieces, pack_whole_b
     from .requantization import requantize_rows
 except ImportError:  # NumPy alone is enough; the float32 path is used instead
-    few_sums = multiply_in_pieces = multiply_on_threads = pack_whole_b = requantize_rows = None
+    few_sums = multiply_in_pieces = pack_whole_b = requantize_rows = run_on_numba_threads = None
 
 # The positions of requantize_rows' inputs (the sums, their terms, the scales and the zero point), typed as read-only
 # where it is called from Python, so that one compiled variant serves writable and read-only arrays.
@@ -154,7 +155,7 @@ def integer_product(kernel: Kernel, a, a_zero_point, b, b_zero_point, buffers, p
     threads = threads_for(pieces) if threads is None else threads
     types = {"any_layout": (4, 7, 12), "read_only": (4, 7)}  # a, b, finish; a, b
     run_on_cores(lambda arguments: calls.entry(multiply_in_pieces, *arguments, NO_RING, True, **types), arguments,
-                 threads, lambda arguments: calls.entry(multiply_on_threads, *arguments, threads, **types))
+                 threads, run_on_numba_threads)
     return buffers[2][:m, :n]
 
 

@@ -144,7 +144,7 @@ def threads_for(pieces: int) -> int:
     return min(CORES, pieces)
 
 
-def run_on_cores(pool_entry, arguments, threads: int, numba_entry=None):
+def run_on_cores(pool_entry, arguments, threads: int, on_numba_threads=None):
     """What entry(*arguments, DOORBELL, True) returns on this thread (NO_RING for DOORBELL where ``threads`` is 1)
     and entry(*arguments, DOORBELL, False) on threads − 1 of the pool's threads at once (POOL_THREADS − 1 at most):
     a compiled call that begins and ends as ``atomics.call_begins`` and ``call_ends`` say (this thread rings the
@@ -154,18 +154,18 @@ def run_on_cores(pool_entry, arguments, threads: int, numba_entry=None):
     ticket counter of its own), and this thread waits only while another runs a piece, never for a thread to wake
     up.
 
-    Work for more than POOL_THREADS threads runs instead as numba_entry(arguments)(*arguments, threads) where that is
-    given (the entry of the same work on numba's threads, a prange), one such call at a time: another meanwhile, or
-    one in a forked child, takes the pool (16 of its threads made products slower than 8 did, on 16 cores:
-    benchmarks/RESULTS.md, "how many threads a product pays for"). Each entry is asked for (``pool_entry(arguments)``,
-    ``numba_entry(...)``: compiled at its first use) only where it runs, so that a machine compiles only the
+    Work for more than POOL_THREADS threads runs instead on numba's threads where ``on_numba_threads`` is given
+    (``atomics.run_on_numba_threads``: the same entry on each, none of them waiting), one such call at a time:
+    another meanwhile, or one in a forked child, takes the pool (16 of its threads made products slower than 8 did,
+    on 16 cores: benchmarks/RESULTS.md, "how many threads a product pays for"). The entry is asked for
+    (``pool_entry(arguments)``: compiled at its first use) where it runs, so that a machine compiles only the
     variants it runs."""
-    if threads > POOL_THREADS and numba_entry is not None and NUMBA_THREADS[0].acquire(blocking=False):
+    entry = pool_entry(arguments)
+    if threads > POOL_THREADS and on_numba_threads is not None and NUMBA_THREADS[0].acquire(blocking=False):
         try:
-            return numba_entry(arguments)(*arguments, threads)
+            return on_numba_threads(entry, arguments, threads)
         finally:
             NUMBA_THREADS[0].release()
-    entry = pool_entry(arguments)
     helpers = min(threads - 1, POOL_THREADS - 1, HELPERS)
     if helpers > 0:
         keep_helpers_off_this_core()

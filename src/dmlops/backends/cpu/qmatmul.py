@@ -198,8 +198,8 @@ def prepare_one_call(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_
     product_pieces, threads = pieces_of_product(integer_gemm, m, k, n, pieces)
 
     def way(b_packed):
-        """(layout, stage counts, scratch layouts, the entry points' getters on the pool's threads and on numba's)
-        of the product with B as it is given, or with a kept B's packing (``packing``)."""
+        """(layout, stage counts, scratch layouts, the getter of the entry point that each thread calls) of the
+        product with B as it is given, or with a kept B's packing (``packing``)."""
         layout = integer_gemm.products_layout(kernel, a, b, b_packed)
         found = {}  # the entry points, each found at its first use
 
@@ -212,7 +212,7 @@ def prepare_one_call(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_
             return entry
         return (layout, integer_gemm.stage_counts(kernel, layout, m, k, n, product_pieces, b_packed),
                 integer_gemm.scratch_layouts(kernel, m, k, n, integer_gemm.own_sums(layout, k, True), b_packed),
-                getter(product_in_one_call, NO_RING, True), getter(loops.product_in_one_call_on_threads, threads))
+                getter(product_in_one_call, NO_RING, True))
 
     ways = (way(False), way(True))
     may_be_kept = not b.flags.writeable  # (a kept B is read-only: the products of writable ones look for none)
@@ -228,7 +228,7 @@ def prepare_one_call(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_
     def product(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, output_zero_point, out):
         b_zero_bits = read_b_zero(b_zero_point)
         packed = packing(integer_gemm, kernel, b, b_zero_bits.view(b.dtype)) if may_be_kept else None
-        layout, counts, layouts, pool_entry, numba_entry = ways[packed is not None]
+        layout, counts, layouts, pool_entry = ways[packed is not None]
         buffers = scratch(layouts)
         if packed is not None:
             buffers = integer_gemm.with_packing(buffers, packed)
@@ -238,7 +238,7 @@ def prepare_one_call(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_
                      read_a_scale(a_scale), read_a_zero(a_zero_point), b_bits(b), b_sign, read_b_scale(b_scale),
                      b_zero_bits, read_output_scale(output_scale), read_output_zero(output_zero_point), low, high,
                      out_bits(out), buffers, packed is not None)
-        if not run_on_cores(pool_entry, arguments, threads, numba_entry):
+        if not run_on_cores(pool_entry, arguments, threads, loops.run_on_numba_threads):
             check_scales(*(arguments[position] for position in (6, 10, 12)))
     return product
 

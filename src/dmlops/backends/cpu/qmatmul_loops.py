@@ -11,7 +11,7 @@ from numba.core.imputils import impl_ret_borrowed
 from numba.extending import intrinsic
 
 from . import driver, integer_gemm, requantization  # noqa: F401  (integer_gemm, requantization: qmatmul's)
-from .atomics import call_begins, call_ends, ring, wait_for_ring  # noqa: F401  (ring, wait_for_ring: qmatmul's)
+from .atomics import call_begins, call_ends, ring, run_on_numba_threads, wait_for_ring  # noqa: F401  (qmatmul's)
 from .jit import callee, compiled, new_array
 
 
@@ -36,20 +36,6 @@ def product_in_one_call(kernel, layout, state, counts, a, a_sign, a_scale, a_zer
         driver.product_pieces(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers,
                               b_packed, finish, wait)
     call_ends(doorbell, wait)
-    return valid
-
-
-@compiled
-def product_in_one_call_on_threads(kernel, layout, state, counts, a, a_sign, a_scale, a_zero_point, b, b_sign,
-                                   b_scale, b_zero_point, output_scale, output_zero_point, low, high, out, buffers,
-                                   b_packed, threads):
-    """prepare_one_call's product on ``threads`` threads of numba's threading layer (``driver.product_on_threads``;
-    ``pieces.run_on_cores``, for products of many threads), its arguments as product_in_one_call's."""
-    valid, a_zero, b_zero, finish = one_call_parameters(a_scale, a_zero_point, b_sign, b_scale, b_zero_point,
-                                                        output_scale, output_zero_point, low, high, out)
-    if valid:
-        driver.product_on_threads(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers,
-                                  b_packed, finish, threads)
     return valid
 
 
