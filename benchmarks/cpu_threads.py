@@ -5,7 +5,8 @@ benchmarks/cpu.py.
 
 Both run the same compiled product (``driver.product_pieces``, the pieces taken by tickets) with the same pieces,
 on as many threads; only the way the threads are started differs: dmlops' pool (``pieces.run_on_cores``: threads
-kept, waiting in compiled code, woken by a futex), or one compiled call with a ``prange`` over the threads, in each
+kept, waiting in compiled code, woken by a futex), or one compiled call with a ``prange`` over the threads
+(``atomics.run_on_numba_threads``, what products of more than ``pieces.POOL_THREADS`` threads run on), in each
 of numba's threading layers that loads here (workqueue, omp, tbb; each in a process of its own, since a process
 loads one layer). The table gives the median of ``repeats`` rounds, each round timing every contender once, in µs
 a call; the pool's speed-up is prange's time over the pool's.
@@ -32,22 +33,12 @@ def measure(layer: str | None, repeats: int) -> dict:
     threading layer; in this process."""
     import numba
 
-    from dmlops.backends.cpu import driver, integer_gemm, pieces, qmatmul
+    from dmlops.backends.cpu import atomics, driver, integer_gemm, pieces, qmatmul
 
     loops = qmatmul.LOOPS.wait()
     assert loops is not None
     if layer is not None:
         numba.config.THREADING_LAYER = layer
-
-    def threads_of_prange(kernel, layout):
-        """The product's threads started by a prange, for a kernel and a layout (constants of the compiled
-        function: prange's body takes no literal arguments)."""
-        @numba.njit(parallel=True, nogil=True)
-        def in_prange(threads, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, b_packed, finish):
-            for _ in numba.prange(threads):
-                driver.product_pieces(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers,
-                                      b_packed, finish, False)
-        return in_prange
 
     rng = np.random.default_rng(3)
     times = {}
@@ -67,17 +58,15 @@ def measure(layer: str | None, repeats: int) -> dict:
         def state():
             return np.zeros(1 + len(counts), np.int64)
 
-        if layer is None:
-            entry = integer_gemm.KeptCalls().entry(driver.multiply_in_pieces, *arguments[:2], state(),
-                                                   *arguments[3:], pieces.NO_RING, True)
+        entry = integer_gemm.KeptCalls().entry(driver.multiply_in_pieces, *arguments[:2], state(), *arguments[3:],
+                                               pieces.NO_RING, True)
 
-            def run():
-                pieces.run_on_cores(entry, (*arguments[:2], state(), *arguments[3:]), threads)
-        else:
-            in_prange = threads_of_prange(*arguments[:2])
-
-            def run():
-                in_prange(threads, state(), *arguments[3:])
+        def run():
+            call = (*arguments[:2], state(), *arguments[3:])
+            if layer is None:
+                pieces.run_on_cores(lambda _: entry, call, threads)
+            else:
+                atomics.run_on_numba_threads(entry, call, threads)
         run()
         run()
         rounds = []
