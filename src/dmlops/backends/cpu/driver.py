@@ -161,9 +161,6 @@ def pack_b_compiled(kernel, layout, b, b_sign, b_zero, groups, terms, first, las
         return None
     down_columns = down_columns_of(layout)
     vector = KERNELS_BY_NAME[kernel.literal_value].vector_bits // 8
-    if literal(layout).startswith("tiles"):
-        return lambda kernel, layout, b, b_sign, b_zero, groups, terms, first, last: pack_columns_bytes(
-            kernel, vector, b, flip_of_b(b_sign), b_zero, groups.view(np.uint8), terms, first, last, down_columns)
     if literal(layout).startswith("words"):
         return lambda kernel, layout, b, b_sign, b_zero, groups, terms, first, last: pack_columns(
             b, b_sign, b_zero, groups, first, last, down_columns)
@@ -217,8 +214,7 @@ def multiply_compiled(kernel, a, a_sign, b, b_sign, sums, first_row, end_row, fi
     if spec.tiles:
         def on_tiles(kernel, a, a_sign, b, b_sign, sums, first_row, end_row, first_block, end_block, length,
                      accumulate):
-            amx.multiply(a, a_sign, b.view(np.uint8), b_sign, sums, first_row, end_row, first_block, end_block,
-                         length, accumulate)
+            amx.multiply(a, a_sign, b, b_sign, sums, first_row, end_row, first_block, end_block, length, accumulate)
         return on_tiles
     rows, k_block, group, panel_blocks = spec.rows, spec.k_block, spec.group, spec.panel_blocks
 

@@ -69,13 +69,13 @@ def scratch_layouts(kernel: Kernel, m: int, k: int, n: int, own_sums: bool = Fal
     """(shape, dtype) of the scratch arrays of a call: A packed, B packed in blocks, the int32 sums, and the byte
     kernels' row sums of A' and column terms (Σ_k B' + K·β; every kernel has them, so that each takes the same
     arrays), padded for the kernel. B's blocks of the vector kernels hold int32 groups, as their packing writes them
-    ({blocks, K / group, columns}; AMX's, its bytes). Rows of A hold K padded
+    ({blocks, K / group, columns}; AMX's, its bits as uint8). Rows of A hold K padded
     to the kernel's multiple and one vector more, unread: rows a power of two of bytes apart would fall in the same
     L1 sets, and the rows the kernel reads at once would evict each other (AMX's 2048³ product ran at a third of its
     speed with its sums' rows 8 KiB apart). With ``own_sums`` (``own_sums``: every piece keeps its own), the call's
     sums have no rows; with ``b_packed`` (a kept B's packing read instead: ``with_packing``), B's packing and column
     terms have no elements."""
-    a_type, b_type = kernel.element
+    a_type = kernel.element[0]
     length = padded(k, kernel.k_multiple)
     rows, columns = padded(m, kernel.rows), padded(n, kernel.columns)
     vector = kernel.vector_bits // 8 // np.dtype(a_type).itemsize
@@ -83,7 +83,7 @@ def scratch_layouts(kernel: Kernel, m: int, k: int, n: int, own_sums: bool = Fal
     sums_row = columns + (vector // 4 if kernel.tiles else 0)
     packed_columns = 0 if b_packed else columns
     blocks, steps = packed_columns // kernel.columns, length // kernel.group
-    packed_b = ((blocks, steps, kernel.columns, kernel.group), b_type) if kernel.tiles else \
+    packed_b = ((blocks, steps, kernel.columns, kernel.group), np.uint8) if kernel.tiles else \
         ((blocks, steps, kernel.columns), np.int32)
     return [((rows, length + vector), a_type), packed_b,
             ((0 if own_sums else rows, sums_row), np.int32), ((rows,), np.int32), ((packed_columns,), np.int32)]
