@@ -1018,10 +1018,37 @@ def test_one_call_products_in_pieces_on_the_pool(m, k, n):
     np.testing.assert_array_equal(buffer, before)
 
 
+@pytest.mark.skipif(QMM_LOOPS is None, reason="no numba")
+def test_numbas_threads_call_the_entry_once_for_each_and_pass_on_what_it_returned():
+    """run_on_numba_threads calls an entry point once for each of the threads asked for, however many threads numba
+    has: True where every call returned True, False where one returned False, a RuntimeError where one raised."""
+    import numba
+    from dmlops.backends.cpu import atomics, compiled
+
+    @numba.njit(nogil=True)
+    def entry(tickets, raising, doorbell, caller):
+        ticket = atomics.take_ticket(tickets)
+        if ticket == raising:
+            raise ValueError("raised")
+        return ticket != tickets[1]
+
+    no_doorbell = np.zeros(0, np.int64)
+    for threads in (1, 5, 37):
+        for false_at, raising in ((-1, -1), (threads - 1, -1), (-1, threads // 2)):
+            tickets = np.array([0, false_at])
+            compiled_entry = compiled.entry_point(entry, tickets, raising, no_doorbell, False)
+            if raising >= 0:
+                with pytest.raises(RuntimeError, match="raised"):
+                    atomics.run_on_numba_threads(compiled_entry, (tickets, raising), threads)
+            else:
+                assert atomics.run_on_numba_threads(compiled_entry, (tickets, raising), threads) == (false_at < 0)
+            assert tickets[0] == threads
+
+
 @ONE_CALL
 def test_products_on_numbas_threads(monkeypatch):
-    """Work for more threads than the pool takes (POOL_THREADS) runs on numba's threads, in one compiled call (a
-    prange that calls the pool's entry on each), through the one-call product and the general one (parameters per
+    """Work for more threads than the pool takes (POOL_THREADS) runs on numba's threads, in one compiled call (numba's
+    threading layer calling the pool's entry on each), through the one-call product and the general one (parameters per
     row): the reference's bits, out's other elements untouched, a bad scale rejected before a thread writes; and,
     while another call holds numba's threads, or in a forked child, on the pool's."""
     monkeypatch.setattr(cpu_pieces, "POOL_THREADS", 1)

@@ -13,7 +13,7 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic, overload
 
-from .compiled import COMPILED_FROM, native_address
+from .compiled import COMPILED_FROM, fewer_full_collections, native_address
 from .jit import callee, compiled, new_array
 from .pieces import CALLED, INSIDE, RINGS, SLEEPERS, THREADS, WANTED, compiled_waits
 
@@ -238,65 +238,85 @@ def call_ends(doorbell, caller):
 compiled_waits(ring, wait_for_ring, SYSTEM_FUTEX is not None)
 
 
-def on_threads(address, literals, arguments, threads):
-    """(Compiled code only.) The entry point at ``address`` (the pool's entry of a call's work,
-    ``pieces.run_on_cores``), whose first ``literals`` arguments (a literal int) are literal strings, called with
-    (those, *arguments, no doorbell, False) on ``threads`` threads of numba's threading layer at once (a prange): none
-    waits for the others' pieces, the prange's end waits for every thread. Whether every call returned True. The
-    entry's code is the pool's, compiled once: compiled into the prange's body, numba compiled it twice more (the
-    body is compiled on its own too), 1.8-2.8 CPU-s more at a first product (a Zen 4, the 16-core AMX host)."""
-    raise NotImplementedError("on_threads is called from compiled code only")
+# The type of a gufunc's kernel, as numba's threading layer calls it for each thread's share of the calls: (the
+# arrays' pointers at its share, its share's dimensions, the arrays' steps, data); and of the layer's parallel_for.
+BYTES = ir.IntType(8).as_pointer()
+KERNEL_TYPE = ir.FunctionType(ir.VoidType(), [BYTES.as_pointer(), ir.IntType(64).as_pointer(),
+                                              ir.IntType(64).as_pointer(), BYTES])
+PARALLEL_FOR_TYPE = ir.FunctionType(ir.VoidType(), [BYTES] * 5 + [ir.IntType(64)] * 3)
 
 
-@overload(on_threads, jit_options={"nogil": True, "parallel": True})
-def on_threads_compiled(address, literals, arguments, threads):
+@intrinsic
+def calls_on_threads(typing_context, address, literals, arguments, returned):
+    """returned[i] = 1 where the i-th call of the compiled function at ``address`` returned True, 0 where False, 2
+    where it raised, each given (``literals`` (a literal int) literal strings, *arguments, no doorbell, False), all
+    at once on numba's threading layer: an entry point's machine code (``compiled.native_address``) called through
+    numba's calling convention, by the layer's ``numba_parallel_for`` as a prange is (a gufunc's kernel, here a loop
+    of calls, run on each thread for its share)."""
     if not isinstance(literals, types.IntegerLiteral):
         return None
+    numba.get_num_threads()  # (starts numba's threading layer, whose functions the code calls)
     # (numba passes a literal string as an unused pointer)
     argument_types = ((types.voidptr,) * literals.literal_value + tuple(arguments.types)
                       + (types.Array(types.int64, 1, "C"), types.boolean))
 
-    # (the arguments kept in this call's frame and read there by the prange's body: a body given a tuple that holds
-    # a tuple of arrays is refused, "scalar type Tuple(...) given for non scalar argument")
-    @intrinsic
-    def kept(typing_context, arguments):
-        """The address (int64) of a copy of ``arguments`` in this function's frame."""
-        def codegen(context, builder, signature, values):
-            return builder.ptrtoint(cgutils.alloca_once_value(builder, values[0]), ir.IntType(64))
-        return types.int64(arguments), codegen
+    def codegen(context, builder, signature, values):
+        module = builder.module
+        kernel = ir.Function(module, KERNEL_TYPE, module.get_unique_name("calls_on_threads"))
+        kernel.linkage = "internal"
+        calls = ir.IRBuilder(kernel.append_basic_block())
+        pointers, dimensions, _, data = kernel.args
+        kept = calls.load(calls.bitcast(data, context.get_value_type(arguments).as_pointer()))
+        function_type = context.call_conv.get_function_type(types.boolean, argument_types)
+        function = calls.inttoptr(calls.load(calls.bitcast(calls.load(calls.gep(pointers, [ir.Constant(
+            ir.IntType(64), 1)])), ir.IntType(64).as_pointer())), function_type.as_pointer())
+        no_doorbell = context.make_array(argument_types[-2])(context, calls)
+        context.populate_array(no_doorbell, data=ir.Constant(ir.IntType(64).as_pointer(), None),
+                               shape=[ir.Constant(ir.IntType(64), 0)], strides=[ir.Constant(ir.IntType(64), 8)],
+                               itemsize=ir.Constant(ir.IntType(64), 8), meminfo=None)
+        passed = ([ir.Constant(BYTES, None)] * literals.literal_value
+                  + [calls.extract_value(kept, i) for i in range(len(arguments))]
+                  + [no_doorbell._getvalue(), ir.Constant(ir.IntType(1), 0)])
+        results = calls.load(pointers)
+        with cgutils.for_range(calls, calls.load(dimensions)) as loop:
+            status, result = context.call_conv.call_function(calls, function, types.boolean, argument_types, passed)
+            outcome = calls.select(status.is_error, ir.Constant(ir.IntType(8), 2), calls.zext(result, ir.IntType(8)))
+            calls.store(outcome, calls.gep(results, [loop.index]))
+        calls.ret_void()
 
-    @intrinsic
-    def call_compiled(typing_context, address, arguments_at, doorbell, caller):
-        """What the compiled function at ``address`` returns (a bool) for (the literals, *the arguments kept at
-        arguments_at, doorbell, caller): an entry point's machine code (``compiled.native_address``) called
-        through numba's calling convention, its exceptions passed on."""
-        def codegen(context, builder, signature, values):
-            function_type = context.call_conv.get_function_type(types.boolean, argument_types)
-            function = builder.inttoptr(values[0], function_type.as_pointer())
-            stored = builder.load(builder.inttoptr(values[1], context.get_value_type(arguments).as_pointer()))
-            passed = ([ir.Constant(ir.IntType(8).as_pointer(), None)] * literals.literal_value
-                      + [builder.extract_value(stored, i) for i in range(len(arguments))] + list(values[2:]))
-            status, result = context.call_conv.call_function(builder, function, types.boolean, argument_types,
-                                                             passed)
-            with builder.if_then(status.is_error, likely=False):
-                context.call_conv.return_status_propagate(builder, status)
-            return result
-        return types.boolean(address, arguments_at, doorbell, caller), codegen
-
-    def run(address, literals, arguments, threads):
-        arguments_at = kept(arguments)
-        doorbell = new_array(0, np.int64)
-        returned = 0
-        for _ in numba.prange(threads):
-            returned += call_compiled(address, arguments_at, doorbell, threads < 0)
-        return returned == threads
-    return run
+        # (the arrays: returned, a step of 1 from one call to the next; the address, the same for each)
+        returned = context.make_array(signature.args[3])(context, builder, values[3])
+        count = builder.extract_value(returned.shape, 0)
+        pointers = cgutils.pack_array(builder, [builder.bitcast(returned.data, BYTES), builder.bitcast(
+            cgutils.alloca_once_value(builder, values[0]), BYTES)])
+        steps = cgutils.pack_array(builder, [ir.Constant(ir.IntType(64), 1), ir.Constant(ir.IntType(64), 0)])
+        layer_threads = builder.call(cgutils.get_or_insert_function(
+            module, ir.FunctionType(ir.IntType(64), []), "get_num_threads"), [])
+        threads = builder.select(builder.icmp_signed("<", count, layer_threads), count, layer_threads)
+        as_bytes = [builder.bitcast(cgutils.alloca_once_value(builder, value), BYTES)
+                    for value in (pointers, cgutils.pack_array(builder, [count]), steps, values[2])]
+        builder.call(cgutils.get_or_insert_function(module, PARALLEL_FOR_TYPE, "numba_parallel_for"),
+                     [builder.bitcast(kernel, BYTES)] + as_bytes + [ir.Constant(ir.IntType(64), 0), ir.Constant(ir.IntType(64), 2), threads])
+        return context.get_dummy_value()
+    return types.none(address, literals, arguments, returned), codegen
 
 
 @compiled
 def run_on_threads(address, literals, arguments, threads):
-    """on_threads, called from Python."""
-    return on_threads(address, literals, arguments, threads)
+    """The entry point at ``address`` (the pool's entry of a call's work, ``pieces.run_on_cores``), whose first
+    ``literals`` arguments (a literal int) are literal strings, called with (those, *arguments, no doorbell, False)
+    ``threads`` times on numba's threading layer at once, as a prange's body is: none waits for the others' pieces,
+    the call returns once every one has. Whether every call returned True. Without a prange (``calls_on_threads``):
+    numba compiles a prange's body as a function of its own, and a function with a prange through its parallel
+    passes, a fifth to a half of a CPU-second more at a first product (Zen 4)."""
+    returned = new_array(threads, np.uint8)
+    calls_on_threads(address, literals, arguments, returned)
+    every = True
+    for outcome in returned:
+        if outcome == 2:
+            raise RuntimeError("CPU quantized matmul: a thread's part of the product raised")
+        every &= outcome == 1
+    return every
 
 
 # For each pool entry run on numba's threads: run_on_threads' entry point for its arguments, the entry's address and
@@ -305,14 +325,15 @@ ON_THREADS: dict = {}
 
 
 def run_on_numba_threads(entry, arguments, threads: int) -> bool:
-    """on_threads of the pool's entry point ``entry`` (compiled for arguments + (a doorbell, a bool), the literal
+    """run_on_threads of the pool's entry point ``entry`` (compiled for arguments + (a doorbell, a bool), the literal
     strings first), from Python."""
     found = ON_THREADS.get(entry)
     if found is None:
         signature = COMPILED_FROM[entry][1]
         literals = sum(isinstance(kind, types.StringLiteral) for kind in signature)
-        found = ON_THREADS[entry] = (run_on_threads.compile((types.int64, types.literal(literals),
-                                                             types.Tuple(signature[literals:-2]), types.int64)),
-                                     native_address(entry), literals)
+        with fewer_full_collections():
+            run = run_on_threads.compile((types.int64, types.literal(literals), types.Tuple(signature[literals:-2]),
+                                          types.int64))
+        found = ON_THREADS[entry] = run, native_address(entry), literals
     run, address, literals = found
     return run(address, literals, arguments[literals:], threads)

@@ -395,7 +395,7 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
 def multiply_in_pieces(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, b_packed,
                        finish, doorbell, wait):
     """product_pieces, called from Python (``pieces.run_on_cores``: it begins and ends as ``atomics.call_begins``
-    and ``call_ends`` say); True (what numba's threads sum: ``atomics.on_threads``)."""
+    and ``call_ends`` say); True (what numba's threads sum: ``atomics.run_on_threads``)."""
     call_begins(doorbell, wait)
     product_pieces(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, b_packed, finish,
                    wait)
