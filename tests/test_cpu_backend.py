@@ -1045,6 +1045,32 @@ def test_numbas_threads_call_the_entry_once_for_each_and_pass_on_what_it_returne
             assert tickets[0] == threads
 
 
+CACHED_THREADS = """
+import numba
+import numpy as np
+from dmlops.backends.cpu import atomics, compiled
+
+@numba.njit(nogil=True)
+def entry(tickets, doorbell, caller):
+    return atomics.take_ticket(tickets) >= 0
+
+tickets = np.zeros(1, np.int64)
+compiled_entry = compiled.entry_point(entry, tickets, np.zeros(0, np.int64), False)
+print(atomics.run_on_numba_threads(compiled_entry, (tickets,), 5), tickets[0],
+      atomics.run_on_threads.stats.cache_hits.total())
+"""
+
+
+@pytest.mark.skipif(QMM_LOOPS is None, reason="no numba")
+def test_numbas_threads_run_from_numbas_cache(tmp_path):
+    """The call on numba's threads loaded from numba's cache by a second process starts numba's threading layer
+    before numba links in the layer's functions, as when it was compiled."""
+    environment = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
+    runs = [subprocess.run([sys.executable, "-c", CACHED_THREADS], env=environment, capture_output=True, text=True,
+                           check=True).stdout.split() for _ in range(2)]
+    assert runs == [["True", "5", "0"], ["True", "5", "1"]]
+
+
 @ONE_CALL
 def test_products_on_numbas_threads(monkeypatch):
     """Work for more threads than the pool takes (POOL_THREADS) runs on numba's threads, in one compiled call (numba's

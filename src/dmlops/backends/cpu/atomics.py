@@ -261,6 +261,8 @@ def calls_on_threads(typing_context, address, literals, arguments, returned):
                       + (types.Array(types.int64, 1, "C"), types.boolean))
 
     def codegen(context, builder, signature, values):
+        # (and again wherever numba loads the code from its cache, before it links the layer's functions in)
+        context.active_code_library._reload_init.add(numba.get_num_threads)
         module = builder.module
         kernel = ir.Function(module, KERNEL_TYPE, module.get_unique_name("calls_on_threads"))
         kernel.linkage = "internal"
