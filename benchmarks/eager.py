@@ -29,7 +29,6 @@ from pathlib import Path
 
 import torch
 import triton
-import triton.language as tl
 
 import dmlops
 
