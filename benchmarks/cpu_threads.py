@@ -1,15 +1,16 @@
-"""The CPU quantized matmul's threads: dmlops' own pool against numba's threading (``prange``), on the rows of
+"""The CPU quantized matmul's threads: dmlops' own pool against numba's threading layers, on the rows of
 benchmarks/cpu.py.
 
     python benchmarks/cpu_threads.py [--repeats 7]
 
 Both run the same compiled product (``driver.product_pieces``, the pieces taken by tickets) with the same pieces,
 on as many threads; only the way the threads are started differs: dmlops' pool (``pieces.run_on_cores``: threads
-kept, waiting in compiled code, woken by a futex), or one compiled call with a ``prange`` over the threads
-(``atomics.run_on_numba_threads``, what products of more than ``pieces.POOL_THREADS`` threads run on), in each
+kept, waiting in compiled code, woken by a futex), or one compiled call that hands the threads' calls to numba's
+threading layer as a prange does (``atomics.run_on_numba_threads``, what products of more than
+``pieces.POOL_THREADS`` threads run on), in each
 of numba's threading layers that loads here (workqueue, omp, tbb; each in a process of its own, since a process
 loads one layer). The table gives the median of ``repeats`` rounds, each round timing every contender once, in µs
-a call; the pool's speed-up is prange's time over the pool's.
+a call; the pool's speed-up is the best layer's time over the pool's.
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ LAYERS = ("workqueue", "omp", "tbb")
 
 
 def measure(layer: str | None, repeats: int) -> dict:
-    """Seconds a call (median of rounds) of each shape's product, by the pool (layer None) or by prange in that
-    threading layer; in this process."""
+    """Seconds a call (median of rounds) of each shape's product, by the pool (layer None) or by that threading
+    layer; in this process."""
     import numba
 
     from dmlops.backends.cpu import atomics, driver, integer_gemm, pieces, qmatmul
@@ -99,8 +100,8 @@ def main():
         except (IndexError, json.JSONDecodeError):
             print(f"{contender}: did not run ({(run.stderr.strip().splitlines() or ['?'])[-1]})")
     layers = [layer for layer in LAYERS if layer in results]
-    print("| M × K × N | pool µs | " + " | ".join(f"prange {layer} µs" for layer in layers) +
-          " | best prange / pool |")
+    print("| M × K × N | pool µs | " + " | ".join(f"{layer} µs" for layer in layers) +
+          " | best layer / pool |")
     print("|---" * (3 + len(layers)) + "|")
     for shape in results["pool"]:
         pool = results["pool"][shape]

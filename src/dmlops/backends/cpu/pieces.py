@@ -33,7 +33,7 @@ PIECES_PER_CORE = 4
 
 # The most threads a call's work takes from the pool. Each pool thread joins a call through Python, one after
 # another (its task from the queue, the compiled call's arguments unboxed, the GIL held), so that on 16 cores of a
-# Sapphire Rapids numba's own threads, started inside one compiled call (a prange), made products 1.2-1.9 x as fast
+# Sapphire Rapids numba's own threads, started inside one compiled call, made products 1.2-1.9 x as fast
 # as the pool's 16; on 4 and 8 cores the two were level but for the pool's 1.3 x at 1024^3 and 2048^3, on 2 the
 # pool 1.1-2.2 x as fast (benchmarks/RESULTS.md, "threads on 16 cores").
 POOL_THREADS = 8
