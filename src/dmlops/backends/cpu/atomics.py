@@ -11,7 +11,7 @@ import numba
 import numpy as np
 from llvmlite import ir
 from numba.core import cgutils, types
-from numba.extending import intrinsic, overload
+from numba.extending import intrinsic
 
 from .compiled import COMPILED_FROM, fewer_full_collections, native_address
 from .jit import callee, compiled, new_array
@@ -263,42 +263,42 @@ def calls_on_threads(typing_context, address, literals, arguments, returned):
     def codegen(context, builder, signature, values):
         # (and again wherever numba loads the code from its cache, before it links the layer's functions in)
         context.active_code_library._reload_init.add(numba.get_num_threads)
-        module = builder.module
+        int64, module = ir.IntType(64), builder.module
         kernel = ir.Function(module, KERNEL_TYPE, module.get_unique_name("calls_on_threads"))
         kernel.linkage = "internal"
         calls = ir.IRBuilder(kernel.append_basic_block())
         pointers, dimensions, _, data = kernel.args
         kept = calls.load(calls.bitcast(data, context.get_value_type(arguments).as_pointer()))
         function_type = context.call_conv.get_function_type(types.boolean, argument_types)
-        function = calls.inttoptr(calls.load(calls.bitcast(calls.load(calls.gep(pointers, [ir.Constant(
-            ir.IntType(64), 1)])), ir.IntType(64).as_pointer())), function_type.as_pointer())
+        address_at = calls.bitcast(calls.load(calls.gep(pointers, [int64(1)])), int64.as_pointer())
+        function = calls.inttoptr(calls.load(address_at), function_type.as_pointer())
         no_doorbell = context.make_array(argument_types[-2])(context, calls)
-        context.populate_array(no_doorbell, data=ir.Constant(ir.IntType(64).as_pointer(), None),
-                               shape=[ir.Constant(ir.IntType(64), 0)], strides=[ir.Constant(ir.IntType(64), 8)],
-                               itemsize=ir.Constant(ir.IntType(64), 8), meminfo=None)
+        context.populate_array(no_doorbell, data=ir.Constant(int64.as_pointer(), None), shape=[int64(0)],
+                               strides=[int64(8)], itemsize=int64(8), meminfo=None)
         passed = ([ir.Constant(BYTES, None)] * literals.literal_value
                   + [calls.extract_value(kept, i) for i in range(len(arguments))]
-                  + [no_doorbell._getvalue(), ir.Constant(ir.IntType(1), 0)])
+                  + [no_doorbell._getvalue(), ir.IntType(1)(0)])
         results = calls.load(pointers)
         with cgutils.for_range(calls, calls.load(dimensions)) as loop:
             status, result = context.call_conv.call_function(calls, function, types.boolean, argument_types, passed)
-            outcome = calls.select(status.is_error, ir.Constant(ir.IntType(8), 2), calls.zext(result, ir.IntType(8)))
+            outcome = calls.select(status.is_error, ir.IntType(8)(2), calls.zext(result, ir.IntType(8)))
             calls.store(outcome, calls.gep(results, [loop.index]))
         calls.ret_void()
 
         # (the arrays: returned, a step of 1 from one call to the next; the address, the same for each)
         returned = context.make_array(signature.args[3])(context, builder, values[3])
         count = builder.extract_value(returned.shape, 0)
-        pointers = cgutils.pack_array(builder, [builder.bitcast(returned.data, BYTES), builder.bitcast(
-            cgutils.alloca_once_value(builder, values[0]), BYTES)])
-        steps = cgutils.pack_array(builder, [ir.Constant(ir.IntType(64), 1), ir.Constant(ir.IntType(64), 0)])
-        layer_threads = builder.call(cgutils.get_or_insert_function(
-            module, ir.FunctionType(ir.IntType(64), []), "get_num_threads"), [])
+        address = builder.bitcast(cgutils.alloca_once_value(builder, values[0]), BYTES)
+        pointers = cgutils.pack_array(builder, [builder.bitcast(returned.data, BYTES), address])
+        steps = cgutils.pack_array(builder, [int64(1), int64(0)])
+        layer_threads = builder.call(cgutils.get_or_insert_function(module, ir.FunctionType(int64, []),
+                                                                    "get_num_threads"), [])
         threads = builder.select(builder.icmp_signed("<", count, layer_threads), count, layer_threads)
-        as_bytes = [builder.bitcast(cgutils.alloca_once_value(builder, value), BYTES)
-                    for value in (pointers, cgutils.pack_array(builder, [count]), steps, values[2])]
+        passed = [builder.bitcast(cgutils.alloca_once_value(builder, value), BYTES)
+                  for value in (pointers, cgutils.pack_array(builder, [count]), steps, values[2])]
+        # (no inner dimensions, two arrays)
         builder.call(cgutils.get_or_insert_function(module, PARALLEL_FOR_TYPE, "numba_parallel_for"),
-                     [builder.bitcast(kernel, BYTES)] + as_bytes + [ir.Constant(ir.IntType(64), 0), ir.Constant(ir.IntType(64), 2), threads])
+                     [builder.bitcast(kernel, BYTES), *passed, int64(0), int64(2), threads])
         return context.get_dummy_value()
     return types.none(address, literals, arguments, returned), codegen
 
@@ -310,7 +310,7 @@ def run_on_threads(address, literals, arguments, threads):
     ``threads`` times on numba's threading layer at once, as a prange's body is: none waits for the others' pieces,
     the call returns once every one has. Whether every call returned True. Without a prange (``calls_on_threads``):
     numba compiles a prange's body as a function of its own, and a function with a prange through its parallel
-    passes, a fifth to a half of a CPU-second more at a first product (Zen 4)."""
+    passes, about half a CPU-second more at a first product (Zen 4)."""
     returned = new_array(threads, np.uint8)
     calls_on_threads(address, literals, arguments, returned)
     every = True
