@@ -36,7 +36,9 @@ processes): the first scan runs NumPy's engine while it starts loading the compi
 import, then its cache), which the script then waits for; with DMLOPS_NUMBA=wait the first scan loads them itself.
 The compiled engine's rows are timed once its loops are loaded. A first quantized matmul in a fresh process
 (FIRST_MATMUL) runs the NumPy path while it starts loading the matmul's compiled code (qmatmul_loops), as do the
-calls after it until that is loaded; the array API's kept run then switches to the compiled code.
+calls after it until that is loaded; the array API's kept run then switches to the compiled code. The first-ever
+quantized matmul (FIRST_EVER), in a fresh process with numba's cache empty, waits for its code to compile: timed
+wall-clock, and in the CPU time of every thread of the process and of the calling thread.
 
     python benchmarks/cpu.py --rows matmul     # only the quantized matmul (or: scans, small, first)
     python benchmarks/cpu.py --rows scans --shape 1-D     # only the scans of that shape
@@ -50,6 +52,7 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 import time
 
 import numba
@@ -425,11 +428,36 @@ print(*(1e3 * (b - a) for a, b in [(start, imported), (imported, first), (first,
 """
 
 
-def fresh_processes(script: str, mode: str):
-    """The medians of what script prints (numbers), run in FIRST_CALL_RUNS fresh processes with DMLOPS_NUMBA=mode."""
-    return np.median([[float(value) for value in subprocess.run(
-        [sys.executable, "-c", script], env={**os.environ, "DMLOPS_NUMBA": mode}, capture_output=True, text=True,
-        check=True).stdout.split()] for _ in range(FIRST_CALL_RUNS)], axis=0)
+# Run in a fresh process with numba's cache empty (DMLOPS_NUMBA=wait): seconds of the first-ever M × K × N
+# quantized matmul (argv[1], as 512x512x512; uint8 A, int8 B), which waits for its code to compile: wall-clock, the
+# CPU time of the process (every thread's) and of the calling thread.
+FIRST_EVER = """
+import sys
+import time
+import numpy as np
+import dmlops
+m, k, n = (int(size) for size in sys.argv[1].split("x"))
+rng = np.random.default_rng(0)
+a, b = rng.integers(0, 256, (m, k), dtype=np.uint8), rng.integers(-128, 128, (k, n), dtype=np.int8)
+start = time.perf_counter(), time.process_time(), time.thread_time()
+dmlops.quantized_linear_matmul(a, np.float32(0.02), np.uint8(128), b, np.float32(0.01), np.int8(0), np.float32(3.0),
+                               np.uint8(1))
+print(*(after - before for before, after in zip(start, (time.perf_counter(), time.process_time(), time.thread_time()))))
+"""
+FIRST_EVER_SHAPES = ("16x256x64", "512x512x512")
+
+
+def fresh_processes(script: str, mode: str, *arguments: str, empty_cache: bool = False):
+    """The medians of what script prints (numbers), run with ``arguments`` in FIRST_CALL_RUNS fresh processes with
+    DMLOPS_NUMBA=mode (and with numba's cache empty: a new folder for each, where ``empty_cache``)."""
+    results = []
+    for _ in range(FIRST_CALL_RUNS):
+        with tempfile.TemporaryDirectory() as cache:
+            environment = {**os.environ, "DMLOPS_NUMBA": mode} | ({"NUMBA_CACHE_DIR": cache} if empty_cache else {})
+            results.append([float(value) for value in subprocess.run(
+                [sys.executable, "-c", script, *arguments], env=environment, capture_output=True, text=True,
+                check=True).stdout.split()])
+    return np.median(results, axis=0)
 
 
 def per_call(run):
@@ -499,6 +527,13 @@ def first_calls():
         *times, imported = fresh_processes(FIRST_MATMUL, mode)
         print(f"| {mode} | " + " | ".join(f"{ms:.1f}" for ms in times[:2]) +
               f" | {'yes' if imported else 'no'} | " + " | ".join(f"{ms:.2f}" for ms in times[2:]) + " |")
+    print(f"\nThe first-ever quantized matmul, numba's cache empty (DMLOPS_NUMBA=wait: it waits for its code to "
+          f"compile), s, median of {FIRST_CALL_RUNS} processes:\n")
+    print("| M × K × N (uint8 A, int8 B) | wall-clock | CPU, every thread of the process | CPU, the calling thread |")
+    print("|---|---|---|---|")
+    for shape in FIRST_EVER_SHAPES:
+        wall, process, thread = fresh_processes(FIRST_EVER, "wait", shape, empty_cache=True)
+        print(f"| {shape.replace('x', ' × ')} | {wall:.2f} | {process:.2f} | {thread:.2f} |")
 
 
 def processor() -> str:
