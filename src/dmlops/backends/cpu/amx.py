@@ -35,14 +35,16 @@ from numba.extending import intrinsic
 
 from .byte_moves import ByteMoves, prefetch
 from .jit import callee, compiled
+from .kernels import KERNELS_BY_NAME
 from .processor import amx_granted
 
 amx_granted()  # (the tile state asked for before any of these kernels can run; once a process)
 
-ROWS = 32  # rows of a block of sums: 2 tiles
-COLUMNS = 16  # columns of a tile of B (a column block of packed B)
-DEPTH = 64  # bytes of K a tile of A holds (K is padded to it)
-K_RUN = 2048  # bytes of K a block takes between loading and storing its sums (32 × K_RUN of A: 64 KiB)
+# The kernel's shape (``kernels``): rows of a block of sums (2 tiles), columns of a tile of B (a column block of
+# packed B), bytes of K a tile of A holds (K is padded to it), bytes of K a block takes between loading and storing
+# its sums
+TILES = KERNELS_BY_NAME["amx"]
+ROWS, COLUMNS, DEPTH, K_RUN = TILES.rows, TILES.columns, TILES.depth, TILES.k_block
 PANEL_BLOCKS = 16  # column blocks of B walked by every row of a piece (K_RUN × 16 × 16: 512 KiB, in L2)
 ROW_BLOCK = 256  # rows whose sums of a panel stay in L2 while K is walked (256 × 256 × 4 bytes: 256 KiB)
 # the instruction of A's and B's signs ("s": INT8, "u": UINT8)

@@ -141,7 +141,7 @@ COMPILED_FROM: dict = {}
 
 def native_address(entry) -> int:
     """The address of an entry point's machine code, which takes numba's calling convention
-    (``atomics.call_compiled`` calls it)."""
+    (``atomics.calls_on_threads`` calls it)."""
     kernel, signature = COMPILED_FROM[entry]
     result = kernel.overloads[signature]
     return result.library.get_pointer_to_function(result.fndesc.llvm_func_name)

@@ -310,7 +310,7 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
         return None
     spec = KERNELS_BY_NAME[kernel.literal_value]
     rows, k_multiple, group, pack_blocks = spec.rows, spec.k_multiple, spec.group, spec.pack_blocks
-    k_block = amx.K_RUN if spec.tiles else spec.k_block  # (a strip's run of K: AMX's own, not the vectors' L1 block)
+    k_block = spec.k_block  # (a strip's run of K)
     # AMX's kernels run on this thread's tiles, configured for the call and released at its end
     start_tiles, release_tiles = (amx.start_tiles, amx.release_tiles) if spec.tiles else (no_code, no_code)
 

@@ -14,6 +14,9 @@ from ...types import ValidationError
 from .processor import amx_granted, target_features
 
 BLOCK_BYTES = 32 << 10  # k_block × a block's columns of B, which a vector kernel streams from L1 (``avx2``)
+# AMX's k_block: bytes of K a block of tiles takes between loading and storing its sums (32 × TILE_K_RUN of A:
+# 64 KiB, kept in L1 and L2 while the block walks B's columns: ``amx``)
+TILE_K_RUN = 2048
 PANEL_BYTES = 256 << 10  # a panel of B's column blocks, kept in L2
 
 
@@ -58,7 +61,10 @@ class Kernel:
 
     @property
     def k_block(self) -> int:
-        """K of a block of B: BLOCK_BYTES of it, in whole groups (a run of K takes groups only)."""
+        """The run of K a kernel takes at a time: for the vector kernels, BLOCK_BYTES of a block of B, in whole
+        groups (a run of K takes groups only); for AMX's tiles, TILE_K_RUN."""
+        if self.tiles:
+            return TILE_K_RUN
         groups = BLOCK_BYTES // (self.columns * np.dtype(self.element[1]).itemsize * self.group)
         return groups * self.group
 
