@@ -30,6 +30,9 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from .qmatmul_tiles import (KERNEL_ARGUMENTS_NOT_SPECIALIZED, _column_scales, _column_terms, _requantize_columns,
                             _row_terms, _tile_place)
 
+# A TMA load into shared memory: ``async_load`` from Triton 3.7, which removed its earlier name.
+_tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+
 
 @gluon.constexpr_function
 def accumulator_layout(num_warps, instr_n):
@@ -63,8 +66,8 @@ def _load(load, slot, ring, a_desc, b_desc, my_tiles, steps, tiles, BLOCK_M: gl.
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     pred = ordinal < my_tiles
     mbarrier.expect(ready.index(slot), a_desc.block_type.nbytes + b_desc.block_type.nbytes, pred=pred)
-    tma.async_copy_global_to_shared(a_desc, [a_row, k_step * BLOCK_K], ready.index(slot), a_slots.index(slot), pred)
-    tma.async_copy_global_to_shared(b_desc, [b_row, k_step * BLOCK_K], ready.index(slot), b_slots.index(slot), pred)
+    _tma_load(a_desc, [a_row, k_step * BLOCK_K], ready.index(slot), a_slots.index(slot), pred)
+    _tma_load(b_desc, [b_row, k_step * BLOCK_K], ready.index(slot), b_slots.index(slot), pred)
     k_step += 1
     if k_step == steps:
         k_step = 0
