@@ -53,15 +53,17 @@ def requantize_row(sums, multiplier, zero, low, high, target):
         value = np.float64(sums[j]) * multiplier[j]
         value = value if value > low_less_zero else low_less_zero  # (comparisons, not min/max: vectorised)
         value = value if value < high_less_zero else high_less_zero
-        target[j] = rounded(value) + shift  # (the bits of an int8 into a uint8 view too)
+        target[j] = rounded(value, shift)  # (the bits of an int8 into a uint8 view too)
 
 
 @intrinsic
-def rounded(typing_context, value):
+def rounded(typing_context, value, shift):
     """value (float64, within int32's range) rounded to an int32 as np.rint rounds, in the rounding mode of the
-    processor (to nearest, ties to even): llvm.lrint, one instruction on x86 (cvtsd2si; vectorised, cvtpd2dq)."""
+    processor (to nearest, ties to even), plus shift (int32), in int32 arithmetic: llvm.lrint, one instruction on x86
+    (cvtsd2si; vectorised, cvtpd2dq), and a 32-bit add (numba's own add of two int32 is 64-bit, which the vectorised
+    loop then keeps: widened, added and narrowed 8 lanes at a time)."""
     def codegen(context, builder, signature, arguments):
         lrint = builder.module.declare_intrinsic("llvm.lrint.i32.f64", fnty=ir.FunctionType(ir.IntType(32),
                                                                                             [ir.DoubleType()]))
-        return builder.call(lrint, arguments)
-    return types.int32(types.float64), codegen
+        return builder.add(builder.call(lrint, arguments[:1]), arguments[1])
+    return types.int32(types.float64, types.int32), codegen
