@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
-pytest.importorskip("triton")  # the CUDA backend's kernels
+triton = pytest.importorskip("triton")  # the CUDA backend's kernels
 
 import dmlops  # noqa: E402
 import reference  # noqa: E402
@@ -260,9 +260,11 @@ def test_kept_launch_parameters_as_slots():
 @gpu_only
 def test_repeated_scans_launch_through_dmlops_launcher(monkeypatch):
     """A kept scan's launch takes dmlops' launcher where it can be built (the device has Triton's compiler), and
-    gives the scan's values."""
+    gives the scan's values; with Triton versions whose internals dmlops does not know, it is never used."""
     from dmlops.backends.cuda import launch
 
+    if not launch.PRIVATE:
+        pytest.skip(f"Triton {triton.__version__}: kept launches go through Triton's public launch")
     module = launch._launcher_module()
     assert module is not None
     launched = []

@@ -204,7 +204,10 @@ def _qmatmul_kernel(a_desc, b_desc, M, N, K, channels, num_tiles, a_rows_b, a_ro
     steps = gl.cdiv(K, BLOCK_K)
     a_row, b_row = _operand_rows(0, tiles, BLOCK_M, BLOCK_N, GROUP_M)
     load = (0, 0, a_row, b_row)
-    for slot in gl.static_range(STAGES - 1):
+    # Loads run AHEAD steps ahead: STAGES − 1, or in a cluster one less, so that the first CTA refills the slot of
+    # two steps before, whose reads both CTAs reported a step ago, without waiting for the other CTA's last step.
+    AHEAD: gl.constexpr = STAGES - 1 if CTAS == 1 else STAGES - 2
+    for slot in gl.static_range(AHEAD):
         load = _load(load, slot, ring, a_desc, b_desc, my_tiles, steps, tiles, BLOCK_M, BLOCK_N, GROUP_M, CTAS)
     step = 0  # of the program's stream of K steps
     for ordinal in range(my_tiles):
@@ -224,10 +227,11 @@ def _qmatmul_kernel(a_desc, b_desc, M, N, K, channels, num_tiles, a_rows_b, a_ro
             # The step before is done now, and its slot free: refill it with the load STAGES − 1 steps ahead.
             acc = warpgroup_mma_wait(1, deps=(acc, ))
             if CTAS > 1:
-                if step > 0:  # (in a cluster, once both CTAs have read it)
+                if step > 0:  # (in a cluster: its slot read here; the slot of two steps before, by both CTAs)
                     mbarrier.arrive(read.index((step - 1) % STAGES))
-                    mbarrier.wait(read.index((step - 1) % STAGES), (step - 1) // STAGES & 1)
-            load = _load(load, (step + STAGES - 1) % STAGES, ring, a_desc, b_desc, my_tiles, steps, tiles, BLOCK_M,
+                if step > 1:
+                    mbarrier.wait(read.index((step - 2) % STAGES), (step - 2) // STAGES & 1)
+            load = _load(load, (step + AHEAD) % STAGES, ring, a_desc, b_desc, my_tiles, steps, tiles, BLOCK_M,
                          BLOCK_N, GROUP_M, CTAS)
             step += 1
         acc = warpgroup_mma_wait(0, deps=(acc, ))
