@@ -41,7 +41,7 @@ import time
 import torch
 import triton
 
-from dmlops.backends.cuda import qmatmul, qmatmul_hopper
+from dmlops.backends.cuda import qmatmul
 
 PEAK_INT8_TOPS = 1979.0
 INT8_OPS_PER_SM_CLOCK = 8192  # dense int8 (or fp8) tensor-core operations an SM issues a clock: 1979 TOPS at 1830 MHz
@@ -273,9 +273,7 @@ CANDIDATES = {  # by shape class: M ≤ 16, M ≤ 64 (decode-like) and the rest;
               C(128, 256, 128, num_warps=8, num_stages=4, epilogue_n=64, programs_per_sm=1, gluon=True),
               C(256, 128, 128, num_warps=8, num_stages=3, epilogue_n=32, programs_per_sm=1, gluon=True),
               C(128, 128, 128, num_warps=4, num_stages=3, programs_per_sm=2, gluon=True),
-              C(256, 128, 128, num_warps=8, num_stages=4, epilogue_n=64, programs_per_sm=1, gluon=True),
-              # programs of two CTAs that share B's tiles (TMA multicast, Triton 3.9 on)
-              *([qmatmul.WGMMA_CLUSTER] if qmatmul_hopper.MULTICAST else [])],
+              C(256, 128, 128, num_warps=8, num_stages=4, epilogue_n=64, programs_per_sm=1, gluon=True)],
 }
 
 

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 import triton
@@ -72,7 +72,6 @@ class Config:
     group_m: int = 8  # row tiles that walk the columns together
     programs_per_sm: int = 0  # persistent: this many programs per SM walk the tiles; 0: one program per tile
     gluon: bool = False  # the kernel of qmatmul_hopper (sm_90 only): num_stages slots
-    ctas: int = 1  # gluon: CTAs a program (2: a cluster whose CTAs share B's tiles, qmatmul_hopper.MULTICAST only)
     split_k: int = 0  # _split_k_kernel: K split among programs until there are this many per SM; 0: the tile kernel
 
 
@@ -94,9 +93,6 @@ LONG_K = Config(64, 64, 128, num_warps=4, num_stages=3)  # K > K_SLICE: the floa
 # MEDIUM's 887 and 918, at 1024 × 11008 × 4096 (128 tiles, one wave) 1203-1273 against 922 (benchmarks/RESULTS.md).
 # At 4096³ it is level with PAIRED.
 WGMMA_LARGE = Config(128, 256, 128, num_warps=8, num_stages=4, epilogue_n=32, programs_per_sm=1, gluon=True)
-# The same tiles in programs of two CTAs that read each 128 × 256 tile of B from L2 once (TMA multicast; Triton 3.9
-# on, qmatmul_hopper.MULTICAST). Not yet measured on a GPU: chosen only where asked for.
-WGMMA_CLUSTER = replace(WGMMA_LARGE, ctas=2)
 # Few rows: B streams through 16 KiB tiles (TMA, three buffered), A's rows beside them (cp.async); compiled for sm_90
 # a program takes 64 KiB of shared memory and 128 registers a thread, so that two or three fit on an SM. Not yet
 # timed on a GPU: benchmarks/qmatmul.py --few-rows and --configs compare it with the candidates there.
@@ -691,22 +687,18 @@ def quantized_linear_matmul(a, a_scale, a_zero_point, b, b_scale, b_zero_point, 
     # The Gluon kernel reads A from shared memory straight into the tensor cores: a uint8 A is flipped in a copy.
     a_operand = _prepare(a, can_flip=not config.gluon, pack=False, sum_rows=b_zero, kept=kept, site="a", empty=empty)
     staged = empty((2, n), dtype=torch.float64, device=device)  # the tile kernel's staging rows of column terms
-    block_m = config.block_m * config.ctas  # a program's rows
-    num_tiles = _grid_size(batches * channels * cdiv(m, block_m) * cdiv(n, config.block_n))
-    programs = min(num_tiles, max(1, config.programs_per_sm * _sm_count(device) // config.ctas)) \
-        if config.programs_per_sm else num_tiles
+    num_tiles = _grid_size(batches * channels * cdiv(m, config.block_m) * cdiv(n, config.block_n))
+    programs = min(num_tiles, config.programs_per_sm * _sm_count(device)) if config.programs_per_sm else num_tiles
     if config.gluon:
         from . import qmatmul_hopper
 
         kernel = qmatmul_hopper._qmatmul_kernel
-        descriptors = (qmatmul_hopper.operand_descriptor(a_operand.rows, block_m, config.block_k, config.ctas),
-                       qmatmul_hopper.operand_descriptor(b_operand.rows, config.block_n, config.block_k, config.ctas,
-                                                         shared=True))
+        descriptors = (qmatmul_hopper.operand_descriptor(a_operand.rows, config.block_m, config.block_k),
+                       qmatmul_hopper.operand_descriptor(b_operand.rows, config.block_n, config.block_k))
         launch(kept, "gluon", kernel, (programs,),
                _tile_arguments(q, *descriptors, (m, n, k, channels), num_tiles, a_operand, b_operand, staged, device),
                dict(ROW_SCALES=row_scales, GROUP_M=config.group_m, EPILOGUE_N=config.epilogue_n,
-                    INSTR_N=math.gcd(config.block_n, 128), STAGES=config.num_stages, CTAS=config.ctas,
-                    num_warps=config.num_warps, **({"num_ctas": config.ctas} if config.ctas > 1 else {})))
+                    INSTR_N=math.gcd(config.block_n, 128), STAGES=config.num_stages, num_warps=config.num_warps))
         return
     descriptors = (TensorDescriptor.from_tensor(a_operand.rows, [config.block_m, config.block_k]),
                    TensorDescriptor.from_tensor(b_operand.rows, [config.block_n, config.block_k]))

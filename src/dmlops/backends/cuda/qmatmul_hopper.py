@@ -22,11 +22,8 @@ comments" for the variants that were slower).
 
 from __future__ import annotations
 
-import inspect
-
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia import hopper
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
@@ -35,51 +32,18 @@ from .qmatmul_tiles import (KERNEL_ARGUMENTS_NOT_SPECIALIZED, _column_scales, _c
 
 # A TMA load into shared memory: ``async_load`` from Triton 3.7, which removed its earlier name.
 _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
-# Whether this Triton's Gluon can run a program as a cluster of CTAs that share B's tiles through TMA multicast
-# (Triton 3.9 on: ``async_load(..., multicast=True)``, layouts and barriers laid over the CTAs of a cluster).
-MULTICAST = "multicast" in inspect.signature(_tma_load).parameters and hasattr(hopper, "cluster")
-_cluster_barrier = hopper.cluster.barrier if MULTICAST else None
 
 
 @gluon.constexpr_function
-def over_ctas(ctas, bases):
-    """Keyword arguments that lay a layout over a cluster of ``ctas`` CTAs by ``bases`` (its cga_layout); none for
-    one CTA, as Triton 3.6 takes them."""
-    return {} if ctas == 1 else {"cga_layout": bases}
-
-
-@gluon.constexpr_function
-def accumulator_layout(num_warps, instr_n, ctas):
+def accumulator_layout(num_warps, instr_n):
     """The wgmma accumulator layout: warps stacked along M (4 to a warpgroup), int8 instructions 16 × instr_n × 32
-    (per warp; a warpgroup issues them 64 rows at a time); in a cluster, each CTA its share of the rows."""
-    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, instr_n, 32],
-                                     **over_ctas(ctas, [[1, 0]]))
+    (per warp; a warpgroup issues them 64 rows at a time)."""
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, instr_n, 32])
 
 
-@gluon.constexpr_function
-def column_layout(num_warps, ctas):
-    """A tile's columns, a thread each: in a cluster, every CTA holds them all."""
-    return gl.BlockedLayout([1], [32], [num_warps], [0], **over_ctas(ctas, [[0]]))
-
-
-@gluon.constexpr_function
-def staged_layout(ctas):
-    """The column terms staged in shared memory: in a cluster, a copy in every CTA."""
-    return gl.SwizzledSharedLayout(1, 1, 1, order=[0], **over_ctas(ctas, [[0]]))
-
-
-@gluon.constexpr_function
-def barrier_layout(ctas, shared):
-    """Barriers of one CTA each (``shared`` False) or one for the cluster (True: its first CTA's, which every CTA
-    arrives at and it alone waits for)."""
-    return mbarrier.MBarrierLayout(**over_ctas(ctas, [[0]] if shared else [[1]]))
-
-
-def operand_descriptor(rows, block_rows: int, block_k: int, ctas: int = 1, shared: bool = False) -> TensorDescriptor:
-    """A TMA descriptor of tiles block_rows × block_k of int8 rows, swizzled as wgmma reads them; in a cluster of
-    ``ctas`` CTAs, split among them along the rows (A), or the same tile in each (``shared``: B, multicast)."""
-    layout = gl.NVMMASharedLayout.get_default_for([block_rows, block_k], gl.int8,
-                                                  **over_ctas(ctas, [[0, 0]] if shared else [[1, 0]]))
+def operand_descriptor(rows, block_rows: int, block_k: int) -> TensorDescriptor:
+    """A TMA descriptor of tiles block_rows × block_k of int8 rows, swizzled as wgmma reads them."""
+    layout = gl.NVMMASharedLayout.get_default_for([block_rows, block_k], gl.int8)
     return TensorDescriptor.from_tensor(rows, [block_rows, block_k], layout)
 
 
@@ -93,23 +57,17 @@ def _operand_rows(ordinal, tiles, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, 
 
 @gluon.jit
 def _load(load, slot, ring, a_desc, b_desc, my_tiles, steps, tiles, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-          GROUP_M: gl.constexpr, CTAS: gl.constexpr):
+          GROUP_M: gl.constexpr):
     """Starts ``load`` (the program's tile ordinal, K step, and the tile's first rows of A and B) into ``slot`` of
     the ring, whose barrier completes when both operands have landed, where the program has that tile; returns the
-    load after it: the next K step, or the first of the next tile. In a cluster each CTA loads its rows of A, and
-    the first CTA B's tile into every CTA (multicast)."""
+    load after it: the next K step, or the first of the next tile."""
     ordinal, k_step, a_row, b_row = load
     a_slots, b_slots, ready = ring
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     pred = ordinal < my_tiles
-    if CTAS == 1:
-        mbarrier.expect(ready.index(slot), a_desc.block_type.nbytes + b_desc.block_type.nbytes, pred=pred)
-        _tma_load(a_desc, [a_row, k_step * BLOCK_K], ready.index(slot), a_slots.index(slot), pred)
-        _tma_load(b_desc, [b_row, k_step * BLOCK_K], ready.index(slot), b_slots.index(slot), pred)
-    else:
-        mbarrier.expect(ready.index(slot), a_desc.nbytes_per_cta + b_desc.nbytes_per_cta, pred=pred)
-        _tma_load(a_desc, [a_row, k_step * BLOCK_K], ready.index(slot), a_slots.index(slot), pred)
-        _tma_load(b_desc, [b_row, k_step * BLOCK_K], ready.index(slot), b_slots.index(slot), pred, multicast=True)
+    mbarrier.expect(ready.index(slot), a_desc.block_type.nbytes + b_desc.block_type.nbytes, pred=pred)
+    _tma_load(a_desc, [a_row, k_step * BLOCK_K], ready.index(slot), a_slots.index(slot), pred)
+    _tma_load(b_desc, [b_row, k_step * BLOCK_K], ready.index(slot), b_slots.index(slot), pred)
     k_step += 1
     if k_step == steps:
         k_step = 0
@@ -119,15 +77,14 @@ def _load(load, slot, ring, a_desc, b_desc, my_tiles, steps, tiles, BLOCK_M: gl.
 
 
 @gluon.jit
-def _stage_column_terms(staged, n_start, b_sums_ptr, column_args, marks, ROW_SCALES: gl.constexpr,
-                        BLOCK_N: gl.constexpr, num_warps: gl.constexpr, CTAS: gl.constexpr):
+def _stage_column_terms(staged, n_start, b_sums_ptr, column_args, ROW_SCALES: gl.constexpr, BLOCK_N: gl.constexpr,
+                        num_warps: gl.constexpr):
     """The column terms of the tile's columns [n_start, n_start + BLOCK_N), computed before the main loop into
     ``staged`` (shared memory), so that the epilogue does not wait for a global load per block of columns (each
-    would follow the stores of the block before, which the compiler cannot reorder); marks their bad scales where
-    ``marks``."""
-    line: gl.constexpr = column_layout(num_warps, CTAS)
+    would follow the stores of the block before, which the compiler cannot reorder)."""
+    line: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
     offs_n = (n_start + gl.arange(0, BLOCK_N, line)).to(gl.int64)
-    terms = _column_terms(_column_scales(offs_n, column_args), offs_n, b_sums_ptr, column_args, ROW_SCALES, marks)
+    terms = _column_terms(_column_scales(offs_n, column_args), offs_n, b_sums_ptr, column_args, ROW_SCALES)
     for i in gl.static_range(3):
         staged.index(i).store(terms[i])
 
@@ -164,11 +121,6 @@ def _requantize_store(acc, n_start, rows, staged, column_args, ROW_SCALES: gl.co
 # flight (``wait(1)`` retires the step before, whose slot then takes the load STAGES − 1 steps ahead); the epilogue
 # requantizes the int32 accumulator in float64 a block of EPILOGUE_N columns at a time, with the helpers both
 # kernels share.
-#
-# With CTAS = 2 (``MULTICAST``) a program is a cluster of two CTAs on two SMs, each computing half of the tile's
-# rows: B's tile is read from L2 once for both (the first CTA multicasts it into both rings), a third less traffic
-# than two programs of half the rows. The first CTA may refill a slot only when both have read it: after retiring a
-# step each CTA arrives at the cluster's barrier of its slot, which the first CTA waits for before the load.
 @gluon.jit(do_not_specialize=KERNEL_ARGUMENTS_NOT_SPECIALIZED)
 def _qmatmul_kernel(a_desc, b_desc, M, N, K, channels, num_tiles, a_rows_b, a_rows_c, b_rows_b, b_rows_c,
                     a_sums_ptr, a_sums_stride, b_sums_ptr, b_sums_stride, b_scale_ptr, b_scale_stride, b_zero_ptr,
@@ -176,7 +128,7 @@ def _qmatmul_kernel(a_desc, b_desc, M, N, K, channels, num_tiles, a_rows_b, a_ro
                     out_scale_stride, a_zero_ptr, a_zero_stride, a_zero_mask, a_shift, out_zero_ptr, out_zero_stride,
                     out_zero_mask, low, high, out_ptr, stride_ob, stride_oc, stride_om, stride_on, errors_ptr,
                     staged_ptr, ROW_SCALES: gl.constexpr, GROUP_M: gl.constexpr, EPILOGUE_N: gl.constexpr,
-                    INSTR_N: gl.constexpr, STAGES: gl.constexpr, CTAS: gl.constexpr, num_warps: gl.constexpr):
+                    INSTR_N: gl.constexpr, STAGES: gl.constexpr, num_warps: gl.constexpr):
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
     tiles = (M, N, channels, a_rows_b, a_rows_c, b_rows_b, b_rows_c)
@@ -188,37 +140,28 @@ def _qmatmul_kernel(a_desc, b_desc, M, N, K, channels, num_tiles, a_rows_b, a_ro
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     ring = (gl.allocate_shared_memory(gl.int8, [STAGES, BLOCK_M, BLOCK_K], a_desc.layout),
             gl.allocate_shared_memory(gl.int8, [STAGES, BLOCK_N, BLOCK_K], b_desc.layout),
-            gl.allocate_shared_memory(gl.int64, [STAGES, CTAS], barrier_layout(CTAS, False)))
+            gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout()))
     a_slots, b_slots, ready = ring
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
-    if CTAS > 1:
-        read = gl.allocate_shared_memory(gl.int64, [STAGES, 1], barrier_layout(CTAS, True))
-        for i in gl.static_range(STAGES):
-            mbarrier.init(read.index(i), count=1)
-    staged = gl.allocate_shared_memory(gl.float64, [3, BLOCK_N], staged_layout(CTAS))
-    leaf: gl.constexpr = accumulator_layout(num_warps, EPILOGUE_N, CTAS)
-    layout: gl.constexpr = accumulator_layout(num_warps, INSTR_N, CTAS)
+    staged = gl.allocate_shared_memory(gl.float64, [3, BLOCK_N], gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
+    leaf: gl.constexpr = accumulator_layout(num_warps, EPILOGUE_N)
+    layout: gl.constexpr = accumulator_layout(num_warps, INSTR_N)
 
     my_tiles = gl.cdiv(num_tiles - gl.program_id(0), gl.num_programs(0))
     steps = gl.cdiv(K, BLOCK_K)
     a_row, b_row = _operand_rows(0, tiles, BLOCK_M, BLOCK_N, GROUP_M)
     load = (0, 0, a_row, b_row)
-    # Loads run AHEAD steps ahead: STAGES − 1, or in a cluster one less, so that the first CTA refills the slot of
-    # two steps before, whose reads both CTAs reported a step ago, without waiting for the other CTA's last step.
-    AHEAD: gl.constexpr = STAGES - 1 if CTAS == 1 else STAGES - 2
-    for slot in gl.static_range(AHEAD):
-        load = _load(load, slot, ring, a_desc, b_desc, my_tiles, steps, tiles, BLOCK_M, BLOCK_N, GROUP_M, CTAS)
+    for slot in gl.static_range(STAGES - 1):
+        load = _load(load, slot, ring, a_desc, b_desc, my_tiles, steps, tiles, BLOCK_M, BLOCK_N, GROUP_M)
     step = 0  # of the program's stream of K steps
     for ordinal in range(my_tiles):
         b, c, tile_m, tile_n, a_row, b_first_row = _tile_place(gl.program_id(0) + ordinal * gl.num_programs(0),
                                                                tiles, BLOCK_M, BLOCK_N, GROUP_M)
-        # A cluster's CTAs meet at a barrier around each mark of bad scales: there only the tiles of the first
-        # column mark their rows' scales, and those of the first row their columns'.
         _stage_column_terms(staged, tile_n * BLOCK_N, b_sums_ptr + b_first_row * b_sums_stride, column_args,
-                            True if CTAS == 1 else tile_m == 0, ROW_SCALES, BLOCK_N, num_warps, CTAS)
+                            ROW_SCALES, BLOCK_N, num_warps)
         rows = _row_terms(gl.arange(0, BLOCK_M, gl.SliceLayout(1, leaf)), tile_m, a_row, b, c, row_args, ROW_SCALES,
-                          BLOCK_M, True if CTAS == 1 else tile_n == 0)
+                          BLOCK_M)
         acc = gl.zeros((BLOCK_M, BLOCK_N), gl.int32, layout)
         for _ in range(steps):
             mbarrier.wait(ready.index(step % STAGES), step // STAGES & 1)
@@ -226,17 +169,10 @@ def _qmatmul_kernel(a_desc, b_desc, M, N, K, channels, num_tiles, a_rows_b, a_ro
                                 is_async=True)
             # The step before is done now, and its slot free: refill it with the load STAGES − 1 steps ahead.
             acc = warpgroup_mma_wait(1, deps=(acc, ))
-            if CTAS > 1:
-                if step > 0:  # (in a cluster: its slot read here; the slot of two steps before, by both CTAs)
-                    mbarrier.arrive(read.index((step - 1) % STAGES))
-                if step > 1:
-                    mbarrier.wait(read.index((step - 2) % STAGES), (step - 2) // STAGES & 1)
-            load = _load(load, (step + AHEAD) % STAGES, ring, a_desc, b_desc, my_tiles, steps, tiles, BLOCK_M,
-                         BLOCK_N, GROUP_M, CTAS)
+            load = _load(load, (step + STAGES - 1) % STAGES, ring, a_desc, b_desc, my_tiles, steps, tiles, BLOCK_M,
+                         BLOCK_N, GROUP_M)
             step += 1
         acc = warpgroup_mma_wait(0, deps=(acc, ))
         _requantize_store(acc, tile_n * BLOCK_N, rows, staged, column_args, ROW_SCALES, 0, BLOCK_N, EPILOGUE_N, leaf)
     for i in gl.static_range(STAGES):
         mbarrier.invalidate(ready.index(i))
-    if CTAS > 1:  # no CTA leaves while the other may still signal its barriers
-        _cluster_barrier()

@@ -44,10 +44,10 @@ def _mark_bad_scales(scale, mask, bit, errors_ptr):
 
 
 @triton.jit
-def _row_terms(in_tile, tile_m, a_row, b, c, row_args, ROW_SCALES: tl.constexpr, BLOCK_M: tl.constexpr, marks=True):
+def _row_terms(in_tile, tile_m, a_row, b, c, row_args, ROW_SCALES: tl.constexpr, BLOCK_M: tl.constexpr):
     """The per-row terms of the tile's rows tile_m·BLOCK_M + in_tile (``in_tile``: 0 … BLOCK_M − 1, in the layout
     the epilogue wants), whose A rows start at a_row, for ``_requantize_columns``; marks their bad A and output
-    scales (error bits 1 and 4) where ``marks`` (a kernel may leave that to one tile of each row)."""
+    scales (error bits 1 and 4)."""
     (M, a_sums_ptr, a_sums_stride, a_scale_ptr, a_scale_stride, out_scale_ptr, out_scale_stride, a_zero_ptr,
      a_zero_stride, a_zero_mask, a_shift, out_zero_ptr, out_zero_stride, out_zero_mask, low, high, out_ptr, stride_ob,
      stride_oc, stride_om, errors_ptr) = row_args
@@ -58,9 +58,8 @@ def _row_terms(in_tile, tile_m, a_row, b, c, row_args, ROW_SCALES: tl.constexpr,
     a_sums = tl.load(a_sums_ptr + (a_row + in_tile) * a_sums_stride, mask=mask_m, other=0.0)
     a_scale = tl.load(a_scale_ptr + offs_m * a_scale_stride, mask=mask_m, other=1.0)
     out_scale = tl.load(out_scale_ptr + offs_m * out_scale_stride, mask=mask_m, other=1.0)
-    if marks:
-        _mark_bad_scales(a_scale, mask_m, 1, errors_ptr)
-        _mark_bad_scales(out_scale, mask_m, 4, errors_ptr)
+    _mark_bad_scales(a_scale, mask_m, 1, errors_ptr)
+    _mark_bad_scales(out_scale, mask_m, 4, errors_ptr)
     if ROW_SCALES:
         a_scale = a_scale.to(tl.float64)
         out_scale = out_scale.to(tl.float64)
@@ -92,17 +91,16 @@ def _column_scales(offs_n, column_args):
 
 
 @triton.jit
-def _column_terms(scales, offs_n, b_sums_ptr, column_args, ROW_SCALES: tl.constexpr, marks=True):
+def _column_terms(scales, offs_n, b_sums_ptr, column_args, ROW_SCALES: tl.constexpr):
     """The per-column terms of the columns offs_n (int64), for ``_requantize_columns``, in float64, from their
     ``_column_scales``: the multiplier (sa·sb[n])/so when the A and output scales are per tensor (sb[n] otherwise:
     the rows' scales join it there), zb' and B's column sums (of the batch and channel at ``b_sums_ptr``); marks the
-    bad B scales among them (error bit 2) where ``marks``."""
+    bad B scales among them (error bit 2)."""
     (N, K, b_sums_stride, b_scale_ptr, b_scale_stride, b_zero_ptr, b_zero_stride, b_zero_mask, b_shift, a_scale_ptr,
      out_scale_ptr, errors_ptr, stride_on) = column_args
     b_scale, zb, a_scale, out_scale = scales
     mask_n = offs_n < N
-    if marks:
-        _mark_bad_scales(b_scale, mask_n, 2, errors_ptr)
+    _mark_bad_scales(b_scale, mask_n, 2, errors_ptr)
     multiplier = b_scale.to(tl.float64)
     if not ROW_SCALES:
         multiplier = (a_scale.to(tl.float64) * multiplier) / out_scale.to(tl.float64)
