@@ -8,8 +8,8 @@ on as many threads; only the way the threads are started differs: dmlops' pool (
 kept, waiting in compiled code, woken by a futex), or one compiled call that hands the threads' calls to numba's
 threading layer as a prange does (``atomics.run_on_numba_threads``, what products of more than
 ``pieces.POOL_THREADS`` threads run on), in each of numba's threading layers that loads here (workqueue, omp, tbb;
-each in a process of its own, since a process loads one layer). The table gives the median of ``repeats`` rounds, each round timing every contender once, in µs
-a call; the pool's speed-up is the best layer's time over the pool's.
+each in a process of its own, since a process loads one layer). The table gives the median of ``repeats`` rounds,
+each round timing every contender once, in µs a call; the pool's speed-up is the best layer's time over the pool's.
 """
 
 from __future__ import annotations
