@@ -48,6 +48,7 @@ wall-clock, and in the CPU time of every thread of the process and of the callin
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import subprocess
@@ -452,8 +453,8 @@ def fresh_processes(script: str, mode: str, *arguments: str, empty_cache: bool =
     DMLOPS_NUMBA=mode (and with numba's cache empty: a new folder for each, where ``empty_cache``)."""
     results = []
     for _ in range(FIRST_CALL_RUNS):
-        with tempfile.TemporaryDirectory() as cache:
-            environment = {**os.environ, "DMLOPS_NUMBA": mode} | ({"NUMBA_CACHE_DIR": cache} if empty_cache else {})
+        with tempfile.TemporaryDirectory() if empty_cache else contextlib.nullcontext() as cache:
+            environment = {**os.environ, "DMLOPS_NUMBA": mode} | ({"NUMBA_CACHE_DIR": cache} if cache else {})
             results.append([float(value) for value in subprocess.run(
                 [sys.executable, "-c", script, *arguments], env=environment, capture_output=True, text=True,
                 check=True).stdout.split()])
