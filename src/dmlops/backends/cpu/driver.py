@@ -47,12 +47,21 @@ def few_sums(a, a_sign, a_zero, b, b_sign, b_zero, total):
 def correct_rows(sums, row_sums, a_zero, a_shift, b_zero, b_shift, column_terms, first, last):
     """sums[i, j] += β[j]·Σ_k A'[i] − α[i]·column_terms[j] for rows [first, last), in wrapping int32: α = a_zero
     + a_shift (per row of A), β = b_shift − b_zero (per column of B); the byte kernels' shifts are their operands'
-    moves into range (``vnni``)."""
+    moves into range (``vnni``). Terms that are 0 are left out: where every β is 0 (B without zero points on the
+    tiles, say) and where α is 0 (int8 × int8 without zero points: nothing is added)."""
+    columns = b_zero.shape[0]
+    some_beta = False
+    for j in range(columns):
+        some_beta |= b_zero[j] != b_shift
     for i in range(first, last):
         row_sum, alpha = row_sums[i], a_zero[i] + a_shift
         row = sums[i]
-        for j in range(b_zero.shape[0]):
-            row[j] = np.int32(row[j] + (b_shift - b_zero[j]) * row_sum - alpha * column_terms[j])
+        if some_beta:
+            for j in range(columns):
+                row[j] = np.int32(row[j] + (b_shift - b_zero[j]) * row_sum - alpha * column_terms[j])
+        elif alpha != 0:
+            for j in range(columns):
+                row[j] = np.int32(row[j] - alpha * column_terms[j])
 
 
 @inlined
