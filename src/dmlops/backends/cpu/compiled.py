@@ -5,12 +5,19 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import itertools
+import math
 import os
 import threading
 
 import numpy as np
 
 from .processor import target_features  # noqa: F401  (its home was here; callers may still ask here)
+
+# The alignment of the arrays that compiled code makes (``jit.new_array``) and of scratch memory (``in_one_block``),
+# in bytes: a cache line, as AMX's tile loads and stores and 512-bit vectors want them (a tile kernel ran at a third
+# of its speed with its operands 32 bytes off a line; numba's arrays are 32-byte aligned)
+ALIGNMENT = 64
 
 # What is done with numba (DMLOPS_NUMBA): "background" (the default): the first call that could run compiled loops
 # starts loading them in a daemon thread and runs NumPy's engine, as do later calls until they are loaded (numba's
@@ -241,3 +248,17 @@ class Memory:
 
     def __init__(self, interface: dict, base):
         self.__array_interface__, self.base = interface, base
+
+
+def in_one_block(layouts):
+    """Empty arrays of the given (shape, dtype), each ALIGNMENT-byte aligned, in one allocation. Made in one piece, the
+    scratch memory of a call goes back to the allocator in one piece, which hands it out again to the next call:
+    separate arrays of a few MiB go back to the system instead, and the next call's first touch of fresh pages
+    costs as much as a 512³ GEMM."""
+    sizes = [math.prod(shape) * np.dtype(dtype).itemsize for shape, dtype in layouts]
+    rounded = (-(-size // ALIGNMENT) * ALIGNMENT for size in sizes)
+    starts = list(itertools.accumulate(rounded, initial=0))
+    memory = np.empty(starts[-1] + ALIGNMENT, np.uint8)
+    base = -memory.ctypes.data % ALIGNMENT
+    return tuple(memory[base + start:base + start + size].view(dtype).reshape(shape)
+                 for start, size, (shape, dtype) in zip(starts, sizes, layouts))

@@ -267,7 +267,8 @@ def multiply_strip(kernel, layout, a_sign, b, b_sign, b_zero, buffers, b_packed,
     up; or, where B is packed already (``b_packed``: buffers[1] and buffers[4]), read from there."""
     (k, n), columns = b.shape, buffers[1].shape[2]
     start, stop = first * columns, min(n, last * columns)
-    own_panel = np.empty_like(buffers[1][first:last, :0 if b_packed else min(k_block, length) // group])
+    own_panel = new_array((last - first, 0 if b_packed else min(k_block, length) // group) + buffers[1].shape[2:],
+                          buffers[1].dtype)
     terms, run_terms = column_terms(layout, buffers), new_array((last - first) * columns, np.int32)
     for begin in range(0, length, k_block):
         end = min(begin + k_block, length)

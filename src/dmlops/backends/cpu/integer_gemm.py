@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .compiled import KeptCalls, call, read_only
+from .compiled import KeptCalls, call, in_one_block, read_only
 from .kernels import KERNEL, KERNELS_BY_NAME, RUNNABLE, Kernel, kernel_for_rows, kernel_named  # noqa: F401
 from .pieces import CORES, NO_RING, run_on_cores, threads_for
 
@@ -93,7 +93,7 @@ def packed_b(kernel: Kernel, b, b_zero_point, layouts):
     """B {K, N} (K ≤ INT32_CHUNK) packed once for the products that read it packed (``b_packed``): (its packing,
     its column terms) in new arrays of ``scratch_layouts``' packed B and column terms, ``layouts`` (their
     (shape, dtype)), the zero point a vector of N or None (0)."""
-    groups, terms = (np.empty(*layout) for layout in layouts)
+    groups, terms = in_one_block(layouts)  # (aligned to a cache line, as the kernels read them best)
     call(pack_whole_b, kernel.name, packing_path(kernel, b), *operand(b, b_zero_point, b.shape[1]), groups, terms,
          read_only=(2,))
     return groups, terms

@@ -19,6 +19,8 @@ import numba
 import numpy as np
 from numba.core import caching, codegen, compiler
 
+from .compiled import ALIGNMENT
+
 # LLVM's optimisation level for a callee's functions on their own (numba's: 3, NUMBA_OPT): its callers' O3 optimises
 # them again once linked in. At O1 a first 512³ product's kernel loop came out the same and its per-function passes
 # took 0.24 CPU-s, against 0.29-0.35 at O3 (Zen 4).
@@ -129,19 +131,33 @@ def private_new_array():
     from numba.extending import intrinsic
     from numba.np import arrayobj
 
+    class Aligned:
+        """A target context whose arrays are ALIGNMENT-byte aligned (numba's: 32)."""
+
+        def __init__(self, context):
+            self.context = context
+
+        def __getattr__(self, name):
+            return getattr(self.context, name)
+
+        def get_preferred_array_alignment(self, dtype):
+            return ALIGNMENT
+
     @intrinsic
     def new_array(typing_context, shape, dtype):
-        """np.empty(shape, dtype) (a C-contiguous array), its allocation lowered into the caller: numba compiles
-        np.empty as a function of its own for each type of its arguments, 0.04 CPU-s each at a first product."""
+        """np.empty(shape, dtype) (a C-contiguous array, ALIGNMENT-byte aligned), its allocation lowered into the
+        caller: numba compiles np.empty as a function of its own for each type of its arguments, 0.04 CPU-s each at a
+        first product."""
         kind = types.Array(parse_dtype(dtype), parse_shape(shape), "C")
 
         def codegen(context, builder, signature, arguments):
             kind, sizes = arrayobj._parse_empty_args(context, builder, signature, arguments)
-            return arrayobj._empty_nd_impl(context, builder, kind, sizes)._getvalue()
+            return arrayobj._empty_nd_impl(Aligned(context), builder, kind, sizes)._getvalue()
 
         return kind(shape, dtype), codegen
     return new_array
 
 
-# np.empty for compiled code: through numba's internals (its array allocation's lowering) where LINKED, else itself.
+# np.empty for compiled code: through numba's internals (its array allocation's lowering) where LINKED, else itself
+# (then aligned as numba aligns its arrays).
 new_array = private_new_array() if LINKED else np.empty

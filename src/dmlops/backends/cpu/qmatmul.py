@@ -34,7 +34,6 @@ loaded. This module imports no numba.
 from __future__ import annotations
 
 import functools
-import itertools
 import math
 import threading
 import weakref
@@ -43,7 +42,7 @@ import numpy as np
 
 from ...ops.quantized_matmul import OUTPUT_RANGE, SCALE_FIELDS, check_scale, requantize
 from ...types import DataType, ValidationError
-from .compiled import KeptCalls, Loader, call, entry_point, read_only, same
+from .compiled import KeptCalls, Loader, call, entry_point, in_one_block, read_only, same
 from .pieces import CORES, NO_RING, PIECES_PER_CORE, POOL_THREADS, cut, run_in_pieces, run_on_cores, threads_for
 
 # Integers of magnitude up to this are exact in float32.
@@ -422,19 +421,6 @@ def scratch(layouts):
     if sum(array.nbytes for array in arrays) <= KEPT_SCRATCH_BYTES:
         KEPT_SCRATCH.layouts, KEPT_SCRATCH.arrays = layouts, arrays
     return arrays
-
-
-def in_one_block(layouts):
-    """Empty arrays of the given (shape, dtype), each 64-byte aligned, in one allocation. Made in one piece, the
-    scratch memory of a call goes back to the allocator in one piece, which hands it out again to the next call:
-    separate arrays of a few MiB go back to the system instead, and the next call's first touch of fresh pages
-    costs as much as a 512³ GEMM."""
-    sizes = [math.prod(shape) * np.dtype(dtype).itemsize for shape, dtype in layouts]
-    starts = list(itertools.accumulate((-(-size // 64) * 64 for size in sizes), initial=0))
-    memory = np.empty(starts[-1] + 64, np.uint8)
-    base = -memory.ctypes.data % 64
-    return tuple(memory[base + start:base + start + size].view(dtype).reshape(shape)
-                 for start, size, (shape, dtype) in zip(starts, sizes, layouts))
 
 
 def centre(x, zero_point, buffer):
