@@ -33,7 +33,7 @@ from llvmlite import ir
 from numba.core import types
 from numba.extending import intrinsic
 
-from .byte_moves import ByteMoves, prefetch
+from .byte_moves import ByteMoves
 from .jit import callee, compiled
 from .kernels import KERNELS_BY_NAME
 from .processor import amx_granted
@@ -164,11 +164,8 @@ def tile_block(typing_context, a_sign, b_sign, blocks, a, b, sums, row, block, s
             a_offset = builder.mul(step, constant(DEPTH))
             b_offset = builder.mul(step, builder.mul(b_group_stride, constant(DEPTH // 4)))
             # each product as soon as its operands are loaded (the order of Intel's optimization manual): a tile is
-            # loaded again only once the products before have read it
-            for c in range(count):  # the next call's B (the next blocks, the same k) into L1 while this one computes
-                ahead = builder.add(builder.add(b_blocks[c], b_offset), builder.mul(b_block_stride, constant(count)))
-                for line in range(0, 16 * DEPTH, 64):
-                    prefetch(builder, builder.add(ahead, constant(line)))
+            # loaded again only once the products before have read it. (No prefetch of the next call's B: its 32
+            # prefetches a step made 2048³ products 12 % slower on a Xeon with AMX, operands aligned.)
             for r in range(2):
                 tile_intrinsic(builder, "tileloadd64", [tile(4 + r), pointer(builder.add(a_rows[r], a_offset)),
                                                         a_stride])
