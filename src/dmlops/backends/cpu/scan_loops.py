@@ -752,7 +752,15 @@ if STREAM_STORES:
                 result = builder.select(arguments[5], before, after)
                 if half:
                     result = builder.bitcast(builder.fptrunc(result, halves), bits)
-                elif not vector and isinstance(dtype, numba.types.Float):
+                if half and vector:
+                    # FLOAT16's vector through vmovntdq in inline assembly: with AVX512-FP16, LLVM stores a vector
+                    # of halves as such, and drops the streaming hint (vmovdqu: the rows ran at half of float32's
+                    # speed on a Xeon with AMX)
+                    words = builder.bitcast(result, ir.VectorType(ir.IntType(64), 2))
+                    builder.asm(ir.FunctionType(ir.VoidType(), [words.type, target_at.type]), "vmovntdq $0, ($1)",
+                                "x,r,~{memory}", [words, target_at], side_effect=True)
+                    return context.get_dummy_value()
+                if not vector and not half and isinstance(dtype, numba.types.Float):
                     # one float alone as its bits, through movnti (SSE2's: movntss / movntsd are SSE4A's only, and
                     # LLVM turns a streaming store of a float's bits back into one of the float)
                     word = builder.bitcast(result, ir.IntType(dtype.bitwidth))
@@ -760,7 +768,7 @@ if STREAM_STORES:
                                 "r,r,~{memory}", [word, target_at], side_effect=True)
                     return context.get_dummy_value()
                 stored = builder.store(result, target_at, align=lanes * dtype.bitwidth // 8)
-                if vector or not half:
+                if not half:
                     stored.set_metadata("nontemporal", builder.module.add_metadata([ir.IntType(32)(1)]))
                 return context.get_dummy_value()
 
