@@ -128,8 +128,11 @@ def kernel_named(name: str) -> Kernel | None:
 
 KERNEL = chosen_kernel()
 # A of at most this many rows is multiplied by the fastest kernel of vectors where KERNEL is AMX's and was not forced
-# (DMLOPS_CPU_KERNEL): a tile takes 16 rows of A, and a block of sums 32.
-FEWEST_TILE_ROWS = 16
+# (DMLOPS_CPU_KERNEL): a tile takes 16 rows of A, and a block of sums 32. On 2 cores of a Xeon with AMX, × a 4096²
+# int8 B, µs (tiles / vectors; B prepared, then packed in the call): 1 row 438 / 397, 1046 / 556; 4 rows 445 / 418,
+# 1028 / 683; 8 rows 461 / 536, 1072 / 982; 9 rows 462 / 539, 1058 / 1096; 16 rows 461 / 662, 1032 / 1228
+# (benchmarks/RESULTS.md).
+FEWEST_TILE_ROWS = 8
 
 
 def kernel_for_rows(m: int) -> Kernel | None:
