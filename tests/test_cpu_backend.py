@@ -1953,6 +1953,57 @@ def test_amx_packing_of_b_on_any_processor_with_vnni(layout, k, n, dtype, seed):
 
 
 @pytest.mark.skipif(QMM_LOOPS is None, reason="no numba")
+@pytest.mark.skipif(QMM_LOOPS is not None and "avx512bw" not in cpu_processor.target_features(),
+                    reason="AMX's packing of A reads and sums 64 bytes at a time (AVX-512BW, which every AMX processor "
+                           "has)")
+@settings(max_examples=examples(30), deadline=None)
+@given(layout=st.sampled_from(["contiguous", "steps"]), m=st.sampled_from([1, 31, 32, 40]),
+       k=st.sampled_from([1, 63, 64, 65, 130]), dtype=st.sampled_from([np.int8, np.uint8]),
+       seed=st.integers(0, 2**32 - 1))
+def test_amx_packing_of_a_on_any_processor_with_avx512bw(layout, m, k, dtype, seed):
+    """AMX's packing of A (rows of K padded to 64, a vector more, and rows padded to 32: 0 past a) and its row sums
+    (Σ_k a), into poisoned arrays, so that it is checked where the tile products cannot run; rows contiguous (64
+    bytes at a time) and not (byte by byte)."""
+    import numba
+    from dmlops.backends.cpu import amx, integer_gemm
+
+    @numba.njit
+    def pack(a, sign, packed, row_sums):
+        amx.pack_a(a, sign, packed, row_sums, 0, packed.shape[0])
+
+    rng = np.random.default_rng(seed)
+    values = random_values(rng, (2 * m, 2 * k), dtype)
+    a = {"contiguous": values[:m, :k], "steps": values[::2, ::2]}[layout]
+    (shape, _), _, _, (sums_shape, _), _ = integer_gemm.scratch_layouts(integer_gemm.KERNELS_BY_NAME["amx"], m, k, 16)
+    packed, row_sums = np.full(shape, 0x5A, np.uint8), np.full(sums_shape, 0x5A5A, np.int32)
+    pack(a.view(np.uint8), np.uint8(128 if dtype == np.int8 else 0), packed, row_sums)
+    expected = np.zeros(shape, np.uint8)
+    expected[:m, :k] = a.view(np.uint8)
+    np.testing.assert_array_equal(packed, expected)
+    np.testing.assert_array_equal(row_sums, np.pad(a.astype(np.int64).sum(axis=1), (0, shape[0] - m)))
+
+
+@pytest.mark.skipif(QMM_LOOPS is None, reason="no numba")
+def test_arrays_of_compiled_code_lie_on_cache_lines():
+    """new_array's arrays start on a cache line (compiled.ALIGNMENT: AMX's tiles and 512-bit vectors read a line
+    at a time), whatever their size and type; numba's own are 32-byte aligned."""
+    import numba
+    from dmlops.backends.cpu import compiled, jit
+
+    @numba.njit
+    def offsets(sizes):
+        found = np.empty(2 * sizes.shape[0], np.int64)
+        for i in range(sizes.shape[0]):
+            found[2 * i] = jit.new_array((sizes[i], 3), np.int32).ctypes.data % compiled.ALIGNMENT
+            found[2 * i + 1] = jit.new_array(sizes[i], np.uint8).ctypes.data % compiled.ALIGNMENT
+        return found
+
+    if not jit.LINKED:
+        pytest.skip("new_array is np.empty where numba's internals are not the known ones")
+    assert not offsets(np.array([1, 3, 7, 100, 4097, 1 << 20])).any()
+
+
+@pytest.mark.skipif(QMM_LOOPS is None, reason="no numba")
 @settings(max_examples=examples(30), deadline=None)
 @given(layout=st.sampled_from(["contiguous", "transposed", "steps"]), k=st.sampled_from([1, 2, 3, 4, 7, 130, 1027]),
        n=st.sampled_from([1, 15, 16, 17, 70, 130]), dtype=st.sampled_from([np.int8, np.uint8]),
