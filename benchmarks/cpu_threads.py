@@ -45,7 +45,7 @@ def measure(layer: str | None, repeats: int) -> dict:
     for m, k, n in SHAPES:
         a = rng.integers(0, 256, (m, k), dtype=np.uint8)
         b = rng.integers(-128, 128, (k, n), dtype=np.int8)
-        kernel = integer_gemm.kernel_for_rows(m)
+        kernel = integer_gemm.kernel_for_rows(m, k * n >= integer_gemm.PARALLEL_PACKING)
         product_pieces, threads = qmatmul.pieces_of_product(integer_gemm, m, k, n, None)
         layout = integer_gemm.products_layout(kernel, a, b)
         counts = integer_gemm.stage_counts(kernel, layout, m, k, n, product_pieces)

@@ -1651,13 +1651,13 @@ def test_amx_products_of_strided_operands(a_layout, b_layout):
 
 @AMX
 def test_amx_takes_products_of_more_than_few_rows(monkeypatch):
-    """AMX's tiles take A of more than FEWEST_TILE_ROWS rows; fewer go to the fastest kernel of vectors, unless
-    DMLOPS_CPU_KERNEL forces AMX's."""
+    """AMX's tiles take A of more than FEWEST_TILE_ROWS rows (FEWEST_TILE_ROWS_OF_LARGE_B with a large B); fewer go
+    to the fastest kernel of vectors, unless DMLOPS_CPU_KERNEL forces AMX's."""
     monkeypatch.delenv("DMLOPS_CPU_KERNEL", raising=False)
     monkeypatch.setattr(cpu_kernels, "KERNEL", cpu_integer_gemm.KERNELS_BY_NAME["amx"])
-    few = cpu_kernels.FEWEST_TILE_ROWS
-    assert cpu_kernels.kernel_for_rows(few + 1).name == "amx"
-    assert not cpu_kernels.kernel_for_rows(few).tiles
+    for few, large_b in ((cpu_kernels.FEWEST_TILE_ROWS, False), (cpu_kernels.FEWEST_TILE_ROWS_OF_LARGE_B, True)):
+        assert cpu_kernels.kernel_for_rows(few + 1, large_b).name == "amx"
+        assert not cpu_kernels.kernel_for_rows(few, large_b).tiles
     monkeypatch.setenv("DMLOPS_CPU_KERNEL", "amx")
     assert cpu_kernels.kernel_for_rows(1).name == "amx"
 

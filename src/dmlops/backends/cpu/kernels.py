@@ -128,16 +128,19 @@ def kernel_named(name: str) -> Kernel | None:
 
 KERNEL = chosen_kernel()
 # A of at most this many rows is multiplied by the fastest kernel of vectors where KERNEL is AMX's and was not forced
-# (DMLOPS_CPU_KERNEL): a tile takes 16 rows of A, and a block of sums 32. On 2 cores of a Xeon with AMX, × a 4096²
-# int8 B, µs (tiles / vectors; B prepared, then packed in the call): 1 row 438 / 397, 1046 / 556; 4 rows 445 / 418,
-# 1028 / 683; 8 rows 461 / 536, 1072 / 982; 9 rows 462 / 539, 1058 / 1096; 16 rows 461 / 662, 1032 / 1228
-# (benchmarks/RESULTS.md).
-FEWEST_TILE_ROWS = 8
+# (DMLOPS_CPU_KERNEL): a tile takes 16 rows of A, and a block of sums 32. With a large B (``large_b``), more rows
+# than FEWEST_TILE_ROWS_OF_LARGE_B go to the tiles. On 2 cores of a Xeon with AMX, µs (tiles / vectors): × a 4096²
+# int8 B prepared, then packed in the call: 1 row 438 / 397, 1046 / 556; 4 rows 445 / 418, 1028 / 683; 8 rows 461 /
+# 536, 1072 / 982; 9 rows 462 / 539, 1058 / 1096; 16 rows 461 / 662, 1032 / 1228; 16 × 1024 × 1024 69 / 88; but 16 ×
+# 256 × 64 15.0 / 13.2, and a first such product compiled 0.6 s longer on tiles (benchmarks/RESULTS.md).
+FEWEST_TILE_ROWS = 16
+FEWEST_TILE_ROWS_OF_LARGE_B = 8
 
 
-def kernel_for_rows(m: int) -> Kernel | None:
-    """KERNEL, or for A of at most FEWEST_TILE_ROWS rows, the fastest runnable kernel of vectors where KERNEL is
-    AMX's and DMLOPS_CPU_KERNEL does not name it."""
-    if KERNEL is None or not KERNEL.tiles or m > FEWEST_TILE_ROWS or os.environ.get("DMLOPS_CPU_KERNEL"):
+def kernel_for_rows(m: int, large_b: bool = False) -> Kernel | None:
+    """KERNEL, or for A of at most FEWEST_TILE_ROWS rows (FEWEST_TILE_ROWS_OF_LARGE_B where ``large_b``), the
+    fastest runnable kernel of vectors where KERNEL is AMX's and DMLOPS_CPU_KERNEL does not name it."""
+    fewest = FEWEST_TILE_ROWS_OF_LARGE_B if large_b else FEWEST_TILE_ROWS
+    if KERNEL is None or not KERNEL.tiles or m > fewest or os.environ.get("DMLOPS_CPU_KERNEL"):
         return KERNEL
     return next((kernel for kernel in RUNNABLE if not kernel.tiles), KERNEL)

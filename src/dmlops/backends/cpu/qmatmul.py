@@ -97,7 +97,7 @@ def prepare(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_scale, ou
     compiled = loops is not None if compiled is None else compiled
     zero = np.zeros(m, out.dtype)  # the output zero point where there is none
     batches = list(np.ndindex(*out.shape[:2]))
-    kernel = products_kernel(loops, products, m)
+    kernel = products_kernel(loops, products, m, k, n)
     if kernel is not None:
         integer_gemm = loops.integer_gemm
         calls = KeptCalls()
@@ -188,7 +188,7 @@ def prepare_one_call(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_
     compiled code is not loaded."""
     (m, k), n = a.shape, b.shape[1]
     loops = compiled_code(compiled, products)
-    kernel = products_kernel(loops, products, m)
+    kernel = products_kernel(loops, products, m, k, n)
     if kernel is None or compiled is False or k > loops.integer_gemm.INT32_CHUNK or \
             not all(map(one_value, (a_scale, a_zero_point, output_scale, output_zero_point))):
         return None
@@ -339,13 +339,13 @@ def compiled_code(compiled: bool | None, products: str | None):
     return loops
 
 
-def products_kernel(loops, products: str | None, m: int):
-    """The integer GEMM kernel that makes the exact sums of A of m rows (``products`` as ``prepare`` takes it), or
-    None: float32 BLAS, as without the compiled code."""
+def products_kernel(loops, products: str | None, m: int, k: int, n: int):
+    """The integer GEMM kernel that makes the exact sums of A {M, K} and B {K, N} (``products`` as ``prepare`` takes
+    it), or None: float32 BLAS, as without the compiled code."""
     if loops is None or products == "float32":
         return None
     if products is None:
-        return loops.integer_gemm.kernel_for_rows(m)
+        return loops.integer_gemm.kernel_for_rows(m, k * n >= loops.integer_gemm.PARALLEL_PACKING)
     return loops.integer_gemm.kernel_named(products)
 
 
