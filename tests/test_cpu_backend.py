@@ -1630,6 +1630,28 @@ def test_amx_products_of_every_sign_pair(a_type, b_type, m, k, n, form):
 
 
 @AMX
+@pytest.mark.parametrize("b_type", QMM_TYPES)
+@pytest.mark.parametrize("m, k, n", [(45, 131, 77), (17, 200, 300), (40, 4173, 50)])
+def test_amx_products_of_uint8_a_with_zero_point_128(b_type, m, k, n):
+    """A UINT8 A whose zero point is 128 in every row is read by the tiles as a − 128 (``driver.flip_of_a``: no
+    correction for it); one row of another zero point, not. Cut by rows and by columns, B with zero points and
+    without: the operator's bits."""
+    rng = np.random.default_rng(m + k + n)
+    for b_zero_point, odd_row in itertools.product((False, True), repeat=2):
+        (a, a_scale, _, b, b_scale, zero_b, output_scale, zero_out), _ = quantized_case(
+            rng, np.uint8, b_type, np.uint8, k, (True, b_zero_point, True), True, m=m, n=n)
+        zero_a = np.full(m, 128, np.uint8)
+        zero_a[m // 2] = 127 if odd_row else 128
+        expected = reference.quantized_matmul(a, a_scale[:, None], zero_a[:, None], b, b_scale, zero_b,
+                                              output_scale[:, None], zero_out[:, None], np.uint8)
+        for pieces in (1, 3):
+            out = poisoned(expected.shape, np.uint8)
+            cpu_qmatmul.quantized_linear_matmul(a, a_scale, zero_a, b, b_scale, zero_b, output_scale, zero_out, out,
+                                                compiled=True, products="amx", pieces=pieces)
+            np.testing.assert_array_equal(out, expected)
+
+
+@AMX
 @pytest.mark.parametrize("a_layout", ["contiguous", "steps", "transposed"])
 @pytest.mark.parametrize("b_layout", ["contiguous", "rows apart", "steps", "transposed"])
 def test_amx_products_of_strided_operands(a_layout, b_layout):
@@ -1959,28 +1981,30 @@ def test_amx_packing_of_b_on_any_processor_with_vnni(layout, k, n, dtype, seed):
 @settings(max_examples=examples(30), deadline=None)
 @given(layout=st.sampled_from(["contiguous", "steps"]), m=st.sampled_from([1, 31, 32, 40]),
        k=st.sampled_from([1, 63, 64, 65, 130]), dtype=st.sampled_from([np.int8, np.uint8]),
-       seed=st.integers(0, 2**32 - 1))
-def test_amx_packing_of_a_on_any_processor_with_avx512bw(layout, m, k, dtype, seed):
-    """AMX's packing of A (rows of K padded to 64, a vector more, and rows padded to 32: 0 past a) and its row sums
-    (Σ_k a), into poisoned arrays, so that it is checked where the tile products cannot run; rows contiguous (64
-    bytes at a time) and not (byte by byte)."""
+       flip=st.sampled_from([0, 128]), seed=st.integers(0, 2**32 - 1))
+def test_amx_packing_of_a_on_any_processor_with_avx512bw(layout, m, k, dtype, flip, seed):
+    """AMX's packing of A (rows of K padded to 64, a vector more, and rows padded to 32: 0 past a; the bits xor
+    ``flip``) and its row sums (Σ_k of the values packed), into poisoned arrays, so that it is checked where the
+    tile products cannot run; rows contiguous (64 bytes at a time) and not (byte by byte)."""
     import numba
     from dmlops.backends.cpu import amx, integer_gemm
 
     @numba.njit
-    def pack(a, sign, packed, row_sums):
-        amx.pack_a(a, sign, packed, row_sums, 0, packed.shape[0])
+    def pack(a, sign, flip, packed, row_sums):
+        amx.pack_a(a, sign, flip, packed, row_sums, 0, packed.shape[0])
 
     rng = np.random.default_rng(seed)
     values = random_values(rng, (2 * m, 2 * k), dtype)
     a = {"contiguous": values[:m, :k], "steps": values[::2, ::2]}[layout]
     (shape, _), _, _, (sums_shape, _), _ = integer_gemm.scratch_layouts(integer_gemm.KERNELS_BY_NAME["amx"], m, k, 16)
     packed, row_sums = np.full(shape, 0x5A, np.uint8), np.full(sums_shape, 0x5A5A, np.int32)
-    pack(a.view(np.uint8), np.uint8(128 if dtype == np.int8 else 0), packed, row_sums)
+    sign = 128 if dtype == np.int8 else 0
+    pack(a.view(np.uint8), np.uint8(sign), np.uint8(flip), packed, row_sums)
     expected = np.zeros(shape, np.uint8)
-    expected[:m, :k] = a.view(np.uint8)
+    expected[:m, :k] = a.view(np.uint8) ^ flip
     np.testing.assert_array_equal(packed, expected)
-    np.testing.assert_array_equal(row_sums, np.pad(a.astype(np.int64).sum(axis=1), (0, shape[0] - m)))
+    stored = expected[:m, :k].view(np.int8 if sign ^ flip else np.uint8)  # (the values the tiles read)
+    np.testing.assert_array_equal(row_sums, np.pad(stored.astype(np.int64).sum(axis=1), (0, shape[0] - m)))
 
 
 @pytest.mark.skipif(QMM_LOOPS is None, reason="no numba")

@@ -218,44 +218,48 @@ def multiply(a, a_sign, b, b_sign, sums, first_row, last_row, first_block, last_
 
 
 @callee
-def pack_a(a, sign, packed, row_sums, first, last):
-    """packed[first:last] = the bits of a[first:last], and 0 past the end of a; row_sums = Σ_k a (a's value: (its
-    bits xor sign) − sign, sign 128 where its type is INT8). Where a's rows are contiguous, 64 bytes at a time
+def pack_a(a, sign, flip, packed, row_sums, first, last):
+    """packed[first:last] = the bits of a[first:last] xor ``flip`` (0, or 128: A read as a − 128, an INT8 for a
+    UINT8 A, ``driver.flip_of_a``), and 0 past the end of a; row_sums = Σ_k of the values packed (their bits xor
+    sign xor flip, less that; sign 128 where a's type is INT8). Where a's rows are contiguous, 64 bytes at a time
     (``copy_row``: 512 × 512 on one core of a Xeon with AMX in 7 µs so, 23 byte by byte), else byte by byte."""
     rows, length = a.shape
-    centre, width = np.int32(sign), packed.shape[1]
+    packed_sign = np.uint8(sign ^ flip)
+    centre, width = np.int32(packed_sign), packed.shape[1]
     for i in range(first, last):
         if a.strides[1] == 1 or i >= rows:  # (the bytes past a's, 0, add sign - sign: nothing)
-            row_sums[i] = copy_row(a, sign, packed, i, length if i < rows else 0) - centre * np.int32(width)
+            row_sums[i] = copy_row(a, packed_sign, flip, packed, i, length if i < rows else 0) - \
+                centre * np.int32(width)
             continue
         total = np.int32(0)
         for k in range(length):
-            bits = a[i, k]
+            bits = a[i, k] ^ flip
             packed[i, k] = bits
-            total += np.int32(bits ^ sign) - centre
+            total += np.int32(bits ^ packed_sign) - centre
         for k in range(length, width):
             packed[i, k] = 0
         row_sums[i] = total
 
 
 @intrinsic
-def copy_row(typing_context, a, sign, packed, row, length):
-    """packed's row ``row`` = a's, its first ``length`` bytes (contiguous), and 0 after them; the sum of the
-    packed row's bytes after an xor with ``sign``, as unsigned bytes (int32). 64 bytes at a time: each read with a
-    mask of the lanes before ``length`` (none read past it), summed by `vpsadbw` against 0."""
-    signature = types.int32(a, sign, packed, row, length)
+def copy_row(typing_context, a, sign, flip, packed, row, length):
+    """packed's row ``row`` = a's xor ``flip``, its first ``length`` bytes (contiguous), and 0 after them; the sum
+    of the packed row's bytes after an xor with ``sign``, as unsigned bytes (int32). 64 bytes at a time: each read
+    with a mask of the lanes before ``length`` (none read past it), summed by `vpsadbw` against 0."""
+    signature = types.int32(a, sign, flip, packed, row, length)
 
     def codegen(context, builder, signature, arguments):
         moves = ByteMoves(builder, 64)
-        a_array, packed_array = (context.make_array(signature.args[i])(context, builder, arguments[i]) for i in (0, 2))
-        sign, row, length = arguments[1], arguments[3], arguments[4]
+        a_array, packed_array = (context.make_array(signature.args[i])(context, builder, arguments[i]) for i in (0, 3))
+        sign, flip, row, length = arguments[1], arguments[2], arguments[4], arguments[5]
         sums, mask_type = ir.VectorType(INT64, 8), ir.VectorType(ir.IntType(1), 64)
         sad = builder.module.declare_intrinsic("llvm.x86.avx512.psad.bw.512",
                                                fnty=ir.FunctionType(sums, [moves.bytes, moves.bytes]))
         masked_load = builder.module.declare_intrinsic(
             "llvm.masked.load.v64i8.p0", fnty=ir.FunctionType(moves.bytes, [moves.bytes.as_pointer(),
                                                                             ir.IntType(32), mask_type, moves.bytes]))
-        signs, zeros = moves.splat(sign, moves.bytes), ir.Constant(moves.bytes, None)
+        signs, flips, zeros = moves.splat(sign, moves.bytes), moves.splat(flip, moves.bytes), ir.Constant(moves.bytes,
+                                                                                                            None)
         source = moves.address(a_array, builder.mul(row, moves.stride(a_array, 0)))
         target = moves.address(packed_array, builder.mul(row, moves.stride(packed_array, 0)))
         vectors = builder.udiv(builder.extract_value(packed_array.shape, 1), INT64(64))
@@ -271,6 +275,7 @@ def copy_row(typing_context, a, sign, packed, row, length):
         lanes = builder.bitcast(bits, mask_type)
         bytes_ = builder.call(masked_load, [moves.pointer(builder.add(source, offset), moves.bytes),
                                             ir.Constant(ir.IntType(32), 1), lanes, zeros])
+        bytes_ = builder.select(lanes, builder.xor(bytes_, flips), zeros)  # (the bytes past a's stay 0)
         builder.store(bytes_, moves.pointer(builder.add(target, offset), moves.bytes), align=1)
         added = builder.add(total, builder.call(sad, [builder.xor(bytes_, signs), zeros]))
         next_step = builder.add(step, INT64(1))

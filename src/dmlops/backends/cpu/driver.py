@@ -104,9 +104,10 @@ def take_piece(state, counts, ended, wait):
     return stage, piece
 
 
-def pack_a(layout, a, a_sign, a_zero, packed, row_sums, first, last):
+def pack_a(layout, a, a_sign, a_flip, a_zero, packed, row_sums, first, last):
     """(Compiled code only.) A's rows [first, last) packed for the kernel of ``layout`` (``product_pieces``), and
-    their row sums made for the byte and tile kernels."""
+    their row sums made for the byte and tile kernels; the tiles' A with its bits xor ``a_flip``
+    (``flip_of_a``)."""
     raise NotImplementedError("pack_a is called from compiled code only")
 
 
@@ -117,9 +118,9 @@ def pack_b(kernel, layout, b, b_sign, b_zero, groups, terms, first, last):
     raise NotImplementedError("pack_b is called from compiled code only")
 
 
-def correct(layout, sums, row_sums, a_sign, a_zero, b_sign, b_zero, terms, first, last):
+def correct(layout, sums, row_sums, a_sign, a_flip, a_zero, b_sign, b_zero, terms, first, last):
     """(Compiled code only.) The sums of rows [first, last) corrected for the zero points and the byte kernels'
-    moves into range, where the kernel of ``layout`` left them out."""
+    moves into range (the tiles' flip of A: ``flip_of_a``), where the kernel of ``layout`` left them out."""
     raise NotImplementedError("correct is called from compiled code only")
 
 
@@ -150,18 +151,42 @@ def padded_sizes(a, rows, k_multiple):
 
 
 @overload(pack_a, jit_options=CALLEE_OPTIONS)
-def pack_a_compiled(layout, a, a_sign, a_zero, packed, row_sums, first, last):
+def pack_a_compiled(layout, a, a_sign, a_flip, a_zero, packed, row_sums, first, last):
     if literal(layout) is None:
         return None
     if literal(layout).startswith("words"):
-        return lambda layout, a, a_sign, a_zero, packed, row_sums, first, last: pack_rows(a, a_sign, a_zero,
-                                                                                          packed, first, last)
-    if literal(layout).startswith("tiles"):  # (the tiles read A as its type: its bits as they are)
-        return lambda layout, a, a_sign, a_zero, packed, row_sums, first, last: amx.pack_a(a, a_sign, packed,
-                                                                                           row_sums, first, last)
+        return lambda layout, a, a_sign, a_flip, a_zero, packed, row_sums, first, last: pack_rows(
+            a, a_sign, a_zero, packed, first, last)
+    if literal(layout).startswith("tiles"):  # (the tiles read A as its type, or flipped: ``flip_of_a``)
+        return lambda layout, a, a_sign, a_flip, a_zero, packed, row_sums, first, last: amx.pack_a(
+            a, a_sign, a_flip, packed, row_sums, first, last)
     # (the byte kernels' move of A into range is its sign's: A' = its bits xor 128 where it is INT8)
-    return lambda layout, a, a_sign, a_zero, packed, row_sums, first, last: pack_rows_bytes(a, a_sign, packed,
-                                                                                            row_sums, first, last)
+    return lambda layout, a, a_sign, a_flip, a_zero, packed, row_sums, first, last: pack_rows_bytes(
+        a, a_sign, packed, row_sums, first, last)
+
+
+def flip_of_a(layout, a_sign, a_zero):
+    """(Compiled code only.) 128 where the tiles take A flipped into INT8 (its bits xor 128: a − 128), else 0: a
+    UINT8 A whose zero point is 128 in every row, so that α = zero point − 128 is 0 and no correction is made (a
+    pass over the sums: 5 % of a 512³ product)."""
+    raise NotImplementedError("flip_of_a is called from compiled code only")
+
+
+@overload(flip_of_a, jit_options=CALLEE_OPTIONS)
+def flip_of_a_compiled(layout, a_sign, a_zero):
+    if literal(layout) is None:
+        return None
+    if not literal(layout).startswith("tiles"):
+        return lambda layout, a_sign, a_zero: np.uint8(0)
+
+    def flip(layout, a_sign, a_zero):
+        if a_sign != 0:
+            return np.uint8(0)
+        for i in range(a_zero.shape[0]):
+            if a_zero[i] != 128:
+                return np.uint8(0)
+        return np.uint8(128)
+    return flip
 
 
 @overload(pack_b, jit_options=CALLEE_OPTIONS)
@@ -199,16 +224,16 @@ def column_terms_compiled(layout, buffers):
 
 
 @overload(correct, jit_options=CALLEE_OPTIONS)
-def correct_compiled(layout, sums, row_sums, a_sign, a_zero, b_sign, b_zero, terms, first, last):
+def correct_compiled(layout, sums, row_sums, a_sign, a_flip, a_zero, b_sign, b_zero, terms, first, last):
     if literal(layout) is None:
         return None
     if literal(layout).startswith("words"):  # 16-bit products of operands shifted by their zero points
-        return lambda layout, sums, row_sums, a_sign, a_zero, b_sign, b_zero, terms, first, last: None
-    if literal(layout).startswith("tiles"):  # (products of the operands as their types: no moves into range)
-        return lambda layout, sums, row_sums, a_sign, a_zero, b_sign, b_zero, terms, first, last: correct_rows(
-            sums, row_sums, a_zero, 0, b_zero, 0, terms, first, last)
+        return lambda layout, sums, row_sums, a_sign, a_flip, a_zero, b_sign, b_zero, terms, first, last: None
+    if literal(layout).startswith("tiles"):  # (products of the operands as their types, A maybe flipped: a − 128)
+        return lambda layout, sums, row_sums, a_sign, a_flip, a_zero, b_sign, b_zero, terms, first, last: \
+            correct_rows(sums, row_sums, a_zero, -np.int32(a_flip), b_zero, 0, terms, first, last)
 
-    def correct_bytes(layout, sums, row_sums, a_sign, a_zero, b_sign, b_zero, terms, first, last):
+    def correct_bytes(layout, sums, row_sums, a_sign, a_flip, a_zero, b_sign, b_zero, terms, first, last):
         correct_rows(sums, row_sums, a_zero, np.int32(a_sign), b_zero, np.int32(flip_of_b(b_sign)), terms, first,
                      last)
     return correct_bytes
@@ -334,6 +359,8 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
         most = rows * ((padded_rows // rows + counts[1] - 1) // counts[1])  # the rows of the largest piece
         own_a = new_array((most, buffers[0].shape[1]), buffers[0].dtype)
         own_sums, own_row_sums = new_array((most, buffers[2].shape[1]), np.int32), new_array(most, np.int32)
+        a_flip = flip_of_a(layout, a_sign, a_zero)
+        tiles_sign = np.uint8(a_sign ^ a_flip)  # (A's sign as the tiles read it)
         start_tiles()
         stage = -1
         while True:
@@ -347,9 +374,9 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
                 first, last = piece_bounds(padded_rows, counts[1], rows, piece)
                 # (its own sums where it requantizes them, else the call's: NO_FINISH's out has no rows)
                 sums = own_sums if finish[6].shape[0] > 0 else buffers[2][first:]
-                pack_a(layout, a[first:], a_sign, a_zero[first:], own_a, own_row_sums, 0, last - first)
-                multiply(kernel, own_a, a_sign, buffers[1], b_sign, sums, 0, last - first, 0, blocks, length, False)
-                correct(layout, sums, own_row_sums, a_sign, a_zero[first:], b_sign, b_zero, buffers[4], 0,
+                pack_a(layout, a[first:], a_sign, a_flip, a_zero[first:], own_a, own_row_sums, 0, last - first)
+                multiply(kernel, own_a, tiles_sign, buffers[1], b_sign, sums, 0, last - first, 0, blocks, length, False)
+                correct(layout, sums, own_row_sums, a_sign, a_flip, a_zero[first:], b_sign, b_zero, buffers[4], 0,
                         min(last, m) - first)
                 finish_rows(finish, sums, first, min(last, m))
         release_tiles()
@@ -358,6 +385,8 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
                    wait):
         m, blocks = a.shape[0], buffers[1].shape[0]
         padded_rows, length = padded_sizes(a, rows, k_multiple)
+        a_flip = flip_of_a(layout, a_sign, a_zero)
+        tiles_sign = np.uint8(a_sign ^ a_flip)  # (A's sign as the tiles read it)
         start_tiles()
         stage = -1
         while True:
@@ -365,14 +394,15 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
             if stage < 0:
                 break
             if stage == 0:
-                pack_a(layout, a, a_sign, a_zero, buffers[0], buffers[3], 0, padded_rows)
+                pack_a(layout, a, a_sign, a_flip, a_zero, buffers[0], buffers[3], 0, padded_rows)
             elif stage == 1:
                 first, last = piece_bounds(blocks, counts[1], 1, piece)
-                multiply_strip(kernel, layout, a_sign, b, b_sign, b_zero, buffers, b_packed, first, last, padded_rows,
-                               length, k_block, group)
+                multiply_strip(kernel, layout, tiles_sign, b, b_sign, b_zero, buffers, b_packed, first, last,
+                               padded_rows, length, k_block, group)
             else:
                 first, last = piece_bounds(m, counts[2], 1, piece)
-                correct(layout, buffers[2], buffers[3], a_sign, a_zero, b_sign, b_zero, buffers[4], first, last)
+                correct(layout, buffers[2], buffers[3], a_sign, a_flip, a_zero, b_sign, b_zero, buffers[4], first,
+                        last)
                 finish_rows(finish, buffers[2][first:], first, last)
         release_tiles()
 
@@ -395,7 +425,8 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
                     column_terms[j] += (np.int32(b_flip) - b_zero[j]) * np.int32(k)  # (K·β)
             else:
                 first, last = piece_bounds(m, counts[2], 1, piece)
-                correct(layout, sums, row_sums, a_sign, a_zero, b_sign, b_zero, column_terms, first, last)
+                correct(layout, sums, row_sums, a_sign, np.uint8(0), a_zero, b_sign, b_zero, column_terms, first,
+                        last)
                 finish_rows(finish, sums[first:], first, last)
 
     return {"direct": direct, "rows": by_rows, "columns": by_columns}[layout.literal_value.split()[-1]]
