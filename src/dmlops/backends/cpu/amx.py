@@ -9,6 +9,9 @@ the sums are Σ_k a·b, and the zero points enter through A's row sums and B's c
 
     Σ_k (a − za)(b − zb) = Σ_k a·b − zb·Σ_k a − za·Σ_k (b − zb)
 
+A UINT8 A whose zero point is 128 in every row (ONNX's usual activations) is the one moved: packed as a − 128 (its
+bits xor 128) and read as INT8, its za is 0 and its last term is not made (``driver.flip_of_a``).
+
 A block of 32 × 32 sums is kept in four tiles while K is walked, its A in two tiles, its B in two
 (``tile_block``); the eight tile registers hold no more. A (packed rows of K padded to 64 bytes, each with a vector
 more, as the vector kernels' A) is read straight into tiles; B is packed into tiles' layout: {N / 16, K / 4, 16, 4}
