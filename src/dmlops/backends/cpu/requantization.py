@@ -9,6 +9,7 @@ from llvmlite import ir
 from numba.core import types
 from numba.extending import intrinsic
 
+from .byte_moves import ByteMoves
 from .jit import callee, compiled, new_array
 
 # Columns requantized at once by ``requantize_lanes``: two vectors of 8 float64 with AVX-512, four of 4 with AVX2
@@ -96,15 +97,11 @@ def requantize_lanes(typing_context, sums, multiplier, low, high, shift, target,
                                                                                              arguments[i])
                                                       for i in (0, 1, 5))
         low, high, shift, column = arguments[2], arguments[3], arguments[4], arguments[6]
+        moves = ByteMoves(builder, 64)  # (its addresses and splats, for vectors of any type)
+        splat = moves.splat
 
         def lanes_at(array, kind, size):
-            at = builder.add(builder.ptrtoint(array.data, int64), builder.mul(column, ir.Constant(int64, size)))
-            return builder.inttoptr(at, kind.as_pointer())
-
-        def splat(value, vector):
-            return builder.shuffle_vector(builder.insert_element(ir.Constant(vector, None), value,
-                                                                 ir.Constant(int32, 0)),
-                                          ir.Constant(vector, None), ir.Constant(words, [0] * LANES))
+            return moves.pointer(moves.address(array, builder.mul(column, ir.Constant(int64, size))), kind)
 
         kind = signature.args[0].dtype  # (float64 as it is; float32 widened, int32 converted: exactly)
         element = {types.float64: double, types.float32: ir.FloatType(), types.int32: int32}[kind]
