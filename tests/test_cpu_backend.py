@@ -1356,6 +1356,22 @@ def test_kernel_product_of_wide_b(kernel, m, k, n, b_layout, pieces):
                                       exact_product(a, zero_a, b, zero_b))
 
 
+@pytest.mark.parametrize("kernel", [pytest.param(kernel, id=kernel.name) for kernel in cpu_integer_gemm.RUNNABLE
+                                    if not kernel.tiles])
+@pytest.mark.parametrize("m, k, n", [(400, 2100, 300), (130, 2100, 1600)])
+def test_vector_kernels_take_rows_in_bands_over_runs_of_k(kernel, m, k, n):
+    """More rows than a band of sums (avx2.SUMS_BAND_BYTES; the last band partial, of no multiple of the kernel's
+    rows) and more K than a run (Kernel.k_block): each band's sums made over every run, by rows and by columns."""
+    from dmlops.backends.cpu.avx2 import SUMS_BAND_BYTES
+    assert m * 4 * n > SUMS_BAND_BYTES and k > kernel.k_block
+    rng = np.random.default_rng(m + k + n)
+    a, b = random_values(rng, (m, k), np.uint8), random_values(rng, (k, n), np.int8)
+    zero_a, zero_b = random_values(rng, m, np.uint8), random_values(rng, n, np.int8)
+    # (float64's products and sums of these are exact: |sums| < 2^53)
+    exact = (a - zero_a[:, None].astype(np.float64)) @ (b - zero_b.astype(np.float64))
+    np.testing.assert_array_equal(kernel_product(kernel, a, zero_a, b, zero_b, 1), exact.astype(np.int64))
+
+
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_calling_thread_waits_for_pieces_it_did_not_take(kernel, monkeypatch):
     """A product's calling thread returns once every piece has ended, also where the pool's threads took every

@@ -250,12 +250,12 @@ def multiply_compiled(kernel, a, a_sign, b, b_sign, sums, first_row, end_row, fi
                      accumulate):
             amx.multiply(a, a_sign, b, b_sign, sums, first_row, end_row, first_block, end_block, length, accumulate)
         return on_tiles
-    rows, k_block, group, panel_blocks = spec.rows, spec.k_block, spec.group, spec.panel_blocks
+    rows, columns, k_block, group, panel_blocks = spec.rows, spec.columns, spec.k_block, spec.group, spec.panel_blocks
 
     def in_vectors(kernel, a, a_sign, b, b_sign, sums, first_row, end_row, first_block, end_block, length,
                    accumulate):
         multiply_rows(kernel, a, b, sums, first_row, end_row, first_block, end_block, length, accumulate, rows,
-                      k_block, group, panel_blocks)
+                      columns, k_block, group, panel_blocks)
     return in_vectors
 
 
