@@ -1358,12 +1358,13 @@ def test_kernel_product_of_wide_b(kernel, m, k, n, b_layout, pieces):
 
 @pytest.mark.parametrize("kernel", [pytest.param(kernel, id=kernel.name) for kernel in cpu_integer_gemm.RUNNABLE
                                     if not kernel.tiles])
-@pytest.mark.parametrize("m, k, n", [(400, 2100, 300), (130, 2100, 1600)])
-def test_vector_kernels_take_rows_in_bands_over_runs_of_k(kernel, m, k, n):
-    """More rows than a band of sums (avx2.SUMS_BAND_BYTES; the last band partial, of no multiple of the kernel's
-    rows) and more K than a run (Kernel.k_block): each band's sums made over every run, by rows and by columns."""
-    from dmlops.backends.cpu.avx2 import SUMS_BAND_BYTES
-    assert m * 4 * n > SUMS_BAND_BYTES and k > kernel.k_block
+@pytest.mark.parametrize("m, k, n", [(400, 2100, 300), (130, 2100, 1600), (2, 2100, 300), (3, 2100, 1600)])
+def test_vector_kernels_take_rows_in_bands_or_one_at_a_time(kernel, m, k, n):
+    """More K than a run (Kernel.k_block), and more rows than a band of sums (avx2.SUMS_BAND_BYTES; the last band
+    partial, of no multiple of the kernel's rows), by rows and by columns; or rows one at a time over all of K
+    (avx2.SINGLE_ROWS)."""
+    from dmlops.backends.cpu.avx2 import SINGLE_ROWS, SUMS_BAND_BYTES
+    assert k > kernel.k_block and (m <= SINGLE_ROWS or m * 4 * n > SUMS_BAND_BYTES)
     rng = np.random.default_rng(m + k + n)
     a, b = random_values(rng, (m, k), np.uint8), random_values(rng, (k, n), np.int8)
     zero_a, zero_b = random_values(rng, m, np.uint8), random_values(rng, n, np.int8)

@@ -44,18 +44,24 @@ PACK_AHEAD = 16
 # band: they stay in L2 between runs of K. Taken whole, a 2048³ product's runs of K found a piece's 16 MiB of sums in
 # L3 each time (one Zen 4 core: 372 GOPS so, 0.80 of its peak; 410-415 in bands).
 SUMS_BAND_BYTES = 384 << 10
+# A of at most this many rows is multiplied a row at a time, each block of B over all of K in one run, rather than
+# with the padding to the kernel's rows: a row's step loads as many vectors as it multiplies, which the padded
+# rows' compute outweighs (1 × 4096 × 4096, B prepared, on 2 Zen 4 cores: 306 µs so, 150 a row at a time; ONNX
+# Runtime 140). 4 and 5 rows were slower so (327-434 µs padded, 430-652 a row at a time).
+SINGLE_ROWS = 3
 PAIR_COLUMNS = 16  # columns of B that ``pack_two_rows`` and ``pack_column_pairs`` pack at a time
 
 
 @intrinsic
-def block_products(typing_context, kernel, a, b, sums, row, block, start, steps, accumulate):
-    """sums[row:row + rows, block's columns] = (sums there, if accumulate, +) A[row:row + rows, start:start +
+def block_products(typing_context, kernel, count, a, b, sums, row, block, start, steps, accumulate):
+    """sums[row:row + count, block's columns] = (sums there, if accumulate, +) A[row:row + count, start:start +
     group·steps] @ B[start:start + group·steps, block's columns], A and B packed (C-contiguous), for the kernel
-    named by the literal ``kernel``."""
-    if not isinstance(kernel, types.StringLiteral):
+    named by the literal ``kernel``; ``count`` a literal, the kernel's rows or fewer."""
+    if not (isinstance(kernel, types.StringLiteral) and isinstance(count, types.IntegerLiteral)):
         return None
     spec = KERNELS_BY_NAME[kernel.literal_value]
-    signature = types.none(kernel, a, b, sums, row, block, start, steps, accumulate)
+    rows = count.literal_value
+    signature = types.none(kernel, count, a, b, sums, row, block, start, steps, accumulate)
 
     def codegen(context, builder, signature, arguments):
         int64, int32 = ir.IntType(64), ir.IntType(32)
@@ -63,9 +69,9 @@ def block_products(typing_context, kernel, a, b, sums, row, block, start, steps,
         vector_bytes = spec.vector_bits // 8
         a_size, b_size = (np.dtype(t).itemsize for t in spec.element)
         operand = ir.VectorType(ir.IntType(8 * b_size), vector_bytes // b_size)
-        row, block, start, steps, accumulate = arguments[4:]
+        row, block, start, steps, accumulate = arguments[5:]
         a_array, b_array, sums_array = (context.make_array(kind)(context, builder, value)
-                                        for kind, value in zip(signature.args[1:4], arguments[1:4]))
+                                        for kind, value in zip(signature.args[2:5], arguments[2:5]))
 
         def constant(value):
             return ir.Constant(int64, value)
@@ -85,11 +91,11 @@ def block_products(typing_context, kernel, a, b, sums, row, block, start, steps,
             return builder.shuffle_vector(vector, ir.Constant(lanes, None),
                                           ir.Constant(lanes, [0] * lanes.count))
 
-        a_rows = [address(a_array, row, r, builder.mul(start, constant(a_size))) for r in range(spec.rows)]
+        a_rows = [address(a_array, row, r, builder.mul(start, constant(a_size))) for r in range(rows)]
         b_steps = address(b_array, block, 0, builder.mul(start, constant(b_size * spec.columns)))
         sums_at = [[address(sums_array, row, r, builder.add(builder.mul(block, constant(4 * spec.columns)),
                                                             constant(vector_bytes * v)))
-                    for v in range(spec.vectors)] for r in range(spec.rows)]
+                    for v in range(spec.vectors)] for r in range(rows)]
         if spec.bytes:  # vpdpbusd(sums, unsigned bytes, signed bytes)
             dot = builder.module.declare_intrinsic(spec.instruction,
                                                    fnty=ir.FunctionType(lanes, [lanes, lanes, lanes]))
@@ -111,24 +117,24 @@ def block_products(typing_context, kernel, a, b, sums, row, block, start, steps,
 
         builder.position_at_end(loop)
         step = builder.phi(int64)
-        totals = [[builder.phi(lanes) for _ in range(spec.vectors)] for _ in range(spec.rows)]
+        totals = [[builder.phi(lanes) for _ in range(spec.vectors)] for _ in range(rows)]
         b_at = builder.add(b_steps, builder.mul(step, constant(4 * spec.columns)))
         columns = [load(builder.add(b_at, constant(vector_bytes * v)), operand) for v in range(spec.vectors)]
         new_totals = []
-        for r in range(spec.rows):
+        for r in range(rows):
             group = splat(load(builder.add(a_rows[r], builder.mul(step, constant(4))), int32))
             new_totals.append([multiply_add(totals[r][v], group, columns[v]) for v in range(spec.vectors)])
         next_step = builder.add(step, constant(1))
         step.add_incoming(constant(0), entry)
         step.add_incoming(next_step, loop)
-        for r in range(spec.rows):
+        for r in range(rows):
             for v in range(spec.vectors):
                 totals[r][v].add_incoming(initial[r][v], entry)
                 totals[r][v].add_incoming(new_totals[r][v], loop)
         builder.cbranch(builder.icmp_signed("<", next_step, steps), loop, done)
 
         builder.position_at_end(done)
-        for r in range(spec.rows):
+        for r in range(rows):
             for v in range(spec.vectors):
                 builder.store(new_totals[r][v], builder.inttoptr(sums_at[r][v], lanes.as_pointer()), align=4)
         return context.get_dummy_value()
@@ -142,7 +148,13 @@ def multiply_rows(kernel, a, b, sums, first_row, end_row, first_block, end_block
     """sums[first_row:end_row, the column blocks [first_block, end_block)] = (those sums, if accumulate, +)
     A[first_row:end_row, :end] @ those blocks of B[:end] (int32), by runs of k_block and panels of panel_blocks
     column blocks; end a multiple of the group. The rows are taken a band at a time, all of K for each band,
-    so that the band's sums stay in L2 between runs of K (SUMS_BAND_BYTES)."""
+    so that the band's sums stay in L2 between runs of K (SUMS_BAND_BYTES); A's rows padded to the kernel's, but
+    for SINGLE_ROWS rows or fewer."""
+    if end_row - first_row <= SINGLE_ROWS:  # (each block's K in one run: a stream that the prefetchers follow)
+        for block in range(first_block, end_block):
+            for row in range(first_row, end_row):
+                block_products(kernel, 1, a, b, sums, row, block, 0, end // group, accumulate)
+        return
     band = max(rows, SUMS_BAND_BYTES // (4 * columns * (end_block - first_block)) // rows * rows)
     for first in range(first_row, end_row, band):
         for k in range(0, end, k_block):
@@ -150,7 +162,7 @@ def multiply_rows(kernel, a, b, sums, first_row, end_row, first_block, end_block
             for panel in range(first_block, end_block, panel_blocks):
                 for i in range(first, min(first + band, end_row), rows):
                     for block in range(panel, min(panel + panel_blocks, end_block)):
-                        block_products(kernel, a, b, sums, i, block, k, steps, accumulate or k != 0)
+                        block_products(kernel, rows, a, b, sums, i, block, k, steps, accumulate or k != 0)
 
 
 @callee

@@ -126,9 +126,9 @@ def correct(layout, sums, row_sums, a_sign, a_flip, a_zero, b_sign, b_zero, term
 
 def multiply(kernel, a, a_sign, b, b_sign, sums, first_row, end_row, first_block, end_block, length, accumulate):
     """(Compiled code only.) sums[first_row:end_row, the column blocks [first_block, end_block)] = (those sums, if
-    accumulate, +) A[those rows, :length] @ those blocks of B[:length], A and B packed for the kernel; the signs
-    read by AMX's tiles alone (``amx.multiply``), the other kernels' operands moved into range as they are
-    packed."""
+    accumulate, +) A[those rows, :length] @ those blocks of B[:length], A and B packed for the kernel (its rows
+    padded: the kernels may make the padding's sums past end_row too); the signs read by AMX's tiles alone
+    (``amx.multiply``), the other kernels' operands moved into range as they are packed."""
     raise NotImplementedError("multiply is called from compiled code only")
 
 
@@ -295,10 +295,11 @@ def multiply_strip(kernel, layout, a_sign, b, b_sign, b_zero, buffers, b_packed,
     own_panel = new_array((last - first, 0 if b_packed else min(k_block, length) // group) + buffers[1].shape[2:],
                           buffers[1].dtype)
     terms, run_terms = column_terms(layout, buffers), new_array((last - first) * columns, np.int32)
-    for begin in range(0, length, k_block):
-        end = min(begin + k_block, length)
+    run = length if b_packed else k_block  # (a packed B's K in one run: the kernels take runs of their own)
+    for begin in range(0, length, run):
+        end = min(begin + run, length)
         if b_packed:
-            panel = buffers[1][first:last, begin // group:end // group]
+            panel = buffers[1][first:last]
         else:
             pack_b(kernel, layout, b[begin:min(end, k), start:stop], b_sign, b_zero[start:stop], own_panel,
                    run_terms, 0, last - first)
@@ -375,7 +376,8 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
                 # (its own sums where it requantizes them, else the call's: NO_FINISH's out has no rows)
                 sums = own_sums if finish[6].shape[0] > 0 else buffers[2][first:]
                 pack_a(layout, a[first:], a_sign, a_flip, a_zero[first:], own_a, own_row_sums, 0, last - first)
-                multiply(kernel, own_a, tiles_sign, buffers[1], b_sign, sums, 0, last - first, 0, blocks, length, False)
+                multiply(kernel, own_a, tiles_sign, buffers[1], b_sign, sums, 0, min(last, m) - first, 0, blocks, length,
+                         False)
                 correct(layout, sums, own_row_sums, a_sign, a_flip, a_zero[first:], b_sign, b_zero, buffers[4], 0,
                         min(last, m) - first)
                 finish_rows(finish, sums, first, min(last, m))
@@ -397,8 +399,8 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
                 pack_a(layout, a, a_sign, a_flip, a_zero, buffers[0], buffers[3], 0, padded_rows)
             elif stage == 1:
                 first, last = piece_bounds(blocks, counts[1], 1, piece)
-                multiply_strip(kernel, layout, tiles_sign, b, b_sign, b_zero, buffers, b_packed, first, last,
-                               padded_rows, length, k_block, group)
+                multiply_strip(kernel, layout, tiles_sign, b, b_sign, b_zero, buffers, b_packed, first, last, m,
+                               length, k_block, group)
             else:
                 first, last = piece_bounds(m, counts[2], 1, piece)
                 correct(layout, buffers[2], buffers[3], a_sign, a_flip, a_zero, b_sign, b_zero, buffers[4], first,

@@ -56,14 +56,17 @@ def one_call_parameters(a_scale, a_zero_point, b_sign, b_scale, b_zero_point, ou
     # branch more to compile)
     a_size, output_size = abs(np.float32(a_scale)), abs(np.float32(output_scale))
     valid = (0 < a_size) & (a_size < np.inf) & (0 < output_size) & (output_size < np.inf)
+    # (B's vectors of one element or of n, each in a loop of its own that LLVM vectorises: one loop that read
+    # b_scale[min(j, last)] took 13 µs for 4096 columns)
     b_scales, b_zero = new_array(n, np.float32), new_array(n, np.int32)
-    last_scale, last_zero = b_scale.shape[0] - 1, b_zero_point.shape[0] - 1
+    per_column_scale, per_column_zero = b_scale.shape[0] == n, b_zero_point.shape[0] == n
     for j in range(n):
-        b_scales[j] = b_scale[min(j, last_scale)]
+        b_scales[j] = b_scale[j if per_column_scale else 0]
+    for j in range(n):
         size = abs(b_scales[j])
         valid &= (0 < size) & (size < np.inf)
-        # (a zero point's bits with its type's sign, 128 for INT8: a value is (its bits xor 128) − 128)
-        b_zero[j] = np.int32(b_zero_point[min(j, last_zero)] ^ b_sign) - np.int32(b_sign)
+    for j in range(n):  # (a zero point's bits with its type's sign, 128 for INT8: a value is (its bits xor 128) − 128)
+        b_zero[j] = np.int32(b_zero_point[j if per_column_zero else 0] ^ b_sign) - np.int32(b_sign)
     finish = (a_scales, b_scales, output_scales, zero_point, low, high, out)
     return valid, a_zero, b_zero, typed_as_passed(finish)
 
