@@ -1471,10 +1471,13 @@ def test_kernel_product_adds_many_chunks(monkeypatch, kernel):
 @pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("m, k, n", [(40, 70, 33), (7, 301, 200), (3, 64, 128)])  # by rows, by columns, direct
 @pytest.mark.parametrize("helper", ["takes every piece", "starts after the call"])
-def test_product_pieces_whoever_takes_them(monkeypatch, kernel, m, k, n, helper):
+@pytest.mark.parametrize("b_packing", ["shared", "each thread's own"])
+def test_product_pieces_whoever_takes_them(monkeypatch, kernel, m, k, n, helper, b_packing):
     """The pieces of a product (``product_pieces``) taken in either extreme order: a pool thread that takes every
     ticket before the calling thread starts (which then waits for its pieces only), or one that starts after the
-    call has returned, finds no ticket left and writes nothing, neither the output nor the scratch memory."""
+    call has returned, finds no ticket left and writes nothing, neither the output nor the scratch memory; B
+    packed in pieces of a stage, or by each thread for itself (OWN_PACKING_ROWS)."""
+    monkeypatch.setattr(cpu_integer_gemm, "OWN_PACKING_ROWS", 0 if b_packing == "each thread's own" else 1 << 30)
     def run_on_cores(pool_entry, arguments, threads, on_numba_threads=None):
         assert threads
         entry = pool_entry(arguments)
@@ -1495,6 +1498,17 @@ def test_product_pieces_whoever_takes_them(monkeypatch, kernel, m, k, n, helper)
     out = poisoned(expected.shape, np.uint8)
     cpu_qmatmul.quantized_linear_matmul(*arguments, out, compiled=True, products=kernel.name, pieces=3)
     np.testing.assert_array_equal(out, expected)
+
+
+def test_a_small_b_is_packed_by_each_thread_of_the_vector_kernels(monkeypatch):
+    """No stage packs a small B for a product of many rows a core (OWN_PACKING_ELEMENTS, OWN_PACKING_ROWS) on the
+    vector kernels; a large one, or one of few rows a core, or one on AMX's tiles, is packed in pieces."""
+    monkeypatch.setattr(cpu_integer_gemm, "CORES", 2)
+    vnni, amx = (cpu_kernels.KERNELS_BY_NAME[name] for name in ("avx512-vnni", "amx"))
+    assert cpu_integer_gemm.stage_counts(vnni, "bytes rows", 512, 512, 512, 8)[0] == 0
+    assert cpu_integer_gemm.stage_counts(vnni, "bytes rows", 1024, 1024, 1024, 8)[0] > 0
+    assert cpu_integer_gemm.stage_counts(vnni, "bytes rows", 200, 512, 512, 8)[0] > 0
+    assert cpu_integer_gemm.stage_counts(amx, "tiles rows", 512, 512, 512, 8)[0] > 0
 
 
 @pytest.mark.parametrize("kernel", KERNELS)

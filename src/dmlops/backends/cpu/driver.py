@@ -360,6 +360,13 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
         most = rows * ((padded_rows // rows + counts[1] - 1) // counts[1])  # the rows of the largest piece
         own_a = new_array((most, buffers[0].shape[1]), buffers[0].dtype)
         own_sums, own_row_sums = new_array((most, buffers[2].shape[1]), np.int32), new_array(most, np.int32)
+        # B packed by each thread for itself, before its first piece of rows, where no stage packs it and it is not
+        # kept (``integer_gemm.stage_counts``: a small B on few cores)
+        own_packing = counts[0] == 0 and not b_packed
+        own_b = new_array((blocks if own_packing else 0,) + buffers[1].shape[1:], buffers[1].dtype)
+        own_terms = new_array(buffers[4].shape[0] if own_packing else 0, np.int32)
+        packed_b, terms = (own_b, own_terms) if own_packing else (buffers[1], buffers[4])
+        unpacked = own_packing
         a_flip = flip_of_a(layout, a_sign, a_zero)
         tiles_sign = np.uint8(a_sign ^ a_flip)  # (A's sign as the tiles read it)
         start_tiles()
@@ -372,13 +379,16 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
                 first, last = piece_bounds(blocks, counts[0], pack_blocks, piece)
                 pack_b(kernel, layout, b, b_sign, b_zero, buffers[1], column_terms(layout, buffers), first, last)
             else:
+                if unpacked:
+                    pack_b(kernel, layout, b, b_sign, b_zero, own_b, own_terms, 0, blocks)
+                    unpacked = False
                 first, last = piece_bounds(padded_rows, counts[1], rows, piece)
                 # (its own sums where it requantizes them, else the call's: NO_FINISH's out has no rows)
                 sums = own_sums if finish[6].shape[0] > 0 else buffers[2][first:]
                 pack_a(layout, a[first:], a_sign, a_flip, a_zero[first:], own_a, own_row_sums, 0, last - first)
-                multiply(kernel, own_a, tiles_sign, buffers[1], b_sign, sums, 0, min(last, m) - first, 0, blocks, length,
+                multiply(kernel, own_a, tiles_sign, packed_b, b_sign, sums, 0, min(last, m) - first, 0, blocks, length,
                          False)
-                correct(layout, sums, own_row_sums, a_sign, a_flip, a_zero[first:], b_sign, b_zero, buffers[4], 0,
+                correct(layout, sums, own_row_sums, a_sign, a_flip, a_zero[first:], b_sign, b_zero, terms, 0,
                         min(last, m) - first)
                 finish_rows(finish, sums, first, min(last, m))
         release_tiles()

@@ -38,6 +38,13 @@ PARALLEL_PACKING = 1 << 20  # B of this many elements or more is work for many c
 # B's packing is cut into pieces of at least this many elements (a few µs each), up to a piece a core, each of whole
 # runs of the kernel's packing (``Kernel.pack_blocks``): every piece of rows waits for the whole of B
 PACKING_PIECE = 1 << 14
+# A B of at most OWN_PACKING_ELEMENTS elements, multiplied by the vector kernels with at least OWN_PACKING_ROWS rows
+# of A a core, is packed by each thread for itself, before its first piece of rows: no thread waits for the others'
+# packing, and none writes lines that the other cores' kernels read in the call before (512³ on 2 Zen 4 cores: the
+# packing 5.1 % of both threads' time so, 1.8 %; uint8 × int8 in a loop 427-435 µs a call so, 402-429). AMX's tiles,
+# whose products take less time than B's packing, share it.
+OWN_PACKING_ELEMENTS = 1 << 19
+OWN_PACKING_ROWS = 128
 # A of at most this many rows is multiplied with B as it lies (``vnni.direct_products``), where the kernel can:
 # packing B would be most of the call (a 16 × 256 × 64 product through the array API: 12 µs so, 15.6 packing B).
 # Each 4 rows of A read and interleave B again, which costs more than packing it where B comes from memory, B of
@@ -197,8 +204,10 @@ def stage_counts(kernel: Kernel, layout: str, m: int, k: int, n: int, pieces: in
     blocks = padded(n, kernel.columns) // kernel.columns
     if layout.endswith("columns"):
         return np.array([1, count(blocks, min(pieces, 2 * CORES)), count(m, pieces)], np.int64)
-    b_pieces = 0 if b_packed else count(blocks, min(CORES, k * n // PACKING_PIECE), kernel.pack_blocks) \
-        if pieces > 1 else 1
+    own_packing = (pieces > 1 and not kernel.tiles and k * n <= OWN_PACKING_ELEMENTS
+                   and m >= OWN_PACKING_ROWS * min(CORES, pieces))
+    b_pieces = 0 if b_packed or own_packing else \
+        count(blocks, min(CORES, k * n // PACKING_PIECE), kernel.pack_blocks) if pieces > 1 else 1
     rows = padded(m, kernel.rows)
     piece_bytes = rows * (4 * padded(n, kernel.columns) + padded(min(k, INT32_CHUNK), kernel.k_multiple))
     return np.array([b_pieces, count(rows, max(pieces, -(-piece_bytes // PIECE_BYTES)), kernel.rows)], np.int64)
