@@ -1362,9 +1362,9 @@ def test_kernel_product_of_wide_b(kernel, m, k, n, b_layout, pieces):
 def test_vector_kernels_take_rows_in_bands_or_one_at_a_time(kernel, m, k, n):
     """More K than a run (Kernel.k_block), and more rows than a band of sums (avx2.SUMS_BAND_BYTES; the last band
     partial, of no multiple of the kernel's rows), by rows and by columns; or rows one at a time over all of K
-    (avx2.SINGLE_ROWS)."""
-    from dmlops.backends.cpu.avx2 import SINGLE_ROWS, SUMS_BAND_BYTES
-    assert k > kernel.k_block and (m <= SINGLE_ROWS or m * 4 * n > SUMS_BAND_BYTES)
+    (avx2.FEW_ROWS)."""
+    from dmlops.backends.cpu.avx2 import FEW_ROWS, SUMS_BAND_BYTES
+    assert k > kernel.k_block and (m <= FEW_ROWS or m * 4 * n > SUMS_BAND_BYTES)
     rng = np.random.default_rng(m + k + n)
     a, b = random_values(rng, (m, k), np.uint8), random_values(rng, (k, n), np.int8)
     zero_a, zero_b = random_values(rng, m, np.uint8), random_values(rng, n, np.int8)

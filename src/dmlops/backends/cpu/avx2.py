@@ -44,11 +44,13 @@ PACK_AHEAD = 16
 # band: they stay in L2 between runs of K. Taken whole, a 2048³ product's runs of K found a piece's 16 MiB of sums in
 # L3 each time (one Zen 4 core: 372 GOPS so, 0.80 of its peak; 410-415 in bands).
 SUMS_BAND_BYTES = 384 << 10
-# A of at most this many rows is multiplied a row at a time, each block of B over all of K in one run, rather than
-# with the padding to the kernel's rows: a row's step loads as many vectors as it multiplies, which the padded
-# rows' compute outweighs (1 × 4096 × 4096, B prepared, on 2 Zen 4 cores: 306 µs so, 150 a row at a time; ONNX
-# Runtime 140). 4 and 5 rows were slower so (327-434 µs padded, 430-652 a row at a time).
-SINGLE_ROWS = 3
+# A of at most this many rows is multiplied by a kernel of that many rows (one row, or FEW_ROWS), each block of B
+# over all of K in one run, rather than with the padding to the kernel's rows: such a step loads as many vectors as
+# it multiplies or more, which the padded rows' compute outweighs (B prepared, 4096 × 4096, on 2 Zen 4 cores, µs: 1
+# row 291-347 so, 146-153; 2 rows 252-264, 171-181; 3 rows 338-363, 179-183; ONNX Runtime 139-189). 4 and 5 rows were
+# slower a row at a time than padded (430-652 µs against 327-434). Each kernel of fewer rows compiled is a first
+# product's compile time more.
+FEW_ROWS = 3
 PAIR_COLUMNS = 16  # columns of B that ``pack_two_rows`` and ``pack_column_pairs`` pack at a time
 
 
@@ -149,11 +151,13 @@ def multiply_rows(kernel, a, b, sums, first_row, end_row, first_block, end_block
     A[first_row:end_row, :end] @ those blocks of B[:end] (int32), by runs of k_block and panels of panel_blocks
     column blocks; end a multiple of the group. The rows are taken a band at a time, all of K for each band,
     so that the band's sums stay in L2 between runs of K (SUMS_BAND_BYTES); A's rows padded to the kernel's, but
-    for SINGLE_ROWS rows or fewer."""
-    if end_row - first_row <= SINGLE_ROWS:  # (each block's K in one run: a stream that the prefetchers follow)
+    for FEW_ROWS rows or fewer."""
+    if end_row - first_row <= FEW_ROWS:  # (each block's K in one run: a stream that the prefetchers follow)
         for block in range(first_block, end_block):
-            for row in range(first_row, end_row):
-                block_products(kernel, 1, a, b, sums, row, block, 0, end // group, accumulate)
+            if end_row - first_row == 1:
+                block_products(kernel, 1, a, b, sums, first_row, block, 0, end // group, accumulate)
+            else:
+                block_products(kernel, FEW_ROWS, a, b, sums, first_row, block, 0, end // group, accumulate)
         return
     band = max(rows, SUMS_BAND_BYTES // (4 * columns * (end_block - first_block)) // rows * rows)
     for first in range(first_row, end_row, band):

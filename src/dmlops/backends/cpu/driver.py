@@ -375,13 +375,12 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
             stage, piece = take_piece(state, counts, stage, wait)
             if stage < 0:
                 break
-            if stage == 0:
-                first, last = piece_bounds(blocks, counts[0], pack_blocks, piece)
-                pack_b(kernel, layout, b, b_sign, b_zero, buffers[1], column_terms(layout, buffers), first, last)
-            else:
-                if unpacked:
-                    pack_b(kernel, layout, b, b_sign, b_zero, own_b, own_terms, 0, blocks)
-                    unpacked = False
+            if stage == 0 or unpacked:  # (B's packing called in one place: each call compiles it again)
+                first, last = piece_bounds(blocks, counts[0], pack_blocks, piece) if stage == 0 else (0, blocks)
+                pack_b(kernel, layout, b, b_sign, b_zero, buffers[1] if stage == 0 else own_b,
+                       column_terms(layout, buffers) if stage == 0 else own_terms, first, last)
+                unpacked = False
+            if stage == 1:
                 first, last = piece_bounds(padded_rows, counts[1], rows, piece)
                 # (its own sums where it requantizes them, else the call's: NO_FINISH's out has no rows)
                 sums = own_sums if finish[6].shape[0] > 0 else buffers[2][first:]
