@@ -75,23 +75,20 @@ def block_products(typing_context, kernel, count, a, b, sums, row, block, start,
         a_array, b_array, sums_array = (context.make_array(kind)(context, builder, value)
                                         for kind, value in zip(signature.args[2:5], arguments[2:5]))
 
-        def constant(value):
-            return ir.Constant(int64, value)
+        moves = ByteMoves(builder, vector_bytes)
+        constant = moves.constant
 
         def address(array, first, index, offset):
             """Byte address of array[first + index] plus offset bytes."""
-            row_bytes = builder.extract_value(array.strides, 0)
-            at = builder.mul(builder.add(first, constant(index)), row_bytes)
-            return builder.add(builder.ptrtoint(array.data, int64), builder.add(at, offset))
+            at = builder.mul(builder.add(first, constant(index)), moves.stride(array, 0))
+            return moves.address(array, builder.add(at, offset))
 
         def load(at, kind):
-            return builder.load(builder.inttoptr(at, kind.as_pointer()), align=1)
+            return builder.load(moves.pointer(at, kind), align=1)
 
         def splat(group):
             """The 32 bits of a group in each lane."""
-            vector = builder.insert_element(ir.Constant(lanes, None), group, ir.Constant(int32, 0))
-            return builder.shuffle_vector(vector, ir.Constant(lanes, None),
-                                          ir.Constant(lanes, [0] * lanes.count))
+            return moves.splat(group, lanes)
 
         a_rows = [address(a_array, row, r, builder.mul(start, constant(a_size))) for r in range(rows)]
         b_steps = address(b_array, block, 0, builder.mul(start, constant(b_size * spec.columns)))
