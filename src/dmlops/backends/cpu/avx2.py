@@ -148,20 +148,22 @@ def multiply_rows(kernel, a, b, sums, first_row, end_row, first_block, end_block
     A[first_row:end_row, :end] @ those blocks of B[:end] (int32), by runs of k_block and panels of panel_blocks
     column blocks; end a multiple of the group. The rows are taken a band at a time, all of K for each band,
     so that the band's sums stay in L2 between runs of K (SUMS_BAND_BYTES); A's rows padded to the kernel's, but
-    for FEW_ROWS rows or fewer."""
-    if end_row - first_row <= FEW_ROWS:  # (each block's K in one run: a stream that the prefetchers follow)
+    for the FEW_ROWS rows or fewer past the last whole kernel's rows (all the rows, where A has so few)."""
+    few = (end_row - first_row) % rows
+    if few > FEW_ROWS:
+        few = 0
+    if few:  # (each block's K in one run: a stream that the prefetchers follow)
         for block in range(first_block, end_block):
-            if end_row - first_row == 1:
-                block_products(kernel, 1, a, b, sums, first_row, block, 0, end // group, accumulate)
+            if few == 1:
+                block_products(kernel, 1, a, b, sums, end_row - few, block, 0, end // group, accumulate)
             else:
-                block_products(kernel, FEW_ROWS, a, b, sums, first_row, block, 0, end // group, accumulate)
-        return
+                block_products(kernel, FEW_ROWS, a, b, sums, end_row - few, block, 0, end // group, accumulate)
     band = max(rows, SUMS_BAND_BYTES // (4 * columns * (end_block - first_block)) // rows * rows)
-    for first in range(first_row, end_row, band):
+    for first in range(first_row, end_row - few, band):
         for k in range(0, end, k_block):
             steps = min(k_block, end - k) // group
             for panel in range(first_block, end_block, panel_blocks):
-                for i in range(first, min(first + band, end_row), rows):
+                for i in range(first, min(first + band, end_row - few), rows):
                     for block in range(panel, min(panel + panel_blocks, end_block)):
                         block_products(kernel, rows, a, b, sums, i, block, k, steps, accumulate or k != 0)
 
