@@ -1359,14 +1359,15 @@ def test_kernel_product_of_wide_b(kernel, m, k, n, b_layout, pieces):
 @pytest.mark.parametrize("kernel", [pytest.param(kernel, id=kernel.name) for kernel in cpu_integer_gemm.RUNNABLE
                                     if not kernel.tiles])
 @pytest.mark.parametrize("m, k, n", [(400, 2100, 300), (397, 2100, 300), (130, 2100, 1600), (8, 2100, 1600),
-                                     (2, 2100, 300), (3, 2100, 1600)])
+                                     (22, 2100, 300), (2, 2100, 300), (3, 2100, 1600)])
 def test_vector_kernels_take_rows_in_bands_or_few_together(kernel, m, k, n):
     """More K than a run (Kernel.k_block), and more rows than a band of sums (avx2.SUMS_BAND_BYTES; the last band
     partial, of no multiple of the kernel's rows), by rows and by columns; the few rows past the last whole kernel's
     (all of A's, where it has so few) on a kernel of one row or of FEW_ROWS over all of K (avx2.FEW_ROWS), or padded
-    to the kernel's rows where they are more."""
-    from dmlops.backends.cpu.avx2 import SUMS_BAND_BYTES
-    assert k > kernel.k_block and (m < 10 or m * 4 * n > SUMS_BAND_BYTES)
+    to the kernel's rows where they are more; A of few kernels' rows (avx2.STREAM_KERNELS) in one band, each block of
+    B over all of K."""
+    from dmlops.backends.cpu.avx2 import STREAM_KERNELS, SUMS_BAND_BYTES
+    assert k > kernel.k_block and (m <= STREAM_KERNELS * 6 or m * 4 * n > SUMS_BAND_BYTES)
     rng = np.random.default_rng(m + k + n)
     a, b = random_values(rng, (m, k), np.uint8), random_values(rng, (k, n), np.int8)
     zero_a, zero_b = random_values(rng, m, np.uint8), random_values(rng, n, np.int8)

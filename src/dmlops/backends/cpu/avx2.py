@@ -44,13 +44,18 @@ PACK_AHEAD = 16
 # band: they stay in L2 between runs of K. Taken whole, a 2048³ product's runs of K found a piece's 16 MiB of sums in
 # L3 each time (one Zen 4 core: 372 GOPS so, 0.80 of its peak; 410-415 in bands).
 SUMS_BAND_BYTES = 384 << 10
-# A of at most this many rows is multiplied by a kernel of that many rows (one row, or FEW_ROWS), each block of B
-# over all of K in one run, rather than with the padding to the kernel's rows: such a step loads as many vectors as
-# it multiplies or more, which the padded rows' compute outweighs (B prepared, 4096 × 4096, on 2 Zen 4 cores, µs: 1
-# row 291-347 so, 146-153; 2 rows 252-264, 171-181; 3 rows 338-363, 179-183; ONNX Runtime 139-189). 4 and 5 rows were
-# slower a row at a time than padded (430-652 µs against 327-434). Each kernel of fewer rows compiled is a first
-# product's compile time more.
+# The rows past the last whole kernel's (all of A's rows, where it has so few), if at most this many, are multiplied
+# by a kernel of that many rows (one row, or FEW_ROWS) rather than with the padding to the kernel's rows: such a step
+# loads as many vectors as it multiplies or more, which the padded rows' compute outweighs (B prepared, 4096 × 4096,
+# on 2 Zen 4 cores, µs: 1 row 291-347 so, 146-153; 2 rows 252-264, 171-181; 3 rows 338-363, 179-183; ONNX Runtime
+# 139-189; 8 rows, 6 + 2, 667 → 454). 4 and 5 rows were slower a row at a time than padded (430-652 µs against
+# 327-434). Each kernel of fewer rows compiled is a first product's compile time more.
 FEW_ROWS = 3
+# A of at most this many kernels' rows takes each block of B over all of K in one run, the kernels' rows one after
+# another: a stream of B that the prefetchers follow, which stays in L2 for the next kernel's rows (B prepared, 4096 ×
+# 4096, 2 Zen 4 cores, µs, against runs of K in bands: 6 rows 318-345 → 294-303, 16 rows 814-854 → 754-784, 24 rows
+# 1145-1215 → 1033-1078).
+STREAM_KERNELS = 4
 PAIR_COLUMNS = 16  # columns of B that ``pack_two_rows`` and ``pack_column_pairs`` pack at a time
 
 
@@ -148,22 +153,27 @@ def multiply_rows(kernel, a, b, sums, first_row, end_row, first_block, end_block
     A[first_row:end_row, :end] @ those blocks of B[:end] (int32), by runs of k_block and panels of panel_blocks
     column blocks; end a multiple of the group. The rows are taken a band at a time, all of K for each band,
     so that the band's sums stay in L2 between runs of K (SUMS_BAND_BYTES); A's rows padded to the kernel's, but
-    for the FEW_ROWS rows or fewer past the last whole kernel's rows (all the rows, where A has so few)."""
+    for the FEW_ROWS rows or fewer past the last whole kernel's rows (all the rows, where A has so few); A of at most
+    STREAM_KERNELS kernels' rows in one band, each block of B over all of K."""
     few = (end_row - first_row) % rows
     if few > FEW_ROWS:
         few = 0
-    if few:  # (each block's K in one run: a stream that the prefetchers follow)
+    whole = end_row - few  # (the end of the whole kernels' rows)
+    if few:  # (each block's K in one run, as below)
         for block in range(first_block, end_block):
             if few == 1:
-                block_products(kernel, 1, a, b, sums, end_row - few, block, 0, end // group, accumulate)
+                block_products(kernel, 1, a, b, sums, whole, block, 0, end // group, accumulate)
             else:
-                block_products(kernel, FEW_ROWS, a, b, sums, end_row - few, block, 0, end // group, accumulate)
-    band = max(rows, SUMS_BAND_BYTES // (4 * columns * (end_block - first_block)) // rows * rows)
-    for first in range(first_row, end_row - few, band):
-        for k in range(0, end, k_block):
-            steps = min(k_block, end - k) // group
+                block_products(kernel, FEW_ROWS, a, b, sums, whole, block, 0, end // group, accumulate)
+    if whole - first_row <= STREAM_KERNELS * rows:  # a band of all the rows, a block of B at a time over all of K
+        band, run, panel_blocks = max(rows, whole - first_row), end, 1
+    else:
+        band, run = max(rows, SUMS_BAND_BYTES // (4 * columns * (end_block - first_block)) // rows * rows), k_block
+    for first in range(first_row, whole, band):
+        for k in range(0, end, run):
+            steps = min(run, end - k) // group
             for panel in range(first_block, end_block, panel_blocks):
-                for i in range(first, min(first + band, end_row - few), rows):
+                for i in range(first, min(first + band, whole), rows):
                     for block in range(panel, min(panel + panel_blocks, end_block)):
                         block_products(kernel, rows, a, b, sums, i, block, k, steps, accumulate or k != 0)
 
