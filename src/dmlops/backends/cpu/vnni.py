@@ -30,26 +30,30 @@ from .kernels import KERNELS_BY_NAME
 # is a few lines on a page of its own (one Zen 4 core packing 1024-column strips of a transposed 4096 × 4096 B, runs of
 # 512 rows: 1.9 bytes a ns without, 3.1 with 2 columns ahead; 4 and 8 no better)
 COLUMNS_AHEAD = 2
-DIRECT_STEPS = 64  # steps of 4 rows of B a direct run takes across the column blocks
-PREFETCH_ROWS = 32  # how far ahead the direct kernel prefetches B's rows (prefetches past the end are harmless)
+# Steps of 4 rows of B that a direct run takes across the column blocks, for each row of A: a run reads a band of
+# B's rows along them, and each of its kernel calls loads and stores its sums (4 vectors a row of A). Short bands
+# keep few of B's rows in flight, read along their length (1 row × 4096 × 4096 on 2 Zen 4 cores: 1051-1102 µs in
+# runs of 64 steps; 585-800 of 2, 697-870 of 4; 4 rows: 1016-1114, 675-758 of 32 steps, 715-834 of 16).
+DIRECT_STEPS = 4
+PREFETCH_BYTES = 256  # how far along B's rows the direct kernel prefetches (prefetches past the end are harmless)
 
 
 @intrinsic
 def direct_products(typing_context, kernel, rows, a, b, flip, sums, column_sums, row, column, start, steps,
-                    accumulate):
+                    accumulate, last):
     """sums[row:row + rows, column:column + 64] = (those sums, if accumulate, +) A'[row:row + rows, k] @ B'[k,
     column:column + 64] and column_sums[column:column + 64] = (the same) Σ_k B' there, k in [4·start,
     4·(start + steps)), for the 512-bit byte kernel named by ``kernel``; rows a literal "1" to "4", "+" after it
     where the column sums are made too (4 rows: 16 sums, 4 column sums, 4 rows of B and 4 interleaved take 28
     of the 32 zmm). B' = the bits of b xor flip, read from b's rows as they lie: each step loads 4 rows of 64
     bytes and interleaves them (unpack bytes, then words, within 128-bit lanes) into 4 vectors whose lanes hold
-    4 consecutive k of one column, column 16·L + 4·v + i in lane i of 128-bit lane L of vector v; the sums are
-    put back in column order once, at the end."""
+    4 consecutive k of one column, column 16·L + 4·v + i in lane i of 128-bit lane L of vector v; the sums stay
+    in that order from one run of K to the next, and are put in column order by the ``last``."""
     if not (isinstance(kernel, types.StringLiteral) and isinstance(rows, types.StringLiteral)):
         return None
     spec = KERNELS_BY_NAME[kernel.literal_value]
     count, with_column_sums = int(rows.literal_value[0]), rows.literal_value.endswith("+")
-    signature = types.none(kernel, rows, a, b, flip, sums, column_sums, row, column, start, steps, accumulate)
+    signature = types.none(kernel, rows, a, b, flip, sums, column_sums, row, column, start, steps, accumulate, last)
 
     def codegen(context, builder, signature, arguments):
         int64, int32 = ir.IntType(64), ir.IntType(32)
@@ -58,7 +62,7 @@ def direct_products(typing_context, kernel, rows, a, b, flip, sums, column_sums,
         a_array, b_array, sums_array, column_array = (
             context.make_array(kind)(context, builder, value)
             for kind, value in zip((signature.args[i] for i in (2, 3, 5, 6)), (arguments[i] for i in (2, 3, 5, 6))))
-        flip, (row, column, start, steps, accumulate) = arguments[4], arguments[7:]
+        flip, (row, column, start, steps, accumulate, last) = arguments[4], arguments[7:]
         constant, splat, in_column_order = moves.constant, moves.splat, moves.in_column_order
 
         def base(array):
@@ -85,7 +89,6 @@ def direct_products(typing_context, kernel, rows, a, b, flip, sums, column_sums,
             targets.append(builder.add(base(column_array), builder.mul(column, constant(4))))
         initial = [[builder.select(accumulate, load(builder.add(target, constant(size * v)), lanes),
                                    ir.Constant(lanes, None)) for v in range(4)] for target in targets]
-        initial = [in_column_order(vectors, back=True) for vectors in initial]
         entry, loop = builder.block, builder.append_basic_block("direct")
         done = builder.append_basic_block("direct_done")
         builder.branch(loop)
@@ -94,8 +97,9 @@ def direct_products(typing_context, kernel, rows, a, b, flip, sums, column_sums,
         step = builder.phi(int64)
         totals = [[builder.phi(lanes) for _ in range(4)] for _ in targets]  # the last: column sums, if made
         k = builder.mul(step, constant(4))
-        for t in range(4):  # the rows PREFETCH_ROWS ahead
-            prefetch(builder, builder.add(b_at, builder.mul(builder.add(k, constant(PREFETCH_ROWS + t)), b_stride)))
+        for t in range(4):  # the same rows PREFETCH_BYTES further along
+            prefetch(builder, builder.add(b_at, builder.add(builder.mul(builder.add(k, constant(t)), b_stride),
+                                                            constant(PREFETCH_BYTES))))
         groups = moves.interleaved([builder.xor(load(builder.add(b_at, builder.mul(builder.add(k, constant(t)),
                                                                                   b_stride)), byte_vector), flips)
                                     for t in range(4)])
@@ -115,10 +119,17 @@ def direct_products(typing_context, kernel, rows, a, b, flip, sums, column_sums,
         builder.cbranch(builder.icmp_signed("<", next_step, builder.add(start, steps)), loop, done)
 
         builder.position_at_end(done)
-        for r in range(len(targets)):
-            for v, vector in enumerate(in_column_order(new_totals[r])):
-                at = builder.add(targets[r], constant(size * v))
-                builder.store(vector, builder.inttoptr(at, lanes.as_pointer()), align=4)
+
+        def store(order):
+            for r in range(len(targets)):
+                for v, vector in enumerate(order(new_totals[r])):
+                    at = builder.add(targets[r], constant(size * v))
+                    builder.store(vector, builder.inttoptr(at, lanes.as_pointer()), align=4)
+        with builder.if_else(last) as (in_columns, as_interleaved):
+            with in_columns:
+                store(in_column_order)
+            with as_interleaved:
+                store(lambda vectors: vectors)
         return context.get_dummy_value()
 
     return signature, codegen
@@ -127,31 +138,33 @@ def direct_products(typing_context, kernel, rows, a, b, flip, sums, column_sums,
 @callee
 def multiply_direct(kernel, a, b, flip, sums, column_sums, rows, first_block, last_block, steps):
     """direct_products for every row of A and the column blocks of 64 [first_block, last_block), by runs of
-    DIRECT_STEPS steps across the blocks: each run reads a band of B's rows along them."""
-    for start in range(0, steps, DIRECT_STEPS):
-        run = min(DIRECT_STEPS, steps - start)
+    DIRECT_STEPS steps a row across the blocks: each run reads a band of B's rows along them (later: every run after the
+    first; last: the last)."""
+    for start in range(0, steps, DIRECT_STEPS * rows):
+        run = min(DIRECT_STEPS * rows, steps - start)
+        later, last = start > 0, start + run == steps
         for block in range(first_block, last_block):
             column = 64 * block
             if rows >= 4:  # the first strip makes B's column sums too
-                direct_products(kernel, "4+", a, b, flip, sums, column_sums, 0, column, start, run, start > 0)
+                direct_products(kernel, "4+", a, b, flip, sums, column_sums, 0, column, start, run, later, last)
             for row in range(4, rows - rows % 4, 4):
-                direct_products(kernel, "4", a, b, flip, sums, column_sums, row, column, start, run, start > 0)
+                direct_products(kernel, "4", a, b, flip, sums, column_sums, row, column, start, run, later, last)
             row = rows - rows % 4
             if rows % 4 == 1:
                 if rows < 4:
-                    direct_products(kernel, "1+", a, b, flip, sums, column_sums, row, column, start, run, start > 0)
+                    direct_products(kernel, "1+", a, b, flip, sums, column_sums, row, column, start, run, later, last)
                 else:
-                    direct_products(kernel, "1", a, b, flip, sums, column_sums, row, column, start, run, start > 0)
+                    direct_products(kernel, "1", a, b, flip, sums, column_sums, row, column, start, run, later, last)
             elif rows % 4 == 2:
                 if rows < 4:
-                    direct_products(kernel, "2+", a, b, flip, sums, column_sums, row, column, start, run, start > 0)
+                    direct_products(kernel, "2+", a, b, flip, sums, column_sums, row, column, start, run, later, last)
                 else:
-                    direct_products(kernel, "2", a, b, flip, sums, column_sums, row, column, start, run, start > 0)
+                    direct_products(kernel, "2", a, b, flip, sums, column_sums, row, column, start, run, later, last)
             elif rows % 4 == 3:
                 if rows < 4:
-                    direct_products(kernel, "3+", a, b, flip, sums, column_sums, row, column, start, run, start > 0)
+                    direct_products(kernel, "3+", a, b, flip, sums, column_sums, row, column, start, run, later, last)
                 else:
-                    direct_products(kernel, "3", a, b, flip, sums, column_sums, row, column, start, run, start > 0)
+                    direct_products(kernel, "3", a, b, flip, sums, column_sums, row, column, start, run, later, last)
 
 
 @callee
