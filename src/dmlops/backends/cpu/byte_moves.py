@@ -17,6 +17,13 @@ def prefetch(builder, at):
                             ir.Constant(int32, 3), ir.Constant(int32, 1)])
 
 
+def splat(builder, value, lanes: int):
+    """A vector of ``lanes`` copies of value."""
+    int32, vector = ir.IntType(32), ir.VectorType(value.type, lanes)
+    one = builder.insert_element(ir.Constant(vector, None), value, ir.Constant(int32, 0))
+    return builder.shuffle_vector(one, ir.Constant(vector, None), ir.Constant(ir.VectorType(int32, lanes), [0] * lanes))
+
+
 class ByteMoves:
     """LLVM IR of the byte kernels' moves of B within vectors of ``size`` bytes (16, 32 or 64)."""
 
@@ -42,8 +49,8 @@ class ByteMoves:
         return self.builder.inttoptr(at, kind.as_pointer())
 
     def splat(self, value, vector):
-        one = self.builder.insert_element(ir.Constant(vector, None), value, self.constant(0, ir.IntType(32)))
-        return self.shuffle(one, ir.Constant(vector, None), [0] * vector.count)
+        """A vector of type ``vector``, value in every lane."""
+        return splat(self.builder, value, vector.count)
 
     def shuffle(self, first, second, indices):
         return self.builder.shuffle_vector(first, second,

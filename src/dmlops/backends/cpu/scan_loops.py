@@ -14,7 +14,7 @@ from numba.extending import intrinsic, register_jitable
 from numba.np.arrayobj import load_item, store_item
 
 from .atomics import memory_fence, publish, spin_pause, state_of, take_ticket
-from .byte_moves import prefetch
+from .byte_moves import prefetch, splat
 from .jit import callee, compiled, inlined
 from .processor import HALF_LANES, STREAM_STORES, VECTOR_BYTES, WALK_BYTES, target_features
 
@@ -421,7 +421,7 @@ def scan_lines_block(typing_context, product, element, source, target, at, ident
         if half:  # (FLOAT16's blocks waited for their loads: the lines LINES_AHEAD bytes on fetched meanwhile)
             int64 = ir.IntType(64)
             data = context.make_array(signature.args[2])(context, builder, arguments[2]).data
-            block_at = builder.add(builder.ptrtoint(data, int64), builder.mul(arguments[4], ir.Constant(int64, 2)))
+            block_at = builder.ptrtoint(builder.gep(data, [arguments[4]]), int64)
             for line in range(0, 2 * size * lanes, 64):
                 prefetch(builder, builder.add(block_at, ir.Constant(int64, LINES_AHEAD + line)))
         values = ir.VectorType(context.get_value_type(tally), lanes)
@@ -525,14 +525,6 @@ def deinterleaved(builder, vectors):
     lanes = vectors[0].type.count
     masks = [ir.Constant(ir.VectorType(ir.IntType(32), lanes), [2 * i + odd for i in range(lanes)]) for odd in (0, 1)]
     return [builder.shuffle_vector(a, b, mask) for mask in masks for a, b in zip(vectors[::2], vectors[1::2])]
-
-
-def splat(builder, value, lanes):
-    """A vector of lanes copies of value."""
-    int32 = ir.IntType(32)
-    vector = ir.VectorType(value.type, lanes)
-    one = builder.insert_element(ir.Constant(vector, None), value, int32(0))
-    return builder.shuffle_vector(one, ir.Constant(vector, None), ir.Constant(ir.VectorType(int32, lanes), [0] * lanes))
 
 
 def concatenated(builder, vectors):
