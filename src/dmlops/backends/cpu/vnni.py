@@ -48,7 +48,7 @@ def direct_products(typing_context, kernel, rows, a, b, flip, sums, column_sums,
     of the 32 zmm). B' = the bits of b xor flip, read from b's rows as they lie: each step loads 4 rows of 64
     bytes and interleaves them (unpack bytes, then words, within 128-bit lanes) into 4 vectors whose lanes hold
     4 consecutive k of one column, column 16·L + 4·v + i in lane i of 128-bit lane L of vector v; the sums stay
-    in that order from one run of K to the next, and are put in column order by the ``last``."""
+    in that order from one run of K to the next, and are put in column order by the last run (``last``)."""
     if not (isinstance(kernel, types.StringLiteral) and isinstance(rows, types.StringLiteral)):
         return None
     spec = KERNELS_BY_NAME[kernel.literal_value]
