@@ -48,8 +48,9 @@ OWN_PACKING_ROWS = 128
 # A of at most this many rows is multiplied with B as it lies (``vnni.direct_products``), where the kernel can:
 # packing B would be most of the call (a 16 × 256 × 64 product through the array API: 12 µs so, 15.6 packing B).
 # Each 4 rows of A read and interleave B again, which costs more than packing it where B comes from memory, B of
-# PARALLEL_PACKING elements or more: then at most DIRECT_ROWS_OF_LARGE_B rows (4096 × 4096 B on Zen 4: 8 rows 2.1 ms
-# direct against 2.2 packed, 16 rows 3.8 against 2.2; benchmarks/RESULTS.md).
+# PARALLEL_PACKING elements or more: then at most DIRECT_ROWS_OF_LARGE_B rows (4096 × 4096 B on 2 Zen 4 cores, ms: 8
+# rows 2.1 direct against 2.2 packed, 0.9-1.5 direct in the direct kernel's short bands; then 9 rows 2.3-3.7 direct
+# against 1.3-1.7 packed, 16 rows 2.2-2.7 against 1.5-2.9; benchmarks/RESULTS.md).
 DIRECT_ROWS = 16
 DIRECT_ROWS_OF_LARGE_B = 8
 # Scratch memory is bounded by pieces of the output, not by M × N (a 65535 × 1 × 65535 product asked for 16 GiB of
