@@ -1410,14 +1410,17 @@ DIRECT_KERNELS = [kernel for kernel in KERNELS if kernel.values[0].direct]
 @pytest.mark.parametrize("a_type, b_type", list(itertools.product(QMM_TYPES, repeat=2)))
 def test_direct_product_is_exact(kernel, m, a_type, b_type):
     """Few rows of A against B as it lies (rows contiguous, strided between them; K a multiple of 4, N of 64),
-    zero points per element or absent, every strip of rows; the poisoned scratch must not show."""
+    zero points per element or absent, every strip of rows, pieces of few column blocks and a piece of
+    vnni.WIDE_PIECE_BLOCKS; the poisoned scratch must not show."""
+    from dmlops.backends.cpu.vnni import WIDE_PIECE_BLOCKS
     rng = np.random.default_rng(m)
-    for k, n, zero_points in [(4, 64, True), (100, 192, False), (1028, 128, True)]:
+    for k, n, zero_points, pieces in [(4, 64, True, 3), (100, 192, False, 3), (1028, 128, True, 3),
+                                      (1028, 64 * WIDE_PIECE_BLOCKS, False, 1)]:
         a = random_values(rng, (m, k), a_type)
         b = random_values(rng, (k, 2 * n), b_type)[:, n:]  # rows 2N apart
         zero_a = random_values(rng, m, a_type) if zero_points else None
         zero_b = random_values(rng, n, b_type) if zero_points else None
-        np.testing.assert_array_equal(kernel_product(kernel, a, zero_a, b, zero_b, 3),
+        np.testing.assert_array_equal(kernel_product(kernel, a, zero_a, b, zero_b, pieces),
                                       exact_product(a, zero_a, b, zero_b))
 
 

@@ -30,17 +30,23 @@ from .kernels import KERNELS_BY_NAME
 # is a few lines on a page of its own (one Zen 4 core packing 1024-column strips of a transposed 4096 × 4096 B, runs of
 # 512 rows: 1.9 bytes a ns without, 3.1 with 2 columns ahead; 4 and 8 no better)
 COLUMNS_AHEAD = 2
-# Steps of 4 rows of B that a direct run takes across the column blocks, for each row of A: a run reads a band of
-# B's rows along them, and each of its kernel calls loads and stores its sums (4 vectors a row of A). Short bands
-# keep few of B's rows in flight, read along their length (1 row × 4096 × 4096 on 2 Zen 4 cores: 1051-1102 µs in
-# runs of 64 steps; 585-800 of 2, 697-870 of 4; 4 rows: 1016-1114, 675-758 of 32 steps, 715-834 of 16).
-DIRECT_STEPS = 4
-PREFETCH_BYTES = 256  # how far along B's rows the direct kernel prefetches (prefetches past the end are harmless)
+# A direct run reads a band of B's rows across a piece's column blocks, and each of its kernel calls loads and stores
+# its sums (4 vectors a row of A). A piece of WIDE_PIECE_BLOCKS blocks or more takes bands of ALONG_STEPS steps of 4
+# rows of B for each row of A, and prefetches PREFETCH_BYTES further along the same rows: few of B's rows in flight,
+# read along their length (2 Zen 4 cores, pieces of 8 blocks: 1 × 4096 × 4096 1051-1102 µs in bands of 64 steps,
+# 585-800 of 2, 697-870 of 4; 4 rows 1016-1114, 675-758 of 32 steps, 715-834 of 16). A narrower piece takes bands of
+# DIRECT_STEPS steps and prefetches PREFETCH_ROWS rows down (16 AMX cores, pieces of one block: 1 row 157-161 µs so,
+# 196-251 in short bands; 8 rows 225-267, 288-307). Prefetches past the end are harmless.
+WIDE_PIECE_BLOCKS = 8
+ALONG_STEPS = 4
+PREFETCH_BYTES = 256
+DIRECT_STEPS = 64
+PREFETCH_ROWS = 32
 
 
 @intrinsic
 def direct_products(typing_context, kernel, rows, a, b, flip, sums, column_sums, row, column, start, steps,
-                    accumulate, last):
+                    accumulate, last, ahead):
     """sums[row:row + rows, column:column + 64] = (those sums, if accumulate, +) A'[row:row + rows, k] @ B'[k,
     column:column + 64] and column_sums[column:column + 64] = (the same) Σ_k B' there, k in [4·start,
     4·(start + steps)), for the 512-bit byte kernel named by ``kernel``; rows a literal "1" to "4", "+" after it
@@ -48,12 +54,14 @@ def direct_products(typing_context, kernel, rows, a, b, flip, sums, column_sums,
     of the 32 zmm). B' = the bits of b xor flip, read from b's rows as they lie: each step loads 4 rows of 64
     bytes and interleaves them (unpack bytes, then words, within 128-bit lanes) into 4 vectors whose lanes hold
     4 consecutive k of one column, column 16·L + 4·v + i in lane i of 128-bit lane L of vector v; the sums stay
-    in that order from one run of K to the next, and are put in column order by the last run (``last``)."""
+    in that order from one run of K to the next, and are put in column order by the last run (``last``). Each
+    step prefetches ``ahead`` bytes on from each of its rows' lines."""
     if not (isinstance(kernel, types.StringLiteral) and isinstance(rows, types.StringLiteral)):
         return None
     spec = KERNELS_BY_NAME[kernel.literal_value]
     count, with_column_sums = int(rows.literal_value[0]), rows.literal_value.endswith("+")
-    signature = types.none(kernel, rows, a, b, flip, sums, column_sums, row, column, start, steps, accumulate, last)
+    signature = types.none(kernel, rows, a, b, flip, sums, column_sums, row, column, start, steps, accumulate, last,
+                           ahead)
 
     def codegen(context, builder, signature, arguments):
         int64, int32 = ir.IntType(64), ir.IntType(32)
@@ -62,7 +70,7 @@ def direct_products(typing_context, kernel, rows, a, b, flip, sums, column_sums,
         a_array, b_array, sums_array, column_array = (
             context.make_array(kind)(context, builder, value)
             for kind, value in zip((signature.args[i] for i in (2, 3, 5, 6)), (arguments[i] for i in (2, 3, 5, 6))))
-        flip, (row, column, start, steps, accumulate, last) = arguments[4], arguments[7:]
+        flip, (row, column, start, steps, accumulate, last, ahead) = arguments[4], arguments[7:]
         constant, splat, in_column_order = moves.constant, moves.splat, moves.in_column_order
 
         def base(array):
@@ -97,9 +105,9 @@ def direct_products(typing_context, kernel, rows, a, b, flip, sums, column_sums,
         step = builder.phi(int64)
         totals = [[builder.phi(lanes) for _ in range(4)] for _ in targets]  # the last: column sums, if made
         k = builder.mul(step, constant(4))
-        for t in range(4):  # the same rows PREFETCH_BYTES further along
+        for t in range(4):  # ahead bytes on from each row's line
             prefetch(builder, builder.add(b_at, builder.add(builder.mul(builder.add(k, constant(t)), b_stride),
-                                                            constant(PREFETCH_BYTES))))
+                                                            ahead)))
         groups = moves.interleaved([builder.xor(load(builder.add(b_at, builder.mul(builder.add(k, constant(t)),
                                                                                   b_stride)), byte_vector), flips)
                                     for t in range(4)])
@@ -138,33 +146,44 @@ def direct_products(typing_context, kernel, rows, a, b, flip, sums, column_sums,
 @callee
 def multiply_direct(kernel, a, b, flip, sums, column_sums, rows, first_block, last_block, steps):
     """direct_products for every row of A and the column blocks of 64 [first_block, last_block), by runs of
-    DIRECT_STEPS steps a row across the blocks: each run reads a band of B's rows along them (later: every run after the
-    first; last: the last)."""
-    for start in range(0, steps, DIRECT_STEPS * rows):
-        run = min(DIRECT_STEPS * rows, steps - start)
+    steps across the blocks, each a band of B's rows (WIDE_PIECE_BLOCKS; later: every run after the first; last:
+    the last)."""
+    wide = last_block - first_block >= WIDE_PIECE_BLOCKS
+    band = ALONG_STEPS * rows if wide else DIRECT_STEPS
+    ahead = PREFETCH_BYTES if wide else PREFETCH_ROWS * b.strides[0]
+    for start in range(0, steps, band):
+        run = min(band, steps - start)
         later, last = start > 0, start + run == steps
         for block in range(first_block, last_block):
             column = 64 * block
             if rows >= 4:  # the first strip makes B's column sums too
-                direct_products(kernel, "4+", a, b, flip, sums, column_sums, 0, column, start, run, later, last)
+                direct_products(kernel, "4+", a, b, flip, sums, column_sums, 0, column, start, run, later, last,
+                                    ahead)
             for row in range(4, rows - rows % 4, 4):
-                direct_products(kernel, "4", a, b, flip, sums, column_sums, row, column, start, run, later, last)
+                direct_products(kernel, "4", a, b, flip, sums, column_sums, row, column, start, run, later, last,
+                                    ahead)
             row = rows - rows % 4
             if rows % 4 == 1:
                 if rows < 4:
-                    direct_products(kernel, "1+", a, b, flip, sums, column_sums, row, column, start, run, later, last)
+                    direct_products(kernel, "1+", a, b, flip, sums, column_sums, row, column, start, run, later, last,
+                                    ahead)
                 else:
-                    direct_products(kernel, "1", a, b, flip, sums, column_sums, row, column, start, run, later, last)
+                    direct_products(kernel, "1", a, b, flip, sums, column_sums, row, column, start, run, later, last,
+                                    ahead)
             elif rows % 4 == 2:
                 if rows < 4:
-                    direct_products(kernel, "2+", a, b, flip, sums, column_sums, row, column, start, run, later, last)
+                    direct_products(kernel, "2+", a, b, flip, sums, column_sums, row, column, start, run, later, last,
+                                    ahead)
                 else:
-                    direct_products(kernel, "2", a, b, flip, sums, column_sums, row, column, start, run, later, last)
+                    direct_products(kernel, "2", a, b, flip, sums, column_sums, row, column, start, run, later, last,
+                                    ahead)
             elif rows % 4 == 3:
                 if rows < 4:
-                    direct_products(kernel, "3+", a, b, flip, sums, column_sums, row, column, start, run, later, last)
+                    direct_products(kernel, "3+", a, b, flip, sums, column_sums, row, column, start, run, later, last,
+                                    ahead)
                 else:
-                    direct_products(kernel, "3", a, b, flip, sums, column_sums, row, column, start, run, later, last)
+                    direct_products(kernel, "3", a, b, flip, sums, column_sums, row, column, start, run, later, last,
+                                    ahead)
 
 
 @callee
