@@ -72,29 +72,25 @@ def direct_products(typing_context, kernel, rows, a, b, flip, sums, column_sums,
             for kind, value in zip((signature.args[i] for i in (2, 3, 5, 6)), (arguments[i] for i in (2, 3, 5, 6))))
         flip, (row, column, start, steps, accumulate, last, ahead) = arguments[4], arguments[7:]
         constant, splat, in_column_order = moves.constant, moves.splat, moves.in_column_order
-
-        def base(array):
-            return builder.ptrtoint(array.data, int64)
+        address, pointer = moves.address, moves.pointer
 
         def stride(array):
-            return builder.extract_value(array.strides, 0)
+            return moves.stride(array, 0)
 
         def load(at, kind):
-            return builder.load(builder.inttoptr(at, kind.as_pointer()), align=1)
+            return builder.load(pointer(at, kind), align=1)
 
         dot = builder.module.declare_intrinsic(spec.instruction, fnty=ir.FunctionType(lanes, [lanes] * 3))
         flips = splat(flip, byte_vector)
         ones = splat(constant(0x01010101, int32), lanes)
-        a_rows = [builder.add(base(a_array), builder.mul(builder.add(row, constant(r)), stride(a_array)))
-                  for r in range(count)]
-        b_at = builder.add(base(b_array), column)
+        a_rows = [address(a_array, builder.mul(builder.add(row, constant(r)), stride(a_array))) for r in range(count)]
+        b_at = address(b_array, column)
         b_stride = stride(b_array)
-        targets = [builder.add(base(sums_array), builder.add(builder.mul(builder.add(row, constant(r)),
-                                                                         stride(sums_array)),
-                                                             builder.mul(column, constant(4))))
+        targets = [address(sums_array, builder.add(builder.mul(builder.add(row, constant(r)), stride(sums_array)),
+                                                   builder.mul(column, constant(4))))
                    for r in range(count)]
         if with_column_sums:
-            targets.append(builder.add(base(column_array), builder.mul(column, constant(4))))
+            targets.append(address(column_array, builder.mul(column, constant(4))))
         initial = [[builder.select(accumulate, load(builder.add(target, constant(size * v)), lanes),
                                    ir.Constant(lanes, None)) for v in range(4)] for target in targets]
         entry, loop = builder.block, builder.append_basic_block("direct")
@@ -132,7 +128,7 @@ def direct_products(typing_context, kernel, rows, a, b, flip, sums, column_sums,
             for r in range(len(targets)):
                 for v, vector in enumerate(order(new_totals[r])):
                     at = builder.add(targets[r], constant(size * v))
-                    builder.store(vector, builder.inttoptr(at, lanes.as_pointer()), align=4)
+                    builder.store(vector, pointer(at, lanes), align=4)
         with builder.if_else(last) as (in_columns, as_interleaved):
             with in_columns:
                 store(in_column_order)
