@@ -360,6 +360,28 @@ def test_streamed_rows(monkeypatch, dtype, shape, axis):
     assert len(calls) >= len(VARIANTS) * 6
 
 
+@pytest.mark.skipif(SCAN_LOOPS is None or cpu_pieces.CORES < 2, reason="no numba, or one core")
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int32, np.uint8], ids=lambda t: np.dtype(t).name)
+@pytest.mark.parametrize("shape, axis, stream", [((300, 200), 0, False), ((70, 1000), 0, True), ((1, 90, 333), 1, True)])
+def test_rows_in_strips_of_whole_lines(monkeypatch, dtype, shape, axis, stream):
+    """Rows along an outer axis of one line of rows, cut into strips of whole cache lines for the cores
+    (scan.STRIP_CORES, STRIP_BYTES; the last strip partial), streamed or not, in place or not: the reference's
+    bits, every element of out written."""
+    monkeypatch.setattr(cpu_scan, "STRIP_CORES", 0)
+    monkeypatch.setattr(cpu_scan, "STRIP_BYTES", 64)
+    monkeypatch.setattr(cpu_scan, "PARALLEL_ELEMENTS", 1)
+    monkeypatch.setattr(cpu_scan, "STREAM_BYTES", 0 if stream else 1 << 40)
+    strips = cpu_scan.stages("sum", np.empty(shape, dtype), np.empty(shape, dtype), axis, False, False,
+                             loops=SCAN_LOOPS)[0]
+    assert len(strips) > 1
+    rng = np.random.default_rng(shape[-1])
+    for (operation, reverse, exclusive), in_place in itertools.product(VARIANTS, [False, True]):
+        x = random_values(rng, shape, dtype, operation)
+        out = x.copy() if in_place else poisoned(shape, dtype)
+        cpu_scan.cumulative(operation, out if in_place else x, out, axis, reverse, exclusive, compiled=True)
+        assert_cumulative_matches(out, operation, x, axis, reverse, exclusive)
+
+
 @STREAMED
 @pytest.mark.parametrize("shape, axis", [((33, 8), 0), ((3, 21, 40), 1), ((9, 200), 0)])
 def test_streamed_float16_rows(monkeypatch, shape, axis):

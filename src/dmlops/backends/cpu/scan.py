@@ -58,6 +58,14 @@ PARALLEL_ELEMENTS = 1 << 20
 # the rows loop takes it. Smaller ones are left in the cache for the next reader, which streaming stores would send
 # to memory (a scan of 4-8 MiB float32 then a sum of its output: 5 % slower streamed; of 16 MiB: 10 % faster).
 STREAM_BYTES = 16 << 20
+# Compiled engine: rows along an outer axis of fewer lines of rows than cores (65536 × 1024 along axis 0: one) are cut
+# into strips of whole cache lines, STRIP_BYTES of a row or more each, one a core, where there are more than
+# STRIP_CORES cores: one core reads and writes memory at a fraction of a many-core machine's bandwidth (a 16-core Xeon,
+# 65536 × 1024 along axis 0: float32 12.5 → 35.6 GB/s, FLOAT16 10.0 → 19.4), while on 2 cores of a VM the strips ran
+# slower than one thread (24.6 → 18.6 GB/s).
+STRIP_BYTES = 512
+STRIP_CORES = 2
+LINE_BYTES = 64
 
 
 
@@ -145,6 +153,12 @@ def stages(operation, x, out, axis, reverse, exclusive, loops=None, pieces=None,
         count = pieces
         if count is None:
             count = PIECES_PER_CORE * CORES if parallel else 1
+        strips = min(CORES, x3.shape[2] * x3.itemsize // STRIP_BYTES) if CORES > STRIP_CORES else 1
+        if use_compiled and parallel and pieces is None and x3.shape[0] < CORES and strips > 1:
+            found.append([compiled_scan(loops, operation, x3[:, :, first:last], out3[:, :, first:last], accumulation,
+                                        reverse, exclusive, stream and STREAM_STORES)
+                          for first, last in cut(x3.shape[2], strips, LINE_BYTES // x3.itemsize)])
+            continue
         stage = []
         for first, last in cut(x3.shape[0], count, 1):
             if use_compiled:
