@@ -1539,6 +1539,47 @@ def test_a_small_b_is_packed_by_each_thread_of_the_vector_kernels(monkeypatch):
     assert cpu_integer_gemm.stage_counts(amx, "tiles rows", 512, 512, 512, 8)[0] > 0
 
 
+def test_a_grid_for_many_threads_and_a_small_b():
+    """A product cut by rows on GRID_THREADS threads or more is cut into a grid of rows by groups of B's columns, the
+    divisor of the threads nearest their square root from below, a piece a thread; not where B is packed already,
+    K is more than one chunk, B is large, the pieces do not requantize their sums, or the threads are few."""
+    amx = cpu_kernels.KERNELS_BY_NAME["amx"]
+    threads = cpu_integer_gemm.GRID_THREADS
+    assert [cpu_integer_gemm.grid_groups(amx, 512, 512, t, False, True) for t in (16, 12, threads)] == [4, 3, 2]
+    assert list(cpu_integer_gemm.stage_counts(amx, "tiles rows", 512, 512, 512, 64, False, 16, True)) == [0, 16, 4]
+    big = cpu_integer_gemm.GRID_B_ELEMENTS + 1
+    for arguments in [(512, 512, 16, True, True), (cpu_integer_gemm.INT32_CHUNK + 1, 16, 16, False, True),
+                      (big, 1, 16, False, True), (512, 512, 16, False, False), (512, 512, threads - 1, False, True)]:
+        assert cpu_integer_gemm.grid_groups(amx, *arguments) == 1
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("groups", [2, 3])
+def test_products_in_a_grid_of_rows_by_groups_of_columns(monkeypatch, kernel, groups):
+    """A product cut into a grid (``grid_groups``), each piece packing its own group of B's columns and its own rows
+    of A, correcting and requantizing its block of the output: the operator's bits, every element of out written,
+    through the backend and through the array API's one call, for groups of columns of unequal widths, a last block
+    of B in part, and rows that are not a multiple of the kernel's; on one thread, which packs each group in turn,
+    and on two."""
+    monkeypatch.setattr(cpu_integer_gemm, "grid_groups", lambda *arguments: groups)
+    rng = np.random.default_rng(groups)
+    for m, k, n, types in [(400, 70, 333, (np.uint8, np.int8, np.uint8)), (150, 33, 130, (np.int8, np.int8, np.int8))]:
+        assert list(cpu_integer_gemm.stage_counts(kernel, "x rows", m, k, n, 4, False, 4, True))[::2] == [0, groups]
+        arguments, expected = quantized_case(rng, *types, k, (True, True, True), True, m=m, n=n)
+        assert cpu_integer_gemm.products_layout(kernel, arguments[0][0, 0], arguments[3][0, 0]).endswith("rows")
+        for pieces in (1, 4):
+            out = poisoned(expected.shape, types[2])
+            cpu_qmatmul.quantized_linear_matmul(*arguments, out, compiled=True, products=kernel.name, pieces=pieces)
+            np.testing.assert_array_equal(out, expected)
+        a, _, _, b, b_scale, b_zero = (x if x is None or x.ndim < 3 else x[0, 0] for x in arguments[:6])
+        out = poisoned(expected.shape[2:], types[2])
+        one_call = cpu_qmatmul.prepare_one_call(a, np.float32(0.02), types[0](3), b, b_scale, b_zero, np.float32(0.5),
+                                                types[2](5), out, compiled=True, products=kernel.name)
+        one_call(a, np.float32(0.02), types[0](3), b, b_scale, b_zero, np.float32(0.5), types[2](5), out)
+        np.testing.assert_array_equal(out, reference.quantized_matmul(
+            a, np.float32(0.02), types[0](3), b, b_scale, b_zero, np.float32(0.5), types[2](5), types[2]))
+
+
 @pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("compiled", REQUANTIZATIONS)
 def test_kernel_chunks_requantized(monkeypatch, kernel, compiled):
@@ -1561,7 +1602,8 @@ def test_scratch_is_bounded_by_pieces_not_by_the_output():
         layouts = cpu_integer_gemm.scratch_layouts(kernel, m, 1, n, cpu_integer_gemm.own_sums(layout, 1, True))
         assert sum(math.prod(shape) * np.dtype(dtype).itemsize for shape, dtype in layouts) < 64 << 20
         rows = cpu_integer_gemm.padded(m, kernel.rows)
-        pieces = cpu_integer_gemm.stage_counts(kernel, layout, m, 1, n, 1)[-1]
+        counts = cpu_integer_gemm.stage_counts(kernel, layout, m, 1, n, 1)
+        pieces = counts[1] if layout.endswith("rows") else counts[-1]  # (its pieces of rows)
         assert -(-rows // pieces) * 4 * n <= 2 * cpu_integer_gemm.PIECE_BYTES
 
 

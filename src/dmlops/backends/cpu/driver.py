@@ -267,19 +267,20 @@ def no_code(typing_context):
 
 # (finish_rows is an overload, its arguments typed not as literals: one compiled variant serves the pieces that pass
 # a row of 0 and those that pass a variable)
-def finish_rows(finish, sums, first, last):
-    """(Compiled code only.) Rows [first, last) of finish's output (requantize_rows' arguments: a_scale, b_scale,
-    output_scale, zero_point, low, high, out), those of them it has (none where it is ``integer_gemm.NO_FINISH``),
-    requantized from the sums, whose row 0 is row ``first``."""
+def finish_rows(finish, sums, first, last, start, stop):
+    """(Compiled code only.) Rows [first, last) and columns [start, stop) of finish's output (requantize_rows'
+    arguments: a_scale, b_scale, output_scale, zero_point, low, high, out), those of them it has (none where it is
+    ``integer_gemm.NO_FINISH``), requantized from the sums, whose row 0 is row ``first`` and column 0 column
+    ``start``."""
     raise NotImplementedError("finish_rows is called from compiled code only")
 
 
 @overload(finish_rows, jit_options=CALLEE_OPTIONS)
-def finish_rows_compiled(finish, sums, first, last):
-    def requantize(finish, sums, first, last):
+def finish_rows_compiled(finish, sums, first, last, start, stop):
+    def requantize(finish, sums, first, last, start, stop):
         a_scale, b_scale, output_scale, zero_point, low, high, out = finish
-        requantize_sums(sums, None, None, a_scale, b_scale, output_scale, zero_point, low, high, out, first,
-                        min(last, out.shape[0]))
+        requantize_sums(sums, None, None, a_scale, b_scale[start:stop], output_scale, zero_point, low, high,
+                        out[:, start:stop], first, min(last, out.shape[0]))
     return requantize
 
 
@@ -346,50 +347,64 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
         return None
     spec = KERNELS_BY_NAME[kernel.literal_value]
     rows, k_multiple, group, pack_blocks = spec.rows, spec.k_multiple, spec.group, spec.pack_blocks
+    columns = spec.columns  # (of a block of B)
     k_block = spec.k_block  # (a strip's run of K)
     # AMX's kernels run on this thread's tiles, configured for the call and released at its end
     start_tiles, release_tiles = (amx.start_tiles, amx.release_tiles) if spec.tiles else (no_code, no_code)
 
     def by_rows(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, b_packed, finish,
                 wait):
-        m, blocks = a.shape[0], buffers[1].shape[0]
+        m, n, blocks = a.shape[0], b.shape[1], buffers[1].shape[0]
         padded_rows, length = padded_sizes(a, rows, k_multiple)
+        # the pieces are the blocks of a grid of rows by groups of B's columns (one group: rows alone)
+        stages, groups = counts[:2], counts[2]
+        row_pieces = counts[1] // groups
+        group_blocks = pack_blocks * (((blocks + pack_blocks - 1) // pack_blocks + groups - 1) // groups)  # (most)
         # a piece's packed rows of A, row sums and (where it finishes them) sums in memory of this thread's own:
         # in the call's scratch, the rows a core wrote were taken by the other in the next call, and moved
         # between the cores' caches (512³ on 2 Zen 5 cores: 1.15 times one core's speed so, 1.4 with these)
-        most = rows * ((padded_rows // rows + counts[1] - 1) // counts[1])  # the rows of the largest piece
+        most = rows * ((padded_rows // rows + row_pieces - 1) // row_pieces)  # the rows of the largest piece
         own_a = new_array((most, buffers[0].shape[1]), buffers[0].dtype)
-        own_sums, own_row_sums = new_array((most, buffers[2].shape[1]), np.int32), new_array(most, np.int32)
-        # B packed by each thread for itself, before its first piece of rows, where no stage packs it and it is not
-        # kept (``integer_gemm.stage_counts``: a small B on few cores)
+        own_sums = new_array((most, buffers[2].shape[1] - (blocks - min(blocks, group_blocks)) * columns),
+                             np.int32)
+        own_row_sums = new_array(most, np.int32)
+        # B packed by each thread for itself, its piece's group of columns, where no stage packs it and it is not
+        # kept (``integer_gemm.stage_counts``: a small B on few cores, or a grid)
         own_packing = counts[0] == 0 and not b_packed
-        own_b = new_array((blocks if own_packing else 0,) + buffers[1].shape[1:], buffers[1].dtype)
-        own_terms = new_array(buffers[4].shape[0] if own_packing else 0, np.int32)
+        own_b = new_array((min(blocks, group_blocks) if own_packing else 0,) + buffers[1].shape[1:], buffers[1].dtype)
+        own_terms = new_array(min(blocks, group_blocks) * columns if own_packing else 0, np.int32)
         packed_b, terms = (own_b, own_terms) if own_packing else (buffers[1], buffers[4])
-        unpacked = own_packing
+        packed_group = -1  # (the group of columns in own_b)
         a_flip = flip_of_a(layout, a_sign, a_zero)
         tiles_sign = np.uint8(a_sign ^ a_flip)  # (A's sign as the tiles read it)
         start_tiles()
         stage = -1
         while True:
-            stage, piece = take_piece(state, counts, stage, wait)
+            stage, piece = take_piece(state, stages, stage, wait)
             if stage < 0:
                 break
-            if stage == 0 or unpacked:  # (B's packing called in one place: each call compiles it again)
-                first, last = piece_bounds(blocks, counts[0], pack_blocks, piece) if stage == 0 else (0, blocks)
-                pack_b(kernel, layout, b, b_sign, b_zero, buffers[1] if stage == 0 else own_b,
-                       column_terms(layout, buffers) if stage == 0 else own_terms, first, last)
-                unpacked = False
+            column_group = piece % groups if stage == 1 else 0
+            first_block, last_block = piece_bounds(blocks, groups, pack_blocks, column_group)
+            start, stop = first_block * columns, min(n, last_block * columns)
+            if stage == 0 or (own_packing and column_group != packed_group):
+                # (B's packing called in one place: each call compiles it again)
+                first, last = piece_bounds(blocks, counts[0], pack_blocks, piece) if stage == 0 else \
+                    (0, last_block - first_block)
+                pack_b(kernel, layout, b[:, start:stop], b_sign, b_zero[start:stop],
+                       buffers[1] if stage == 0 else own_b, column_terms(layout, buffers) if stage == 0 else own_terms,
+                       first, last)
+                packed_group = column_group if stage == 1 else packed_group
             if stage == 1:
-                first, last = piece_bounds(padded_rows, counts[1], rows, piece)
+                first, last = piece_bounds(padded_rows, row_pieces, rows, piece // groups)
                 # (its own sums where it requantizes them, else the call's: NO_FINISH's out has no rows)
                 sums = own_sums if finish[6].shape[0] > 0 else buffers[2][first:]
                 pack_a(layout, a[first:], a_sign, a_flip, a_zero[first:], own_a, own_row_sums, 0, last - first)
-                multiply(kernel, own_a, tiles_sign, packed_b, b_sign, sums, 0, min(last, m) - first, 0, blocks, length,
-                         False)
-                correct(layout, sums, own_row_sums, a_sign, a_flip, a_zero[first:], b_sign, b_zero, terms, 0,
-                        min(last, m) - first)
-                finish_rows(finish, sums, first, min(last, m))
+                skip = 0 if own_packing else first_block  # (the group's first block in packed_b)
+                multiply(kernel, own_a, tiles_sign, packed_b, b_sign, sums, 0, min(last, m) - first, skip,
+                         skip + last_block - first_block, length, False)
+                correct(layout, sums, own_row_sums, a_sign, a_flip, a_zero[first:], b_sign, b_zero[start:stop],
+                        terms[skip * columns:], 0, min(last, m) - first)
+                finish_rows(finish, sums, first, min(last, m), start, stop)
         release_tiles()
 
     def by_columns(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, b_packed, finish,
@@ -414,7 +429,7 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
                 first, last = piece_bounds(m, counts[2], 1, piece)
                 correct(layout, buffers[2], buffers[3], a_sign, a_flip, a_zero, b_sign, b_zero, buffers[4], first,
                         last)
-                finish_rows(finish, buffers[2][first:], first, last)
+                finish_rows(finish, buffers[2][first:], first, last, 0, b.shape[1])
         release_tiles()
 
     def direct(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, b_zero, buffers, b_packed, finish,
@@ -438,7 +453,7 @@ def product_pieces_compiled(kernel, layout, state, counts, a, a_sign, a_zero, b,
                 first, last = piece_bounds(m, counts[2], 1, piece)
                 correct(layout, sums, row_sums, a_sign, np.uint8(0), a_zero, b_sign, b_zero, column_terms, first,
                         last)
-                finish_rows(finish, sums[first:], first, last)
+                finish_rows(finish, sums[first:], first, last, 0, n)
 
     return {"direct": direct, "rows": by_rows, "columns": by_columns}[layout.literal_value.split()[-1]]
 

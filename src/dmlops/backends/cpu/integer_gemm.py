@@ -17,6 +17,8 @@ tiles read each operand as its type: their instruction is picked by the signs, a
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .compiled import KeptCalls, call, in_one_block, read_only
@@ -45,6 +47,14 @@ PACKING_PIECE = 1 << 14
 # whose products take less time than B's packing, share it.
 OWN_PACKING_ELEMENTS = 1 << 19
 OWN_PACKING_ROWS = 128
+# A product on at least GRID_THREADS threads, of a B of at most GRID_B_ELEMENTS elements, is cut into a grid, a piece
+# a thread: each packs its own group of B's columns and its own rows of A, makes their sums and requantizes them. No
+# thread waits for another's packing, and none reads lines that the other cores wrote: on 16 cores of a Xeon with
+# AMX, B's packing in a stage of its own, read by every piece after it, took 40 of a 512³ product's 108 µs (B packed
+# already: 68); in a grid, 119-148 → 85-118 µs. 1024³ ran as fast either way, 2048³ (1 MiB of B a thread) twice as
+# slow in a grid (benchmarks/RESULTS.md).
+GRID_THREADS = 8
+GRID_B_ELEMENTS = 1 << 19
 # A of at most this many rows is multiplied with B as it lies (``vnni.direct_products``), where the kernel can:
 # packing B would be most of the call (a 16 × 256 × 64 product through the array API: 12 µs so, 15.6 packing B).
 # Each 4 rows of A read and interleave B again, which costs more than packing it where B comes from memory, B of
@@ -150,7 +160,8 @@ def integer_product(kernel: Kernel, a, a_zero_point, b, b_zero_point, buffers, p
     n = b.shape[1]
     b_packed = packing is not None
     layout = products_layout(kernel, a, b, b_packed)
-    counts = stage_counts(kernel, layout, m, k, n, pieces, b_packed)
+    threads = threads_for(pieces) if threads is None else threads
+    counts = stage_counts(kernel, layout, m, k, n, pieces, b_packed, threads, finish is not None)
     if b_packed:
         buffers = with_packing(buffers, packing)
     # the operands and the output as bits, zero points as int32 vectors, the operands and the requantization's
@@ -160,7 +171,6 @@ def integer_product(kernel: Kernel, a, a_zero_point, b, b_zero_point, buffers, p
     finish = NO_FINISH if finish is None else (*finish[:-1], finish[-1].view(np.uint8))
     arguments = (kernel.name, layout, np.zeros(1 + len(counts), np.int64), counts, *operand(a, a_zero_point, m),
                  *operand(b, b_zero_point, n), tuple(buffers), b_packed, finish)
-    threads = threads_for(pieces) if threads is None else threads
     types = {"any_layout": (4, 7, 12), "read_only": (4, 7)}  # a, b, finish; a, b
     run_on_cores(lambda arguments: calls.entry(multiply_in_pieces, *arguments, NO_RING, True, **types), arguments,
                  threads, run_on_numba_threads)
@@ -191,12 +201,15 @@ def own_sums(layout: str, k: int, finished: bool) -> bool:
     return finished and layout.endswith("rows") and k <= INT32_CHUNK
 
 
-def stage_counts(kernel: Kernel, layout: str, m: int, k: int, n: int, pieces: int, b_packed: bool = False):
+def stage_counts(kernel: Kernel, layout: str, m: int, k: int, n: int, pieces: int, b_packed: bool = False,
+                 threads: int = 1, finished: bool = False):
     """The pieces of each of ``product_pieces``' stages (int64), for a product cut into about ``pieces`` pieces
-    (one: every stage in one piece). B is packed in pieces of PACKING_PIECE elements or more, a core at most; strips
-    of B's columns are two a core at most (a piece's strip of B is read a part of each row at a time, and narrower
-    strips were read slower: 128 × 4096 × 4096 on 2 Zen 4 cores, 6.9 ms in 4 pieces, 7.6 in 8, 9.2 in 64). A B
-    packed already (``b_packed``) has no stage of packing in the rows cut."""
+    (one: every stage in one piece) on ``threads`` threads, its pieces requantizing their sums where ``finished``.
+    B is packed in pieces of PACKING_PIECE elements or more, a core at most; strips of B's columns are two a core at
+    most (a piece's strip of B is read a part of each row at a time, and narrower strips were read slower: 128 ×
+    4096 × 4096 on 2 Zen 4 cores, 6.9 ms in 4 pieces, 7.6 in 8, 9.2 in 64). A B packed already (``b_packed``) has
+    no stage of packing in the rows cut. The rows cut's last count is its groups of B's columns (``grid_groups``):
+    its pieces are then the blocks of a grid, rows by groups."""
     def count(size, wanted, multiple=1):
         return max(1, min(-(-size // multiple), wanted))
 
@@ -205,13 +218,30 @@ def stage_counts(kernel: Kernel, layout: str, m: int, k: int, n: int, pieces: in
     blocks = padded(n, kernel.columns) // kernel.columns
     if layout.endswith("columns"):
         return np.array([1, count(blocks, min(pieces, 2 * CORES)), count(m, pieces)], np.int64)
+    rows = padded(m, kernel.rows)
+    groups = grid_groups(kernel, k, n, threads, b_packed, finished)
+    if groups > 1:
+        return np.array([0, groups * count(rows, threads // groups, kernel.rows), groups], np.int64)
     own_packing = (pieces > 1 and not kernel.tiles and k * n <= OWN_PACKING_ELEMENTS
                    and m >= OWN_PACKING_ROWS * min(CORES, pieces))
     b_pieces = 0 if b_packed or own_packing else \
         count(blocks, min(CORES, k * n // PACKING_PIECE), kernel.pack_blocks) if pieces > 1 else 1
-    rows = padded(m, kernel.rows)
     piece_bytes = rows * (4 * padded(n, kernel.columns) + padded(min(k, INT32_CHUNK), kernel.k_multiple))
-    return np.array([b_pieces, count(rows, max(pieces, -(-piece_bytes // PIECE_BYTES)), kernel.rows)], np.int64)
+    return np.array([b_pieces, count(rows, max(pieces, -(-piece_bytes // PIECE_BYTES)), kernel.rows), 1], np.int64)
+
+
+def grid_groups(kernel: Kernel, k: int, n: int, threads: int, b_packed: bool, finished: bool) -> int:
+    """Into how many groups of B's columns a product cut by rows is cut: on GRID_THREADS threads or more, where B
+    is not packed already, K is one chunk, B has at most GRID_B_ELEMENTS elements and the pieces requantize their
+    sums, the divisor of the threads nearest their square root from below (at most B's runs of packed blocks);
+    else 1."""
+    runs = -(-padded(n, kernel.columns) // (kernel.columns * kernel.pack_blocks))
+    if threads < GRID_THREADS or b_packed or not finished or k > INT32_CHUNK or k * n > GRID_B_ELEMENTS:
+        return 1
+    groups = math.isqrt(threads)
+    while threads % groups:
+        groups -= 1
+    return min(groups, runs)
 
 
 def products_path(kernel: Kernel, a, b, b_packed: bool = False) -> str:

@@ -209,7 +209,7 @@ def prepare_one_call(a, a_scale, a_zero_point, b, b_scale, b_zero_point, output_
                                                   read_only=ONE_CALL_INPUTS)
                 return found[function]
             return entry
-        return (layout, integer_gemm.stage_counts(kernel, layout, m, k, n, product_pieces, b_packed),
+        return (layout, integer_gemm.stage_counts(kernel, layout, m, k, n, product_pieces, b_packed, threads, True),
                 integer_gemm.scratch_layouts(kernel, m, k, n, integer_gemm.own_sums(layout, k, True), b_packed),
                 getter(product_in_one_call, NO_RING, True))
 
