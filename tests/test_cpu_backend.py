@@ -1547,9 +1547,9 @@ def test_a_grid_for_many_threads_and_a_small_b():
     threads = cpu_integer_gemm.GRID_THREADS
     assert [cpu_integer_gemm.grid_groups(amx, 512, 512, t, False, True) for t in (16, 12, threads)] == [4, 3, 2]
     assert list(cpu_integer_gemm.stage_counts(amx, "tiles rows", 512, 512, 512, 64, False, 16, True)) == [0, 16, 4]
-    big = cpu_integer_gemm.GRID_B_ELEMENTS + 1
+    large = cpu_integer_gemm.GRID_B_ELEMENTS // 512 + 1  # (B's rows, of 512 columns)
     for arguments in [(512, 512, 16, True, True), (cpu_integer_gemm.INT32_CHUNK + 1, 16, 16, False, True),
-                      (big, 1, 16, False, True), (512, 512, 16, False, False), (512, 512, threads - 1, False, True)]:
+                      (large, 512, 16, False, True), (512, 512, 16, False, False), (512, 512, threads - 1, False, True)]:
         assert cpu_integer_gemm.grid_groups(amx, *arguments) == 1
 
 
