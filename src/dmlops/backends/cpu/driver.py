@@ -325,8 +325,10 @@ def product_pieces(kernel, layout, state, counts, a, a_sign, a_zero, b, b_sign, 
     literal strings: the layout is "direct", or the path and the cut, as "bytes rows" (``products_layout``).
     The stages and their pieces (``counts``):
 
-    - rows: B's column blocks packed; then pieces of rows, each packs its rows of A, makes their sums against
-      every block, corrects them and finishes them (``finish_rows``) while they are in cache;
+    - rows: B's column blocks packed (or by each thread for itself); then pieces of rows, each packs its rows of A,
+      makes their sums against every block, corrects them and finishes them (``finish_rows``) while they are in
+      cache; or, in a grid (``counts[2]`` groups of B's columns), pieces of rows × a group of columns, each
+      thread packing the group of its piece;
     - columns: A packed; then strips of B's column blocks, each packed and multiplied by every row of A a run
       of k_block rows at a time, the run's packing still in L2 (B is read once); then pieces of rows corrected
       and finished;
