@@ -362,7 +362,8 @@ def test_streamed_rows(monkeypatch, dtype, shape, axis):
 
 @pytest.mark.skipif(SCAN_LOOPS is None or cpu_pieces.CORES < 2, reason="no numba, or one core")
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int32, np.uint8], ids=lambda t: np.dtype(t).name)
-@pytest.mark.parametrize("shape, axis, stream", [((300, 200), 0, False), ((70, 1000), 0, True), ((1, 90, 333), 1, True)])
+@pytest.mark.parametrize("shape, axis, stream",
+                         [((300, 200), 0, False), ((70, 1000), 0, True), ((1, 90, 333), 1, True)])
 def test_rows_in_strips_of_whole_lines(monkeypatch, dtype, shape, axis, stream):
     """Rows along an outer axis of one line of rows, cut into strips of whole cache lines for the cores
     (scan.STRIP_CORES, STRIP_BYTES; the last strip partial), streamed or not, in place or not: the reference's
@@ -1540,16 +1541,19 @@ def test_a_small_b_is_packed_by_each_thread_of_the_vector_kernels(monkeypatch):
 
 
 def test_a_grid_for_many_threads_and_a_small_b():
-    """A product cut by rows on GRID_THREADS threads or more is cut into a grid of rows by groups of B's columns, the
-    divisor of the threads nearest their square root from below, a piece a thread; not where B is packed already,
-    K is more than one chunk, B is large, the pieces do not requantize their sums, or the threads are few."""
-    amx = cpu_kernels.KERNELS_BY_NAME["amx"]
+    """A product on AMX's tiles cut by rows on GRID_THREADS threads or more is cut into a grid of rows by groups of
+    B's columns, the divisor of the threads nearest their square root from below, a piece a thread; not where B is
+    packed already, K is more than one chunk, B is large, the pieces do not requantize their sums, the threads are
+    few, or the kernel is a vector kernel."""
+    amx, vnni = (cpu_kernels.KERNELS_BY_NAME[name] for name in ("amx", "avx512-vnni"))
     threads = cpu_integer_gemm.GRID_THREADS
     assert [cpu_integer_gemm.grid_groups(amx, 512, 512, t, False, True) for t in (16, 12, threads)] == [4, 3, 2]
+    assert cpu_integer_gemm.grid_groups(vnni, 512, 512, 16, False, True) == 1
     assert list(cpu_integer_gemm.stage_counts(amx, "tiles rows", 512, 512, 512, 64, False, 16, True)) == [0, 16, 4]
     large = cpu_integer_gemm.GRID_B_ELEMENTS // 512 + 1  # (B's rows, of 512 columns)
     for arguments in [(512, 512, 16, True, True), (cpu_integer_gemm.INT32_CHUNK + 1, 16, 16, False, True),
-                      (large, 512, 16, False, True), (512, 512, 16, False, False), (512, 512, threads - 1, False, True)]:
+                      (large, 512, 16, False, True), (512, 512, 16, False, False),
+                      (512, 512, threads - 1, False, True)]:
         assert cpu_integer_gemm.grid_groups(amx, *arguments) == 1
 
 

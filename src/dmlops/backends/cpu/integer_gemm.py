@@ -47,12 +47,12 @@ PACKING_PIECE = 1 << 14
 # whose products take less time than B's packing, share it.
 OWN_PACKING_ELEMENTS = 1 << 19
 OWN_PACKING_ROWS = 128
-# A product on at least GRID_THREADS threads, of a B of at most GRID_B_ELEMENTS elements, is cut into a grid, a piece
-# a thread: each packs its own group of B's columns and its own rows of A, makes their sums and requantizes them. No
-# thread waits for another's packing, and none reads lines that the other cores wrote: on 16 cores of a Xeon with
-# AMX, B's packing in a stage of its own, read by every piece after it, took 40 of a 512³ product's 108 µs (B packed
-# already: 68); in a grid, 119-148 → 85-118 µs. 1024³ ran as fast either way, 2048³ (1 MiB of B a thread) twice as
-# slow in a grid (benchmarks/RESULTS.md).
+# A product on AMX's tiles, on GRID_THREADS threads or more, of a B of at most GRID_B_ELEMENTS elements, is cut into
+# a grid, a piece a thread: each packs its own group of B's columns and its own rows of A, makes their sums and
+# requantizes them. No thread waits for another's packing, and none reads lines that the other cores wrote: on 16
+# cores of a Xeon with AMX, B's packing in a stage of its own, read by every piece after it, took 40 of a 512³
+# product's 108 µs (B packed already: 68); in a grid, 119-148 → 85-118 µs. 1024³ ran as fast either way, 2048³
+# (1 MiB of B a thread) twice as slow in a grid (benchmarks/RESULTS.md). The vector kernels' grid is unmeasured.
 GRID_THREADS = 8
 GRID_B_ELEMENTS = 1 << 19
 # A of at most this many rows is multiplied with B as it lies (``vnni.direct_products``), where the kernel can:
@@ -231,12 +231,13 @@ def stage_counts(kernel: Kernel, layout: str, m: int, k: int, n: int, pieces: in
 
 
 def grid_groups(kernel: Kernel, k: int, n: int, threads: int, b_packed: bool, finished: bool) -> int:
-    """Into how many groups of B's columns a product cut by rows is cut: on GRID_THREADS threads or more, where B
-    is not packed already, K is one chunk, B has at most GRID_B_ELEMENTS elements and the pieces requantize their
-    sums, the divisor of the threads nearest their square root from below (at most B's runs of packed blocks);
-    else 1."""
+    """Into how many groups of B's columns a product cut by rows is cut: on AMX's tiles (the grid was measured on
+    them alone), on GRID_THREADS threads or more, where B is not packed already, K is one chunk, B has at most
+    GRID_B_ELEMENTS elements and the pieces requantize their sums, the divisor of the threads nearest their square
+    root from below (at most B's runs of packed blocks); else 1."""
     runs = -(-padded(n, kernel.columns) // (kernel.columns * kernel.pack_blocks))
-    if threads < GRID_THREADS or b_packed or not finished or k > INT32_CHUNK or k * n > GRID_B_ELEMENTS:
+    if not kernel.tiles or threads < GRID_THREADS or b_packed or not finished or k > INT32_CHUNK or \
+            k * n > GRID_B_ELEMENTS:
         return 1
     groups = math.isqrt(threads)
     while threads % groups:
