@@ -59,10 +59,10 @@ PARALLEL_ELEMENTS = 1 << 20
 # to memory (a scan of 4-8 MiB float32 then a sum of its output: 5 % slower streamed; of 16 MiB: 10 % faster).
 STREAM_BYTES = 16 << 20
 # Compiled engine: rows along an outer axis of fewer lines of rows than cores (65536 × 1024 along axis 0: one) are cut
-# into strips of whole cache lines, STRIP_BYTES of a row or more each, one a core, where there are more than
-# STRIP_CORES cores: one core reads and writes memory at a fraction of a many-core machine's bandwidth (a 16-core Xeon,
-# 65536 × 1024 along axis 0: float32 12.5 → 35.6 GB/s, FLOAT16 10.0 → 19.4), while on 2 cores of a VM the strips ran
-# slower than one thread (24.6 → 18.6 GB/s).
+# into strips of a multiple of a cache line's length (from the row's start, which NumPy need not align to a line),
+# STRIP_BYTES of a row or more each, one a core, where there are more than STRIP_CORES cores: one core reads and writes
+# memory at a fraction of a many-core machine's bandwidth (a 16-core Xeon, 65536 × 1024 along axis 0: float32 12.5 →
+# 35.6 GB/s, FLOAT16 10.0 → 19.4), while on 2 cores of a VM the strips ran slower than one thread (24.6 → 18.6 GB/s).
 STRIP_BYTES = 512
 STRIP_CORES = 2
 LINE_BYTES = 64
