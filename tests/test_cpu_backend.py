@@ -1598,7 +1598,7 @@ def test_kernel_chunks_requantized(monkeypatch, kernel, compiled):
 
 def test_scratch_is_bounded_by_pieces_not_by_the_output():
     """A 65535 × 1 × 65535 product (a 4 GiB output) asks for scratch memory of pieces of its rows (their packed A and
-    int32 sums, PIECE_BYTES each), not for M × N sums."""
+    int32 sums, PIECE_BYTES each), not for M × N sums; in a grid too."""
     m = n = 65535
     a, b = np.empty((m, 1), np.uint8), np.empty((1, n), np.int8)
     for kernel in cpu_integer_gemm.RUNNABLE:
@@ -1609,6 +1609,11 @@ def test_scratch_is_bounded_by_pieces_not_by_the_output():
         counts = cpu_integer_gemm.stage_counts(kernel, layout, m, 1, n, 1)
         pieces = counts[1] if layout.endswith("rows") else counts[-1]  # (its pieces of rows)
         assert -(-rows // pieces) * 4 * n <= 2 * cpu_integer_gemm.PIECE_BYTES
+    amx = cpu_kernels.KERNELS_BY_NAME["amx"]  # (a grid on 16 threads: B is small; its pieces' scratch is bounded too)
+    _, pieces, groups = cpu_integer_gemm.stage_counts(amx, "tiles rows", m, 1, n, 1, False, 16, True)
+    assert groups > 1
+    assert -(-cpu_integer_gemm.padded(m, amx.rows) // (pieces // groups)) * 4 * -(-n // groups) <= \
+        2 * cpu_integer_gemm.PIECE_BYTES
 
 
 @pytest.mark.parametrize("kernel", KERNELS)

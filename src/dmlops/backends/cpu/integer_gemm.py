@@ -220,14 +220,17 @@ def stage_counts(kernel: Kernel, layout: str, m: int, k: int, n: int, pieces: in
         return np.array([1, count(blocks, min(pieces, 2 * CORES)), count(m, pieces)], np.int64)
     rows = padded(m, kernel.rows)
     groups = grid_groups(kernel, k, n, threads, b_packed, finished)
+    # (the packed rows of A and the sums of a group's columns, of all of A's rows: their pieces take PIECE_BYTES)
+    piece_bytes = rows * (4 * padded(n, kernel.columns) // groups + padded(min(k, INT32_CHUNK), kernel.k_multiple))
+    scratch_pieces = -(-piece_bytes // PIECE_BYTES)
     if groups > 1:
-        return np.array([0, groups * count(rows, threads // groups, kernel.rows), groups], np.int64)
+        return np.array([0, groups * count(rows, max(threads // groups, scratch_pieces), kernel.rows), groups],
+                        np.int64)
     own_packing = (pieces > 1 and not kernel.tiles and k * n <= OWN_PACKING_ELEMENTS
                    and m >= OWN_PACKING_ROWS * min(CORES, pieces))
     b_pieces = 0 if b_packed or own_packing else \
         count(blocks, min(CORES, k * n // PACKING_PIECE), kernel.pack_blocks) if pieces > 1 else 1
-    piece_bytes = rows * (4 * padded(n, kernel.columns) + padded(min(k, INT32_CHUNK), kernel.k_multiple))
-    return np.array([b_pieces, count(rows, max(pieces, -(-piece_bytes // PIECE_BYTES)), kernel.rows), 1], np.int64)
+    return np.array([b_pieces, count(rows, max(pieces, scratch_pieces), kernel.rows), 1], np.int64)
 
 
 def grid_groups(kernel: Kernel, k: int, n: int, threads: int, b_packed: bool, finished: bool) -> int:
@@ -235,14 +238,13 @@ def grid_groups(kernel: Kernel, k: int, n: int, threads: int, b_packed: bool, fi
     them alone), on GRID_THREADS threads or more, where B is not packed already, K is one chunk, B has at most
     GRID_B_ELEMENTS elements and the pieces requantize their sums, the divisor of the threads nearest their square
     root from below (at most B's runs of packed blocks); else 1."""
-    runs = -(-padded(n, kernel.columns) // (kernel.columns * kernel.pack_blocks))
     if not kernel.tiles or threads < GRID_THREADS or b_packed or not finished or k > INT32_CHUNK or \
             k * n > GRID_B_ELEMENTS:
         return 1
     groups = math.isqrt(threads)
     while threads % groups:
         groups -= 1
-    return min(groups, runs)
+    return min(groups, -(-padded(n, kernel.columns) // (kernel.columns * kernel.pack_blocks)))
 
 
 def products_path(kernel: Kernel, a, b, b_packed: bool = False) -> str:
